@@ -1,0 +1,187 @@
+"""The ``fwbench`` command: run campaigns, ingest executed notebooks, query results, build reports.
+
+Exit status: 0 ok, 1 some cell failed, 2 bad input (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fwbench import db
+
+EXIT_OK, EXIT_CELL_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _fail(message: str) -> int:
+    print(f"fwbench: error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def cmd_run(args) -> int:
+    from fwbench.campaign import CampaignError, load_campaign
+    from fwbench.runner import RunnerBusy, run_campaign
+
+    try:
+        campaign = load_campaign(args.params)
+    except CampaignError as exc:
+        return _fail(str(exc))
+    cells = campaign.select(args.only)
+    if not cells:
+        return _fail(f"--only {args.only!r} matches no cell of campaign {campaign.name}")
+    if args.dry_run:
+        for cell in cells:
+            print(cell.key)
+        print(f"{len(cells)} cells; campaign file is valid", file=sys.stderr)
+        return EXIT_OK
+    out = Path(args.out)
+    try:
+        run_dir, results = run_campaign(
+            campaign, out, resume=args.resume, only=args.only, timeout=args.timeout
+        )
+    except RunnerBusy as exc:
+        return _fail(str(exc))
+    failed = [k for k, r in results.items() if r.status != "ok"]
+    db_path = Path(args.db) if args.db else db.default_db_path(out)
+    try:
+        counts = db.ingest(run_dir, db_path)
+    except db.IngestError as exc:
+        print(f"fwbench: ingest refused: {exc}", file=sys.stderr)
+        return EXIT_CELL_FAILED
+    print(
+        f"{run_dir}: {len(results) - len(failed)} ok, {len(failed)} not ok; "
+        f"{counts['measurements']} records in {db_path}"
+    )
+    if campaign.report and not args.only:
+        from fwbench.report import build_report
+
+        build_report(campaign.name, out=out, db_path=db_path, run_id=run_dir.name)
+    return EXIT_CELL_FAILED if failed else EXIT_OK
+
+
+def cmd_ingest(args) -> int:
+    root = Path(args.dir)
+    db_path = Path(args.db) if args.db else db.default_db_path(root)
+    try:
+        counts = db.ingest(root, db_path)
+    except db.IngestError as exc:
+        return _fail(str(exc))
+    print(
+        f"{db_path}: {counts['runs']} runs, {counts['cells']} cells, {counts['measurements']} records"
+    )
+    return EXIT_OK
+
+
+def cmd_query(args) -> int:
+    import duckdb
+
+    db_path = Path(args.db) if args.db else db.default_db_path()
+    try:
+        frame = db.query(args.sql, db_path)
+    except FileNotFoundError as exc:
+        return _fail(str(exc))
+    except duckdb.Error as exc:
+        return _fail(f"query failed: {exc}")
+    frame.to_csv(sys.stdout, index=False)
+    return EXIT_OK
+
+
+def cmd_report(args) -> int:
+    from fwbench.report import ReportError, build_report
+
+    out = Path(args.out)
+    db_path = Path(args.db) if args.db else db.default_db_path(out)
+    try:
+        path = build_report(args.campaign, out=out, db_path=db_path, run_id=args.run_id)
+    except ReportError as exc:
+        return _fail(str(exc))
+    print(path)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fwbench",
+        description="How JAX and PyTorch compare, per model and hardware, and why.",
+        epilog="Exit status: 0 ok, 1 some cell failed, 2 bad input (nothing written).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser(
+        "run",
+        help="execute a campaign (params/*.yaml) cell by cell with papermill",
+        description="Validate every cell of a campaign against its notebook's parameters cell, "
+        "then execute each cell in a fresh kernel into "
+        "OUT/<campaign>/<run_id>/<notebook>/<slug>.ipynb and ingest the results.",
+    )
+    run.add_argument("params", help="campaign file, e.g. params/smoke.yaml")
+    run.add_argument("--out", default="executed", help="output folder (default: executed)")
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="re-run only cells without an ok result in the latest run of this campaign",
+    )
+    run.add_argument("--only", metavar="GLOB", help="run only cells whose notebook/slug matches")
+    run.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="limit for each code cell of a notebook; past it the cell is recorded as timeout",
+    )
+    run.add_argument("--db", help="database path (default: $FWBENCH_DB, else OUT/fwbench.duckdb)")
+    run.add_argument(
+        "--dry-run", action="store_true", help="validate and list the cells; execute nothing"
+    )
+    run.set_defaults(func=cmd_run)
+
+    ingest = sub.add_parser(
+        "ingest",
+        help="build or update the DuckDB index from executed notebooks (idempotent)",
+        description="Read every executed notebook under DIR, validate its records against the "
+        "JSON Schema and replace the rows of each run in the database.",
+    )
+    ingest.add_argument(
+        "dir", nargs="?", default="executed", help="folder to scan (default: executed)"
+    )
+    ingest.add_argument(
+        "--db", help="database path (default: $FWBENCH_DB, else DIR/fwbench.duckdb)"
+    )
+    ingest.set_defaults(func=cmd_ingest)
+
+    query = sub.add_parser(
+        "query",
+        help="run SQL against the index, print CSV",
+        description="Tables: runs, cells, measurements (columns of DESIGN.md section 4).",
+    )
+    query.add_argument("sql", help='e.g. "select count(*) from measurements"')
+    query.add_argument(
+        "--db", help="database path (default: $FWBENCH_DB, else executed/fwbench.duckdb)"
+    )
+    query.set_defaults(func=cmd_query)
+
+    report = sub.add_parser(
+        "report",
+        help="run the analysis notebook for a campaign and assemble report/<campaign>/",
+        description="Executes notebooks/20_analysis.py for the campaign's latest run and writes "
+        "report/<campaign>/report.md, report.html, tables and figures/<campaign>/.",
+    )
+    report.add_argument("campaign", help="campaign name, e.g. smoke")
+    report.add_argument("--run-id", help="run to report (default: the latest of the campaign)")
+    report.add_argument(
+        "--out", default="executed", help="executed-notebook folder (default: executed)"
+    )
+    report.add_argument(
+        "--db", help="database path (default: $FWBENCH_DB, else OUT/fwbench.duckdb)"
+    )
+    report.set_defaults(func=cmd_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Flax NNX layers whose semantics match torch's exactly, where Flax's built-ins differ.
+
+``nnx.BatchNorm`` updates its running variance with the biased batch variance and uses the
+momentum convention ``ra = m * ra + (1 - m) * x``; torch uses the unbiased variance and
+``ra = (1 - m) * ra + m * x`` with m = 0.1. Training parity across frameworks needs torch's rule.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import nnx
+
+
+class TorchBatchNorm(nnx.Module):
+    """BatchNorm over the last (channel) axis with torch.nn.BatchNorm2d's training semantics."""
+
+    def __init__(self, num_features: int, *, eps: float = 1e-5, momentum: float = 0.1):
+        self.num_features = num_features
+        self.eps = eps
+        self.momentum = momentum
+        self.use_running_average = False  # flipped by Module.eval() / Module.train()
+        self.scale = nnx.Param(jnp.ones((num_features,), jnp.float32))
+        self.bias = nnx.Param(jnp.zeros((num_features,), jnp.float32))
+        self.mean = nnx.BatchStat(jnp.zeros((num_features,), jnp.float32))
+        self.var = nnx.BatchStat(jnp.ones((num_features,), jnp.float32))
+
+    def __call__(self, x):
+        if self.use_running_average:
+            mean, var = self.mean[...], self.var[...]
+        else:
+            axes = tuple(range(x.ndim - 1))
+            # statistics in fp32 even for bf16 activations, as torch's kernels accumulate them
+            x32 = x.astype(jnp.float32)
+            mean = jnp.mean(x32, axis=axes)
+            var = jnp.mean(jnp.square(x32 - mean), axis=axes)
+            count = x.size // x.shape[-1]
+            unbiased = var * (count / max(count - 1, 1))
+            m = self.momentum
+            self.mean[...] = (1 - m) * self.mean[...] + m * mean
+            self.var[...] = (1 - m) * self.var[...] + m * unbiased
+        inv = (self.scale[...] * jnp.reciprocal(jnp.sqrt(var + self.eps))).astype(x.dtype)
+        shift = self.bias[...] - mean * self.scale[...] * jnp.reciprocal(jnp.sqrt(var + self.eps))
+        return x * inv + shift.astype(x.dtype)

@@ -1,0 +1,135 @@
+"""Read a jupytext notebook and its ``parameters`` cell.
+
+The parameters cell is the notebook's contract with campaigns: each line ``name = literal`` declares a
+parameter, its default and so its type. A trailing ``# one of: a, b, c`` comment restricts the values.
+A parameter called ``model`` without such a comment must name a model of the registry.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+ONE_OF_RE = re.compile(r"#.*?one of:\s*(?P<choices>[^#]+)")
+
+
+@dataclass
+class NotebookParameter:
+    name: str
+    default: object
+    choices: tuple | None = None
+
+    def check(self, value) -> str | None:
+        """A message describing what is wrong with ``value``, or None when it is acceptable."""
+        problem = _type_problem(self.default, value)
+        if problem:
+            return problem
+        if self.choices is not None:
+            values = value if isinstance(value, list) else [value]
+            bad = [v for v in values if v not in self.choices]
+            if bad:
+                return (
+                    f"unknown value(s) {bad}; expected one of: {', '.join(map(str, self.choices))}"
+                )
+        return None
+
+
+def _type_problem(default, value) -> str | None:
+    if default is None or value is None:
+        return None
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif isinstance(default, (list, tuple)):
+        if not isinstance(value, list):
+            return f"expected a list like {default!r}, got {value!r}"
+        if default:
+            for item in value:
+                problem = _type_problem(default[0], item)
+                if problem:
+                    return f"list item {item!r}: {problem}"
+        return None
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        return f"expected {type(default).__name__} like {default!r}, got {value!r}"
+    return None
+
+
+def read_notebook(path: str | Path, kernel_name: str = "python3") -> nbformat.NotebookNode:
+    """The jupytext ``.py`` (or ``.ipynb``) as a notebook object with a kernelspec papermill can use."""
+    path = Path(path)
+    nb = jupytext.read(path)
+    nb.metadata["kernelspec"] = {
+        "name": kernel_name,
+        "display_name": kernel_name,
+        "language": "python",
+    }
+    nb.metadata.setdefault("language_info", {"name": "python"})
+    return nb
+
+
+def parameters_source(nb: nbformat.NotebookNode, path: Path) -> str:
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise ValueError(
+            f"{path}: expected exactly one cell tagged 'parameters', found {len(cells)}"
+        )
+    return cells[0].source
+
+
+def read_parameters(path: str | Path) -> dict[str, NotebookParameter]:
+    path = Path(path)
+    source = parameters_source(read_notebook(path), path)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise ValueError(f"{path}: the parameters cell is not valid Python: {exc}") from None
+    lines = source.splitlines()
+    declared: dict[str, NotebookParameter] = {}
+    for node in tree.body:
+        if not (
+            isinstance(node, (ast.Assign, ast.AnnAssign))
+            and len(getattr(node, "targets", [None])) == 1
+        ):
+            raise ValueError(f"{path}: parameters cell line {node.lineno}: only `name = literal`")
+        target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+        if not isinstance(target, ast.Name):
+            raise ValueError(f"{path}: parameters cell line {node.lineno}: only `name = literal`")
+        try:
+            default = ast.literal_eval(node.value)
+        except ValueError:
+            raise ValueError(
+                f"{path}: parameter {target.id!r} must have a literal default"
+            ) from None
+        declared[target.id] = NotebookParameter(
+            target.id, default, _choices(lines, node, target.id)
+        )
+    return declared
+
+
+def _choices(lines: list[str], node: ast.stmt, name: str) -> tuple | None:
+    text = " ".join(lines[node.lineno - 1 : node.end_lineno])
+    match = ONE_OF_RE.search(text)
+    if match:
+        return tuple(_literal(c.strip()) for c in match.group("choices").split(",") if c.strip())
+    if name == "model":
+        from fwbench.models.registry import MODELS
+
+        return tuple(MODELS)
+    return None
+
+
+def _literal(text: str):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text

@@ -1,0 +1,168 @@
+"""Tidy measurement records, embedded in the executed notebook that produced them.
+
+A notebook calls ``Recorder.add`` once per measured quantity and ``Recorder.emit`` once (or a few
+times) to display them. ``emit`` writes one output of MIME type ``RECORDS_MIME`` holding the rows as
+JSON, so the executed notebook alone proves its numbers; ``fwbench ingest`` reads these outputs back.
+The columns are those of DESIGN.md section 4; ``record.schema.json`` in this package documents them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+RECORDS_MIME = "application/vnd.fwbench.records+json"
+
+# Where a record came from. The runner exports these to the kernel; ingest falls back to the notebook's
+# metadata and path, so a notebook run by hand in JupyterLab still produces valid records.
+CONTEXT_ENV = {
+    "run_id": "FWBENCH_RUN_ID",
+    "campaign": "FWBENCH_CAMPAIGN",
+    "notebook": "FWBENCH_NOTEBOOK",
+    "cell": "FWBENCH_CELL",
+}
+
+STATUSES = ("ok", "failed", "timeout", "oom", "skipped")
+
+COLUMNS = (
+    "run_id",
+    "campaign",
+    "notebook",
+    "cell",
+    "trial",
+    "status",
+    "error",
+    "family",
+    "model",
+    "framework",
+    "mode",
+    "device",
+    "device_name",
+    "precision",
+    "batch_size",
+    "metric",
+    "value",
+    "unit",
+    "n",
+    "ci_low",
+    "ci_high",
+    "extra",
+)
+
+
+def load_schema() -> dict:
+    text = resources.files("fwbench.schema").joinpath("record.schema.json").read_text()
+    return json.loads(text)
+
+
+def _finite_or_none(x: Any) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def context_from_env() -> dict:
+    ctx = {key: os.environ.get(var) for key, var in CONTEXT_ENV.items()}
+    trial = os.environ.get("FWBENCH_TRIAL")
+    ctx["trial"] = int(trial) if trial else 0
+    return ctx
+
+
+@dataclass
+class Recorder:
+    """Collects records that share their descriptive columns (family, model, framework, ...)."""
+
+    family: str
+    defaults: dict = field(default_factory=dict)
+    rows: list[dict] = field(default_factory=list)
+
+    def __init__(self, family: str, **defaults: Any):
+        self.family = family
+        self.defaults = defaults
+        self.rows = []
+
+    def add(
+        self,
+        metric: str,
+        value: float | None,
+        unit: str,
+        *,
+        n: int | None = None,
+        ci_low: float | None = None,
+        ci_high: float | None = None,
+        status: str = "ok",
+        error: str | None = None,
+        extra: dict | None = None,
+        **columns: Any,
+    ) -> dict:
+        """Add one row. ``columns`` override the recorder's defaults (e.g. ``batch_size=8``)."""
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        unknown = set(columns) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown record columns: {sorted(unknown)}")
+        row = {col: None for col in COLUMNS}
+        row.update(context_from_env())
+        row.update({"family": self.family, **self.defaults, **columns})
+        row.update(
+            metric=metric,
+            value=_finite_or_none(value),
+            unit=unit,
+            n=None if n is None else int(n),
+            ci_low=_finite_or_none(ci_low),
+            ci_high=_finite_or_none(ci_high),
+            status=status,
+            error=error,
+            extra=extra or {},
+        )
+        if row["batch_size"] is not None:
+            row["batch_size"] = int(row["batch_size"])
+        self.rows.append(row)
+        return row
+
+    def add_summary(self, prefix: str, summary: dict, unit: str, **columns: Any) -> None:
+        """Add ``{prefix}_p50_{unit}`` ... rows from ``fwbench.stats.summarize`` output."""
+        n = summary["n"]
+        for key in ("p50", "p90", "p95", "p99", "mean", "std"):
+            ci = {}
+            if key == "p50":
+                ci = {"ci_low": summary["median_ci_low"], "ci_high": summary["median_ci_high"]}
+            self.add(f"{prefix}_{key}_{unit}", summary[key], unit, n=n, **ci, **columns)
+        self.add(
+            f"{prefix}_iqr_over_median",
+            summary["iqr_over_median"],
+            "ratio",
+            n=n,
+            extra={"noisy": summary["noisy"]},
+            **columns,
+        )
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows, columns=list(COLUMNS))
+
+    def emit(self) -> None:
+        """Display the collected rows as one embedded records output, then start a fresh batch."""
+        from IPython.display import display
+
+        rows = self.rows
+        self.rows = []
+        if not rows:
+            return
+        table = _plain_table(rows)
+        display({RECORDS_MIME: rows, "text/plain": table}, raw=True)
+
+
+def _plain_table(rows: list[dict]) -> str:
+    """A short text view so the output reads well where the custom MIME type is not rendered."""
+    shown = ["status", "model", "framework", "batch_size", "metric", "value", "unit"]
+    lines = ["  ".join(shown)]
+    for row in rows:
+        lines.append("  ".join("" if row.get(c) is None else str(row.get(c)) for c in shown))
+    return f"{len(rows)} fwbench records\n" + "\n".join(lines)

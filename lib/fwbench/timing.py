@@ -1,0 +1,133 @@
+"""Timers that follow DESIGN.md section 5.
+
+Warm-up runs until compilation/autotuning is over and times are stable. Measurement then continues
+until BOTH a minimum number of calls and a minimum duration are reached (MLPerf's rule), so a fast
+call is not measured for a blink and a slow one not for three samples.
+
+- Latency: every call synced and timed alone.
+- Throughput: calls enqueued back to back, one sync per block, so the device pipeline stays full.
+Inputs rotate over several pre-placed batches so caches never see the same tensor twice in a row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fwbench.stats import summarize
+
+# Warm-up is over when the median of the last STABLE_WINDOW calls is within STABLE_TOLERANCE of the
+# window before it; a first XLA compile or cudnn.benchmark autotune makes the early calls far slower.
+STABLE_WINDOW = 5
+STABLE_TOLERANCE = 0.10
+
+
+@dataclass
+class StopRule:
+    min_iters: int = 20
+    min_seconds: float = 1.0
+    max_seconds: float | None = None  # a safety cap; None = no cap
+
+    def done(self, iters: int, elapsed: float) -> bool:
+        if self.max_seconds is not None and elapsed >= self.max_seconds and iters >= 1:
+            return True
+        return iters >= self.min_iters and elapsed >= self.min_seconds
+
+
+@dataclass
+class Timing:
+    samples: np.ndarray  # seconds per call (latency) or per block (throughput)
+    warmup_iters: int
+    warmup_seconds: float
+    summary: dict = field(default_factory=dict)
+
+
+def warm_up(
+    call: Callable[[int], object],
+    sync: Callable[[object], None],
+    min_warmup: int,
+    max_warmup: int,
+) -> tuple[int, float]:
+    """Run ``call`` at least ``min_warmup`` times and until call times stop drifting."""
+    times: list[float] = []
+    start = time.perf_counter()
+    i = 0
+    while i < max(min_warmup, 1) or (i < max_warmup and not _stable(times)):
+        t0 = time.perf_counter()
+        sync(call(i))
+        times.append(time.perf_counter() - t0)
+        i += 1
+    return i, time.perf_counter() - start
+
+
+def _stable(times: Sequence[float]) -> bool:
+    if len(times) < 2 * STABLE_WINDOW:
+        return False
+    recent = np.median(times[-STABLE_WINDOW:])
+    before = np.median(times[-2 * STABLE_WINDOW : -STABLE_WINDOW])
+    return abs(recent - before) <= STABLE_TOLERANCE * before
+
+
+def measure_latency(
+    fn: Callable[[object], object],
+    inputs: Sequence[object],
+    sync: Callable[[object], None],
+    rule: StopRule,
+    *,
+    warmup: int = 5,
+    max_warmup: int = 50,
+) -> Timing:
+    """Seconds per call, each call synced and timed alone."""
+
+    def call(i: int):
+        return fn(inputs[i % len(inputs)])
+
+    warm_iters, warm_s = warm_up(call, sync, warmup, max_warmup)
+    samples = []
+    start = time.perf_counter()
+    i = 0
+    while not rule.done(i, time.perf_counter() - start):
+        t0 = time.perf_counter()
+        sync(call(i))
+        samples.append(time.perf_counter() - t0)
+        i += 1
+    data = np.asarray(samples)
+    return Timing(data, warm_iters, warm_s, summarize(data))
+
+
+def measure_throughput(
+    fn: Callable[[object], object],
+    inputs: Sequence[object],
+    sync: Callable[[object], None],
+    rule: StopRule,
+    *,
+    block_size: int = 10,
+    warmup: int = 5,
+    max_warmup: int = 50,
+) -> Timing:
+    """Seconds per block of ``block_size`` enqueued calls with one sync at the end of the block.
+
+    ``rule.min_iters`` counts calls, not blocks. Divide items per call x block_size by a block's
+    time for items/s; ``summary`` is over block times.
+    """
+
+    def call(i: int):
+        return fn(inputs[i % len(inputs)])
+
+    warm_iters, warm_s = warm_up(call, sync, warmup, max_warmup)
+    samples = []
+    start = time.perf_counter()
+    calls = 0
+    while not rule.done(calls, time.perf_counter() - start) or len(samples) < 2:
+        t0 = time.perf_counter()
+        out = None
+        for j in range(block_size):
+            out = call(calls + j)
+        sync(out)
+        samples.append(time.perf_counter() - t0)
+        calls += block_size
+    data = np.asarray(samples)
+    return Timing(data, warm_iters, warm_s, summarize(data))

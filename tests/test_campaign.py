@@ -1,0 +1,90 @@
+import pytest
+
+from fwbench.campaign import CampaignError, load_campaign
+from fwbench.notebook_params import read_parameters
+from tests.conftest import REPO, STANDIN, run_cli
+
+
+def test_grid_expands_to_named_cells(write_campaign):
+    path = write_campaign(
+        """
+campaign: demo
+steps:
+  - notebook: STANDIN
+    params: {label: b}
+    grid: {x: [1, 2, 3], behaviour: [ok, raise]}
+"""
+    )
+    campaign = load_campaign(path)
+    assert len(campaign.cells) == 6
+    slugs = {c.slug for c in campaign.cells}
+    assert "behaviour=ok__x=1" in slugs and "behaviour=raise__x=3" in slugs
+    assert all(c.parameters["label"] == "b" for c in campaign.cells)
+
+
+def test_trials_and_step_params_that_differ_enter_the_slug(write_campaign):
+    path = write_campaign(
+        """
+campaign: demo
+steps:
+  - notebook: STANDIN
+    params: {label: a}
+    trials: 2
+  - notebook: STANDIN
+    params: {label: b}
+"""
+    )
+    keys = [c.key for c in load_campaign(path).cells]
+    assert keys == ["standin/label=a__trial=1", "standin/label=a__trial=2", "standin/label=b"]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("campaign: demo\nsteps:\n  - notebook: STANDIN\n    params: {nope: 1}\n", "no parameter 'nope'"),
+        ("campaign: demo\nsteps:\n  - notebook: STANDIN\n    params: {x: fast}\n", "expected int"),
+        ("campaign: demo\nsteps:\n  - notebook: STANDIN\n    grid: {behaviour: [ok, explode]}\n", "explode"),
+        ("campaign: demo\nsteps:\n  - notebook: STANDIN\n    grid: {x: 1}\n", "non-empty list"),
+        ("campaign: demo\nsteps: [\n", "malformed YAML"),
+        ("campaign: demo\nsteps:\n  - notebook: missing_notebook\n", "not found"),
+        ("campaign: demo\nsteps:\n  - notebook: STANDIN\n    bogus: 1\n", "unknown step keys"),
+        ("campaign: 'a b'\nsteps:\n  - notebook: STANDIN\n", "'campaign' must be a name"),
+    ],
+)
+def test_bad_input_is_refused_with_one_message(write_campaign, text, message):
+    with pytest.raises(CampaignError, match=message):
+        load_campaign(write_campaign(text))
+
+
+def test_unknown_model_is_refused_by_the_registry(write_campaign, tmp_path):
+    nb = tmp_path / "with_model.py"
+    nb.write_text('# %% tags=["parameters"]\nmodel = "resnet50"\n\n# %%\nprint(model)\n')
+    path = write_campaign(
+        f"campaign: demo\nsteps:\n  - notebook: {nb.with_suffix('')}\n    grid: {{model: [resnet50, resnet51]}}\n"
+    )
+    with pytest.raises(CampaignError, match="resnet51"):
+        load_campaign(path)
+
+
+def test_cli_bad_input_exits_2_and_writes_nothing(write_campaign, tmp_path):
+    out = tmp_path / "out"
+    path = write_campaign("campaign: demo\nsteps:\n  - notebook: STANDIN\n    params: {nope: 1}\n")
+    proc = run_cli("run", path, "--out", out)
+    assert proc.returncode == 2
+    assert "no parameter 'nope'" in proc.stderr
+    assert proc.stderr.count("error:") == 1
+    assert not out.exists()
+
+
+def test_parameters_cell_is_read_with_choices():
+    declared = read_parameters(STANDIN.with_suffix(".py"))
+    assert declared["x"].default == 1
+    assert declared["behaviour"].choices == ("ok", "raise", "abort", "sleep", "abort_unless_env")
+    assert declared["behaviour"].check("abort") is None
+    assert "expected one of" in declared["behaviour"].check("boom")
+
+
+def test_shipped_campaigns_validate():
+    for path in sorted((REPO / "params").glob("*.yaml")):
+        campaign = load_campaign(path)
+        assert campaign.cells, path

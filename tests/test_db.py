@@ -1,0 +1,90 @@
+import json
+
+import nbformat
+import pytest
+
+from fwbench import db
+from fwbench.records import RECORDS_MIME, Recorder
+from tests.conftest import run_cli
+
+
+def make_run(root, run_id="20260101T000000Z", rows=None, status="ok"):
+    run_dir = root / "demo" / run_id
+    (run_dir / "nb").mkdir(parents=True)
+    (run_dir / "manifest.json").write_text(
+        json.dumps({"campaign": "demo", "run_id": run_id, "environment": {"host": "h"}, "cells": {}})
+    )
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("")
+    if rows is None:
+        rec = Recorder("inference", model="resnet50", framework="jax", batch_size=8)
+        rec.add("throughput_img_s", 123.0, "img/s", n=10, ci_low=120.0, ci_high=125.0)
+        rows = rec.rows
+    cell.outputs = [nbformat.v4.new_output("display_data", data={RECORDS_MIME: rows})]
+    nb.cells = [cell]
+    nb.metadata["fwbench"] = {
+        "run_id": run_id,
+        "campaign": "demo",
+        "notebook": "10_inference",
+        "cell": "model=resnet50",
+        "trial": 0,
+        "status": status,
+        "error": None if status == "ok" else "boom",
+        "parameters": {"model": "resnet50", "framework": "jax"},
+    }
+    nbformat.write(nb, str(run_dir / "nb" / "model=resnet50.ipynb"))
+    return run_dir
+
+
+def test_ingest_is_idempotent(tmp_path):
+    make_run(tmp_path)
+    dbp = tmp_path / "x.duckdb"
+    assert db.ingest(tmp_path, dbp)["measurements"] == 1
+    assert db.ingest(tmp_path, dbp)["measurements"] == 1
+    frame = db.query("select * from measurements", dbp)
+    assert len(frame) == 1
+    row = frame.iloc[0]
+    assert (row.model, row.framework, row.value, row.ci_low) == ("resnet50", "jax", 123.0, 120.0)
+    assert db.query("select count(*) as n from runs", dbp).n[0] == 1
+
+
+def test_failed_cell_gets_a_row_with_its_error(tmp_path):
+    make_run(tmp_path, rows=[], status="failed")
+    dbp = tmp_path / "x.duckdb"
+    db.ingest(tmp_path, dbp)
+    frame = db.query("select status, error, family, model from measurements", dbp)
+    assert frame.to_dict("records") == [
+        {"status": "failed", "error": "boom", "family": "inference", "model": "resnet50"}
+    ]
+
+
+@pytest.mark.parametrize(
+    "bad, where",
+    [({"value": "fast"}, "value"), ({"status": "great"}, "status"), ({"surprise": 1}, "record")],
+)
+def test_malformed_record_is_rejected_naming_the_notebook(tmp_path, bad, where):
+    row = {"status": "ok", "family": "inference", "metric": "m", "value": 1.0, "unit": "ms"}
+    make_run(tmp_path, rows=[{**row, **bad}])
+    proc = run_cli("ingest", tmp_path, "--db", tmp_path / "x.duckdb")
+    assert proc.returncode == 2
+    assert "model=resnet50.ipynb" in proc.stderr and where in proc.stderr
+    assert not (tmp_path / "x.duckdb").exists()
+
+
+def test_query_prints_csv(tmp_path):
+    make_run(tmp_path)
+    dbp = tmp_path / "x.duckdb"
+    db.ingest(tmp_path, dbp)
+    proc = run_cli("query", "select metric, value from measurements", "--db", dbp)
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines() == ["metric,value", "throughput_img_s,123.0"]
+    bad = run_cli("query", "select nope from measurements", "--db", dbp)
+    assert bad.returncode == 2 and "query failed" in bad.stderr
+
+
+def test_recorder_rejects_unknown_columns_and_statuses():
+    rec = Recorder("setup")
+    with pytest.raises(ValueError):
+        rec.add("m", 1.0, "ms", color="red")
+    with pytest.raises(ValueError):
+        rec.add("m", 1.0, "ms", status="fine")

@@ -1,0 +1,63 @@
+import time
+
+import numpy as np
+import pytest
+
+from fwbench.timing import StopRule, measure_latency, measure_throughput
+
+
+def busy_wait(seconds: float):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def no_sync(_):
+    pass
+
+
+def test_latency_recovers_a_known_duration():
+    timing = measure_latency(
+        lambda _x: busy_wait(0.004), [0], no_sync, StopRule(min_iters=30, min_seconds=0.1)
+    )
+    assert timing.summary["p50"] == pytest.approx(0.004, rel=0.15)
+    assert len(timing.samples) >= 30
+
+
+def test_stop_rule_needs_both_iterations_and_seconds():
+    fast = measure_latency(lambda _x: None, [0], no_sync, StopRule(min_iters=5, min_seconds=0.2))
+    assert fast.samples.sum() < 0.2 and len(fast.samples) > 5  # seconds kept it going
+    slow = measure_latency(
+        lambda _x: busy_wait(0.01), [0], no_sync, StopRule(min_iters=25, min_seconds=0.01)
+    )
+    assert len(slow.samples) == 25  # iterations kept it going
+
+
+def test_warmup_continues_until_times_settle():
+    calls = {"n": 0}
+
+    def first_calls_slow(_x):
+        calls["n"] += 1
+        busy_wait(0.02 if calls["n"] <= 3 else 0.001)  # a compile and two autotuning calls
+
+    timing = measure_latency(first_calls_slow, [0], no_sync, StopRule(5, 0.0), warmup=2)
+    assert timing.warmup_iters > 3
+    assert timing.summary["p99"] < 0.005  # no compile call leaked into the measurement
+
+
+def test_inputs_rotate():
+    seen = []
+    measure_latency(seen.append, ["a", "b", "c"], no_sync, StopRule(9, 0.0), warmup=1)
+    assert set(seen) == {"a", "b", "c"}
+    assert all(x != y for x, y in zip(seen, seen[1:], strict=False))
+
+
+def test_throughput_syncs_once_per_block():
+    syncs = []
+    timing = measure_throughput(
+        lambda _x: busy_wait(0.001), [0], syncs.append, StopRule(40, 0.0), block_size=10, warmup=1
+    )
+    per_call = timing.samples / 10
+    assert np.median(per_call) == pytest.approx(0.001, rel=0.3)
+    measured_blocks = len(timing.samples)
+    assert len(syncs) - timing.warmup_iters == measured_blocks  # one sync per block, not per call
