@@ -222,10 +222,10 @@ def ingest(root: str | os.PathLike, db_path: str | os.PathLike) -> dict:
     return counts
 
 
-def query(sql: str, db_path: str | os.PathLike):
+def query(sql: str, db_path: str | os.PathLike, params: list | None = None):
     """A pandas DataFrame of ``sql`` run read-only against the index."""
     con = connect(db_path, read_only=True)
     try:
-        return con.execute(sql).df()
+        return con.execute(sql, params or []).df()
     finally:
         con.close()

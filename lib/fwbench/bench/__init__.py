@@ -1,0 +1,1 @@
+"""Benchmark families: calibration ceilings and inference (training and memory live beside)."""

@@ -1,0 +1,141 @@
+"""Device ceilings measured through each framework: peak matmul FLOP/s and copy bandwidth.
+
+The roofline divides by these, so they are measured on the same device, framework and precision
+as the benchmarks, never copied from a datasheet.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from fwbench import device as fw_device
+from fwbench import precision
+from fwbench.timing import StopRule, measure_latency
+
+
+def _torch_ops(device: str, prec: str):
+    import torch
+
+    dtype = precision.torch_dtype(prec)
+
+    def matmul_case(n: int, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+        b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+        return (lambda x: x @ b), [a]
+
+    def copy_case(n_elems: int, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(n_elems, generator=g).to(device=device, dtype=dtype)
+        out = torch.empty_like(x)
+        return (lambda v: torch.add(v, 1.0, out=out)), [x]
+
+    def sync(_):
+        fw_device.torch_sync(device)
+
+    return matmul_case, copy_case, sync, torch.empty((), dtype=dtype).element_size()
+
+
+def _jax_ops(device: str, prec: str):
+    import jax
+
+    dtype = precision.jax_dtype(prec)
+    jdev = fw_device.jax_device(device)
+
+    def matmul_case(n: int, seed: int):
+        rng = np.random.default_rng(seed)
+        a = jax.device_put(rng.standard_normal((n, n), dtype=np.float32), jdev).astype(dtype)
+        b = jax.device_put(rng.standard_normal((n, n), dtype=np.float32), jdev).astype(dtype)
+        f = jax.jit(lambda x, y: x @ y)
+        f(a, b).block_until_ready()
+        return (lambda x: f(x, b)), [a]
+
+    def copy_case(n_elems: int, seed: int):
+        rng = np.random.default_rng(seed)
+        x = jax.device_put(rng.standard_normal(n_elems, dtype=np.float32), jdev).astype(dtype)
+        f = jax.jit(lambda v: v + 1.0)  # reads and writes every element once, as torch.add does
+        f(x).block_until_ready()
+        return f, [x]
+
+    return matmul_case, copy_case, fw_device.jax_sync, np.dtype(dtype).itemsize
+
+
+def measure_ceilings(
+    framework: str, device: str, prec: str, matmul_sizes: list[int], copy_mib: int, rule: StopRule
+) -> dict:
+    """Best median matmul TFLOP/s over the sizes tried, and copy bandwidth in GB/s."""
+    ops = _torch_ops if framework == "torch" else _jax_ops
+    matmul_case, copy_case, sync, itemsize = ops(device, prec)
+    matmuls = []
+    for n in matmul_sizes:
+        fn, inputs = matmul_case(n, seed=n)
+        timing = measure_latency(fn, inputs, sync, rule, warmup=3)
+        s = timing.summary
+        matmuls.append(
+            {
+                "size": n,
+                "tflops": 2 * n**3 / s["p50"] / 1e12,
+                "ci_low": 2 * n**3 / s["median_ci_high"] / 1e12,
+                "ci_high": 2 * n**3 / s["median_ci_low"] / 1e12,
+                "n": s["n"],
+            }
+        )
+    n_elems = copy_mib * 2**20 // itemsize
+    fn, inputs = copy_case(n_elems, seed=1)
+    s = measure_latency(fn, inputs, sync, rule, warmup=3).summary
+    moved = 2 * n_elems * itemsize  # bytes read plus bytes written
+    copy = {
+        "bytes": moved,
+        "gbs": moved / s["p50"] / 1e9,
+        "ci_low": moved / s["median_ci_high"] / 1e9,
+        "ci_high": moved / s["median_ci_low"] / 1e9,
+        "n": s["n"],
+    }
+    return {"matmul": matmuls, "copy": copy}
+
+
+def find_ceiling(
+    framework: str, device_name: str, prec: str, db_path=None
+) -> tuple[float | None, str]:
+    """Peak matmul TFLOP/s for MFU: this run's 02_calibrate first, else the latest in the index."""
+    from fwbench.records import RECORDS_MIME
+
+    executed = os.environ.get("FWBENCH_EXECUTED_DIR")
+    if executed:
+        import nbformat
+
+        best = None
+        for path in sorted((Path(executed).parent / "02_calibrate").glob("[!.]*.ipynb")):
+            nb = nbformat.read(str(path), as_version=4)
+            for cell in nb.cells:
+                for out in cell.get("outputs", []):
+                    for row in out.get("data", {}).get(RECORDS_MIME, []):
+                        if (
+                            (row["metric"], row["framework"], row["device_name"], row["precision"])
+                            == ("peak_matmul_tflops", framework, device_name, prec)
+                            and row["value"]
+                            and (best is None or row["value"] > best)
+                        ):
+                            best = row["value"]
+        if best:
+            return best, "02_calibrate of this run"
+    from fwbench import db
+
+    db_path = Path(db_path) if db_path else db.default_db_path()
+    if db_path.exists():
+        try:
+            frame = db.query(
+                "select value, run_id from measurements where metric = 'peak_matmul_tflops' "
+                "and framework = ? and device_name = ? and precision = ? and status = 'ok' "
+                "order by run_id desc, value desc limit 1",
+                db_path,
+                params=[framework, device_name, prec],
+            )
+        except Exception:  # an index being written by a runner; the MFU just stays empty
+            frame = None
+        if frame is not None and len(frame):
+            return float(frame.value[0]), f"02_calibrate of run {frame.run_id[0]}"
+    return None, "no calibration for this device, framework and precision"

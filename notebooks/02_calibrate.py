@@ -1,0 +1,87 @@
+# %% [markdown]
+# # 02 · Calibration: the device's real ceilings, measured through each framework
+#
+# **Purpose.** The roofline and MFU divide achieved FLOP/s by a ceiling. Datasheet peaks are
+# optimistic and ignore the framework's own kernels, so we measure two ceilings on the same device,
+# through the same framework and precision as the benchmarks: peak matmul FLOP/s (large square
+# matmuls; on GPU sizes that fill the chip) and device memory bandwidth (an elementwise `x + 1`,
+# counting bytes read plus written). Records (family `calibration`) feed 10_inference's MFU and the
+# analysis roofline.
+#
+# **Run it:** `fwbench run params/smoke.yaml --only '02_calibrate/*'`
+#
+# **Runtime:** about 15 s per cell on a 2-core CPU with the smoke sizes; about 1 min on an H100 with
+# sizes up to 16384.
+
+# %% tags=["parameters"]
+framework = "torch"  # one of: torch, jax
+device = "auto"  # one of: auto, cpu, cuda, mps, tpu
+precision = "fp32"  # one of: fp32, tf32, bf16, fp16
+matmul_sizes = [512, 1024]
+copy_mib = 64
+min_iters = 10
+min_seconds = 1.0
+
+# %%
+import altair as alt
+import pandas as pd
+from fwbench import device as fw_device
+from fwbench import precision as fw_precision
+from fwbench.bench.calibrate import measure_ceilings
+from fwbench.records import Recorder
+from fwbench.timing import StopRule
+
+kind = fw_device.resolve_device(framework, device)
+settings = fw_precision.configure(framework, precision)
+name = fw_device.device_name(framework, kind)
+ceilings = measure_ceilings(
+    framework, kind, precision, matmul_sizes, copy_mib, StopRule(min_iters, min_seconds)
+)
+print(f"{framework} on {name} ({kind}), {precision}: {settings}")
+
+# %% [markdown]
+# ## Matmul throughput by size
+# The ceiling is the best median over the sizes tried: small sizes under-fill the device, so the
+# largest sizes usually win. Its interval comes from the bootstrap CI of the median call time.
+
+# %%
+matmul = pd.DataFrame(ceilings["matmul"])
+best = matmul.loc[matmul.tflops.idxmax()]
+alt.Chart(matmul).mark_line(point=True).encode(
+    x=alt.X("size:Q", title="square matmul size n"),
+    y=alt.Y("tflops:Q", title="TFLOP/s (2n³ / median time)"),
+    tooltip=["size", "tflops", "ci_low", "ci_high", "n"],
+).properties(title=f"{framework} {precision} matmul on {name}", width=420, height=220)
+
+# %%
+rec = Recorder(
+    "calibration",
+    framework=framework,
+    mode="jit" if framework == "jax" else "eager",
+    device=kind,
+    device_name=name,
+    precision=precision,
+)
+rec.add(
+    "peak_matmul_tflops",
+    best.tflops,
+    "TFLOP/s",
+    n=int(best.n),
+    ci_low=best.ci_low,
+    ci_high=best.ci_high,
+    extra={"size": int(best["size"]), "all_sizes": ceilings["matmul"], "settings": settings},
+)
+copy = ceilings["copy"]
+rec.add(
+    "copy_bandwidth_gbs",
+    copy["gbs"],
+    "GB/s",
+    n=copy["n"],
+    ci_low=copy["ci_low"],
+    ci_high=copy["ci_high"],
+    extra={"bytes_moved": copy["bytes"], "op": "x + 1 (read + write)"},
+)
+rec.frame()[["metric", "value", "unit", "ci_low", "ci_high"]]
+
+# %%
+rec.emit()

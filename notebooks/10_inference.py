@@ -1,0 +1,164 @@
+# %% [markdown]
+# # 10 · Inference: latency, throughput, memory, compile time, energy and MFU
+#
+# **Purpose.** For one model on one framework, mode and precision, measure what users ask about:
+# per-call latency (every call synced and timed alone), throughput over pipelined calls (one sync
+# per block), peak memory, compile time (JAX lowering and XLA compile apart; torch.compile's first
+# call minus a steady call), energy per image where a counter exists, and achieved FLOP/s and MFU
+# against the ceiling 02_calibrate measured on the same device, framework and precision.
+# The weights are torchvision's, ported to Flax (`fwbench.models.build_pair`), so both frameworks
+# run the same function (01_validation proves it). Inputs are seeded random batches already on the
+# device, rotated. A batch size that runs out of memory is recorded as `oom` and the loop goes on.
+#
+# **Run it:** `fwbench run params/smoke.yaml --only '10_inference/*'`
+#
+# **Runtime:** 20 s to 1 min per cell on a 2-core CPU with the smoke stop rules (ViT-B/16 is the
+# slowest); 1 to 5 min per cell on an H100 with batch sizes up to 256 and ≥ 5 s per measurement.
+
+# %% tags=["parameters"]
+model = "resnet50"
+framework = "torch"  # one of: torch, jax
+device = "auto"  # one of: auto, cpu, cuda, mps, tpu
+precision = "fp32"  # one of: fp32, tf32, bf16, fp16
+mode = "eager"  # one of: eager, compile, compile-max-autotune, jit
+channels_last = False
+cudnn_benchmark = False
+batch_sizes = [1, 8]
+image_size = 224
+min_iters = 5
+min_seconds = 0.5
+warmup = 3
+block_size = 5
+seed = 0
+profile = False
+
+# %%
+import altair as alt
+from fwbench import device as fw_device
+from fwbench import precision as fw_precision
+from fwbench.bench import inference as bench
+from fwbench.bench.calibrate import find_ceiling
+from fwbench.models import build_pair, get_spec
+from fwbench.records import Recorder
+from fwbench.timing import StopRule
+
+spec = get_spec(model)
+bench.check_mode(framework, mode)
+kind = fw_device.resolve_device(framework, device)
+name = fw_device.device_name(framework, kind)
+settings = fw_precision.configure(framework, precision)
+torch_model, flax_model = build_pair(model, seed=seed, image_size=image_size)
+if framework == "torch":
+    import torch
+
+    torch.backends.cudnn.benchmark = cudnn_benchmark
+    settings["torch.backends.cudnn.benchmark"] = cudnn_benchmark
+    side = bench.TorchSide(torch_model, kind, precision, mode, channels_last and spec.kind == "cnn")
+    del flax_model
+else:
+    side = bench.JaxSide(flax_model, kind, precision)
+    del torch_model
+ceiling, ceiling_note = find_ceiling(framework, name, precision)
+print(
+    f"{model} · {framework} {mode} · {precision} · {name}; MFU ceiling: {ceiling} ({ceiling_note})"
+)
+settings
+
+# %%
+rule = StopRule(min_iters=min_iters, min_seconds=min_seconds)
+rec = Recorder(
+    "inference",
+    model=model,
+    framework=framework,
+    mode=mode,
+    device=kind,
+    device_name=name,
+    precision=precision,
+)
+results = []
+for bs in batch_sizes:
+    result = bench.run_batch_size(
+        side, bs, image_size, rule, warmup=warmup, block_size=block_size, seed=seed
+    )
+    results.append(result)
+    bench.add_records(rec, result, ceiling, ceiling_note)
+    print(f"batch {bs}: {result.status}")
+for row in rec.rows:
+    row["extra"] = {
+        **row["extra"],
+        "settings": settings,
+        "channels_last": bool(channels_last and spec.kind == "cnn" and framework == "torch"),
+        "image_size": image_size,
+        "stop_rule": {"min_iters": min_iters, "min_seconds": min_seconds, "warmup": warmup},
+    }
+
+# %% [markdown]
+# ## Results by batch size
+
+# %%
+table = (
+    rec.frame()
+    .pivot_table(index="batch_size", columns="metric", values="value", aggfunc="first")
+    .reindex(
+        columns=[
+            "latency_p50_ms",
+            "latency_p95_ms",
+            "latency_p99_ms",
+            "throughput_img_s",
+            "peak_mem_bytes",
+            "compile_s",
+            "achieved_tflops",
+            "mfu",
+            "energy_j_per_img",
+        ]
+    )
+)
+table
+
+# %%
+ok = rec.frame().query("status == 'ok'")
+lat = ok[ok.metric.isin(["latency_p50_ms", "latency_p95_ms", "latency_p99_ms"])]
+thr = ok[ok.metric == "throughput_img_s"]
+latency_chart = (
+    alt.Chart(lat)
+    .mark_line(point=True)
+    .encode(
+        x=alt.X("batch_size:O", title="batch size"),
+        y=alt.Y("value:Q", title="latency (ms)", scale=alt.Scale(type="log")),
+        color=alt.Color("metric:N", title=None),
+        tooltip=["batch_size", "metric", "value", "ci_low", "ci_high"],
+    )
+    .properties(title="Latency per call", width=260, height=200)
+)
+throughput_chart = (
+    alt.Chart(thr)
+    .mark_bar()
+    .encode(
+        x=alt.X("batch_size:O", title="batch size"),
+        y=alt.Y("value:Q", title="images/s (median block)"),
+        tooltip=["batch_size", "value", "ci_low", "ci_high", "n"],
+    )
+    .properties(title="Throughput", width=260, height=200)
+)
+(latency_chart | throughput_chart).properties(
+    title=f"{model} · {framework} {mode} · {precision} · {name}"
+)
+
+# %% [markdown]
+# ## Where the time goes (`profile=True`)
+# One profiled batch at the largest batch size that fit: a trace per framework saved next to this
+# executed notebook, and the top operations grouped into categories with their share of time.
+
+# %%
+if profile:
+    from fwbench.bench.profiling import profile_side
+
+    fitting = [r.batch_size for r in results if r.status == "ok"]
+    breakdown = profile_side(side, framework, max(fitting), image_size, seed)
+    for category, share in breakdown.shares.items():
+        rec.add("time_share", share, "ratio", batch_size=max(fitting), extra={"category": category})
+    display(breakdown.top_ops.head(15))
+    display(breakdown.chart())
+
+# %%
+rec.emit()
