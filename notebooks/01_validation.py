@@ -36,6 +36,7 @@ flops_tolerance = 0.03
 
 # %%
 import pandas as pd
+
 from fwbench import device as fw_device
 from fwbench import precision as fw_precision
 from fwbench import validation
@@ -96,25 +97,35 @@ if check_grads:
 
 # %% [markdown]
 # ## Parameter counts and FLOPs
-# FLOPs come from each framework's own counter: torch's `FlopCounterMode` counts matmuls and
-# convolutions (2 per multiply-add); XLA's `cost_analysis()` counts those plus elementwise work
-# (activations, normalisation, softmax, pooling), so XLA's count is slightly higher; the gap below
-# is that elementwise work. Published GMACs are torchvision's at 224×224 (scaled by area for CNNs
-# at other sizes).
+# FLOPs come from each framework's own program: torch's `FlopCounterMode` counts convolutions,
+# matmuls and attention (2 per multiply-add); on the JAX side we count the same op class, the
+# convolutions and dot products of the lowered XLA program (`flops_jax_matmul_conv`), and also
+# report XLA's own `cost_analysis()` total (`flops_jax`). The check compares like with like. XLA's
+# total differs by the elementwise work it also counts (activations, normalisation, softmax,
+# pooling: a few % for the small CNNs) and by what its optimiser rewrites before counting, which is
+# why it can even come out lower (ResNet-50). Published GMACs are torchvision's at 224×224 (scaled
+# by area for CNNs at other sizes).
 
 # %%
 n_torch, n_jax = validation.param_counts(torch_model, flax_model)
 counted = validation.count_flops(torch_model, flax_model, 1, image_size)
 published = validation.published_flops(model, image_size)
-flops_gap = abs(counted["flops_jax"] - counted["flops_torch"]) / counted["flops_torch"]
+flops_gap = abs(counted["flops_jax_matmul_conv"] / counted["flops_torch"] - 1)
+xla_total_gap = counted["flops_jax"] / counted["flops_torch"] - 1
 pd.DataFrame(
     [
         {"quantity": "parameters", "torch": n_torch, "jax": n_jax, "torchvision": spec.param_count},
         {
-            "quantity": "GFLOPs / image",
+            "quantity": "GFLOPs / image, conv + matmul",
             "torch": counted["flops_torch"] / 1e9,
-            "jax": counted["flops_jax"] / 1e9,
+            "jax": counted["flops_jax_matmul_conv"] / 1e9,
             "torchvision": published / 1e9,
+        },
+        {
+            "quantity": "GFLOPs / image, XLA cost_analysis total",
+            "torch": None,
+            "jax": counted["flops_jax"] / 1e9,
+            "torchvision": None,
         },
     ]
 )
@@ -123,8 +134,9 @@ pd.DataFrame(
 checks = {
     "param_counts_equal": n_torch == n_jax == spec.param_count,
     "flops_agree": flops_gap <= flops_tolerance,
-    "flops_near_published": abs(counted["flops_torch"] / published - 1) <= 0.05,
 }
+if image_size == spec.image_size:  # torchvision publishes GMACs at the native size only
+    checks["flops_near_published"] = abs(counted["flops_torch"] / published - 1) <= 0.05
 if precision == "fp32":
     checks["logits_within_tolerance"] = between["max_rel_err"] <= logit_tolerance
     if grad_err is not None:
@@ -154,6 +166,7 @@ rec.add("param_count_torch", n_torch, "params", **common)
 rec.add("param_count_jax", n_jax, "params", **common)
 rec.add("flops_torch", counted["flops_torch"], "FLOP/img", **common)
 rec.add("flops_jax", counted["flops_jax"], "FLOP/img", **common)
+rec.add("flops_jax_matmul_conv", counted["flops_jax_matmul_conv"], "FLOP/img", **common)
 if precision != "fp32":
     for side, logits in (("torch", torch_logits), ("jax", jax_logits)):
         err = validation.logit_errors(logits, ref_fp32)
@@ -168,7 +181,8 @@ rec.emit()
 verdict = pd.DataFrame([{"check": k, "result": "PASS" if v else "FAIL"} for k, v in checks.items()])
 print(
     f"{model}: logits max rel err {between['max_rel_err']:.2e}, worst grad rel err "
-    f"{grad_err if grad_err is None else f'{grad_err:.2e}'}, FLOP gap {flops_gap:.2%}"
+    f"{grad_err if grad_err is None else f'{grad_err:.2e}'}, FLOP gap {flops_gap:.2%} "
+    f"(XLA total vs torch {xla_total_gap:+.2%})"
 )
 verdict
 

@@ -20,7 +20,7 @@ model = "resnet50"
 framework = "torch"  # one of: torch, jax
 device = "auto"  # one of: auto, cpu, cuda, mps, tpu
 precision = "fp32"  # one of: fp32, tf32, bf16, fp16
-mode = "eager"  # one of: eager, compile, compile-max-autotune, jit
+mode = "default"  # one of: default, eager, compile, compile-max-autotune, jit
 channels_last = False
 cudnn_benchmark = False
 batch_sizes = [1, 8]
@@ -34,6 +34,7 @@ profile = False
 
 # %%
 import altair as alt
+
 from fwbench import device as fw_device
 from fwbench import precision as fw_precision
 from fwbench.bench import inference as bench
@@ -43,7 +44,7 @@ from fwbench.records import Recorder
 from fwbench.timing import StopRule
 
 spec = get_spec(model)
-bench.check_mode(framework, mode)
+mode = bench.resolve_mode(framework, mode)  # "default": torch eager, JAX jit
 kind = fw_device.resolve_device(framework, device)
 name = fw_device.device_name(framework, kind)
 settings = fw_precision.configure(framework, precision)

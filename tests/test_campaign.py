@@ -41,9 +41,15 @@ steps:
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("campaign: demo\nsteps:\n  - notebook: STANDIN\n    params: {nope: 1}\n", "no parameter 'nope'"),
+        (
+            "campaign: demo\nsteps:\n  - notebook: STANDIN\n    params: {nope: 1}\n",
+            "no parameter 'nope'",
+        ),
         ("campaign: demo\nsteps:\n  - notebook: STANDIN\n    params: {x: fast}\n", "expected int"),
-        ("campaign: demo\nsteps:\n  - notebook: STANDIN\n    grid: {behaviour: [ok, explode]}\n", "explode"),
+        (
+            "campaign: demo\nsteps:\n  - notebook: STANDIN\n    grid: {behaviour: [ok, explode]}\n",
+            "explode",
+        ),
         ("campaign: demo\nsteps:\n  - notebook: STANDIN\n    grid: {x: 1}\n", "non-empty list"),
         ("campaign: demo\nsteps: [\n", "malformed YAML"),
         ("campaign: demo\nsteps:\n  - notebook: missing_notebook\n", "not found"),

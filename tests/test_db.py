@@ -12,7 +12,9 @@ def make_run(root, run_id="20260101T000000Z", rows=None, status="ok"):
     run_dir = root / "demo" / run_id
     (run_dir / "nb").mkdir(parents=True)
     (run_dir / "manifest.json").write_text(
-        json.dumps({"campaign": "demo", "run_id": run_id, "environment": {"host": "h"}, "cells": {}})
+        json.dumps(
+            {"campaign": "demo", "run_id": run_id, "environment": {"host": "h"}, "cells": {}}
+        )
     )
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("")

@@ -2,9 +2,9 @@
 
 import duckdb
 import pytest
+
 from fwbench.bench import inference as bench
 from fwbench.timing import StopRule, measure_latency
-
 from tests.conftest import REPO, run_cli
 
 REQUIRED_UNITS = {
@@ -73,7 +73,9 @@ def test_non_memory_errors_are_not_mistaken_for_oom():
     assert bench.is_oom(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"))
     assert not bench.is_oom(RuntimeError("shape mismatch"))
     with pytest.raises(ValueError, match="not a jax mode"):
-        bench.check_mode("jax", "compile")
+        bench.resolve_mode("jax", "compile")
+    assert bench.resolve_mode("jax", "default") == "jit"
+    assert bench.resolve_mode("torch", "default") == "eager"
 
 
 def test_inference_and_calibration_notebooks_through_the_runner(tmp_path):

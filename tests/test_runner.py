@@ -40,7 +40,9 @@ def test_a_dying_kernel_is_recorded_and_the_others_still_run(write_campaign, tmp
         "standin/behaviour=abort": "failed",
     }
     con = duckdb.connect(str(out / "fwbench.duckdb"), read_only=True)
-    rows = con.execute("select status, metric, value, error from measurements order by cell").fetchall()
+    rows = con.execute(
+        "select status, metric, value, error from measurements order by cell"
+    ).fetchall()
     assert [(r[0], r[1], r[2]) for r in rows] == [
         ("failed", "cell_status", None),
         ("ok", "double_x", 2.0),
@@ -48,7 +50,9 @@ def test_a_dying_kernel_is_recorded_and_the_others_still_run(write_campaign, tmp
     ]
     assert "Kernel died" in rows[0][3]
     nb = nbformat.read(run_dir / "standin" / "behaviour=ok__x=2.ipynb", as_version=4)
-    embedded = [o for c in nb.cells for o in c.get("outputs", []) if RECORDS_MIME in o.get("data", {})]
+    embedded = [
+        o for c in nb.cells for o in c.get("outputs", []) if RECORDS_MIME in o.get("data", {})
+    ]
     assert embedded[0]["data"][RECORDS_MIME][0]["cell"] == "behaviour=ok__x=2"
 
 
@@ -94,7 +98,9 @@ steps:
 
 def test_resume_reruns_only_cells_without_an_ok_result(write_campaign, tmp_path):
     out = tmp_path / "out"
-    path = write_campaign(HEALTHY_AND_ABORT.replace("behaviour: abort", "behaviour: abort_unless_env"))
+    path = write_campaign(
+        HEALTHY_AND_ABORT.replace("behaviour: abort", "behaviour: abort_unless_env")
+    )
     assert run_cli("run", path, "--out", out).returncode == 1
     run_dir = only_run_dir(out, "iso")
     ok_nb = run_dir / "standin" / "behaviour=ok__x=1.ipynb"
@@ -144,5 +150,7 @@ def test_a_second_runner_on_the_same_folder_is_refused(write_campaign, tmp_path)
                 raise AssertionError("the second lock should have been refused")
         except RunnerBusy as exc:
             assert "another fwbench run" in str(exc)
-        proc = run_cli("run", write_campaign("campaign: busy\nsteps:\n  - notebook: STANDIN\n"), "--out", out)
+        proc = run_cli(
+            "run", write_campaign("campaign: busy\nsteps:\n  - notebook: STANDIN\n"), "--out", out
+        )
         assert proc.returncode == 2 and "another fwbench run" in proc.stderr

@@ -54,9 +54,13 @@ def cmd_run(args) -> int:
         f"{counts['measurements']} records in {db_path}"
     )
     if campaign.report and not args.only:
-        from fwbench.report import build_report
+        from fwbench.report import ReportError, build_report
 
-        build_report(campaign.name, out=out, db_path=db_path, run_id=run_dir.name)
+        try:
+            print(build_report(campaign.name, out=out, db_path=db_path, run_id=run_dir.name))
+        except ReportError as exc:
+            print(f"fwbench: report failed: {exc}", file=sys.stderr)
+            return EXIT_CELL_FAILED
     return EXIT_CELL_FAILED if failed else EXIT_OK
 
 

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import time
 import traceback
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from fwbench.notebook_params import read_notebook
 from fwbench.records import CONTEXT_ENV
 
 ERROR_TAIL_CHARS = 2000
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # IPython colours its tracebacks
 LOCK_NAME = ".fwbench-run.lock"
 # The measurement rules want JAX's allocator to report real usage, not a preallocated pool.
 KERNEL_ENV_DEFAULTS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
@@ -121,7 +123,7 @@ def _error_text(exc: BaseException) -> str:
     tb = getattr(exc, "traceback", None)
     if tb:
         text = "\n".join(tb) if isinstance(tb, list) else str(tb)
-    return text[-ERROR_TAIL_CHARS:]
+    return ANSI_ESCAPE.sub("", text)[-ERROR_TAIL_CHARS:]
 
 
 def _classify(exc: BaseException) -> str:

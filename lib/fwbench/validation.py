@@ -64,13 +64,14 @@ def count_flops(torch_model, flax_model, batch_size: int, image_size: int) -> di
     x = x.astype(np.float32)
     f_torch = flops.torch_forward_flops(torch_model.cpu().float().eval(), torch.from_numpy(x))
     graphdef, state = nnx.split(flax_model)
-    compiled = (
-        jax.jit(lambda s, v: nnx.merge(graphdef, s)(v))
-        .lower(state, x.transpose(0, 2, 3, 1))
-        .compile()
-    )
-    f_jax = flops.xla_cost(compiled)["flops"]
-    return {"flops_torch": f_torch / batch_size, "flops_jax": f_jax / batch_size}
+    lowered = jax.jit(lambda s, v: nnx.merge(graphdef, s)(v)).lower(state, x.transpose(0, 2, 3, 1))
+    f_jax = flops.xla_cost(lowered.compile())["flops"]
+    f_jax_mm = flops.xla_matmul_conv_flops(lowered.as_text())
+    return {
+        "flops_torch": f_torch / batch_size,
+        "flops_jax": f_jax / batch_size,
+        "flops_jax_matmul_conv": f_jax_mm / batch_size,
+    }
 
 
 def published_flops(model: str, image_size: int) -> float:

@@ -49,17 +49,21 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or any(m in text for m in markers)
 
 
-def check_mode(framework: str, mode: str) -> None:
+def resolve_mode(framework: str, mode: str) -> str:
+    """``default`` is each framework's out-of-the-box way to run: torch eager, JAX jit."""
+    if mode == "default":
+        return "eager" if framework == "torch" else "jit"
     allowed = TORCH_MODES if framework == "torch" else JAX_MODES
     if mode not in allowed:
         raise ValueError(f"mode {mode!r} is not a {framework} mode; choose from {allowed}")
+    return mode
 
 
 class TorchSide:
     def __init__(self, model, device: str, prec: str, mode: str, channels_last: bool):
         import torch
 
-        check_mode("torch", mode)
+        mode = resolve_mode("torch", mode)
         self.device, self.mode = device, mode
         self.dtype = precision.torch_dtype(prec)
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format

@@ -18,15 +18,20 @@ class ModelSpec:
     param_count: int  # torchvision's count, which both sides must equal
     gmacs: float  # torchvision's published GMACs at 224x224 (FLOPs ~ 2 x MACs)
     image_size: int  # native input size
-    flax_module: (
-        str  # module with build_flax(num_classes, rngs), port_state_dict, export_state_dict
-    )
+    flax_module: str  # module with build_flax(num_classes, *, rngs) and links(model)
 
-    def torch_model(self, num_classes: int = 1000):
+    def size_kwargs(self, image_size: int | None) -> dict:
+        """Builder kwargs for a non-native input size; only a ViT's architecture depends on it."""
+        if image_size is None or self.kind != "transformer":
+            return {}
+        return {"image_size": image_size}
+
+    def torch_model(self, num_classes: int = 1000, *, image_size: int | None = None):
         """The torchvision reference with random (seeded by the caller) initialisation."""
         import torchvision
 
-        return getattr(torchvision.models, self.name)(weights=None, num_classes=num_classes)
+        builder = getattr(torchvision.models, self.name)
+        return builder(weights=None, num_classes=num_classes, **self.size_kwargs(image_size))
 
     def flax_impl(self):
         return importlib.import_module(self.flax_module)
@@ -54,26 +59,68 @@ def get_spec(name: str) -> ModelSpec:
         raise KeyError(f"unknown model {name!r}; known models: {', '.join(MODELS)}") from None
 
 
-def build_pair(name: str, *, seed: int = 0, num_classes: int = 1000, state_dict=None):
+def build_pair(
+    name: str,
+    *,
+    seed: int = 0,
+    num_classes: int = 1000,
+    state_dict=None,
+    image_size: int | None = None,
+):
     """The torchvision model and its Flax twin holding the same weights, both in eval mode.
 
     Weights come from ``state_dict`` when given (e.g. ``porting.load_torchvision_weights``), else from
     torchvision's own initialisation under ``torch.manual_seed(seed)``; the Flax side is always
-    ported from the torch side so the two can never drift apart.
+    ported from the torch side so the two can never drift apart. ``image_size`` rebuilds a ViT for
+    that input size (its position embedding depends on it); CNNs take any size and ignore it.
     """
     import torch
-    from flax import nnx
 
     from fwbench.models import porting
 
     spec = get_spec(name)
     torch.manual_seed(seed)
-    torch_model = spec.torch_model(num_classes)
+    torch_model = spec.torch_model(num_classes, image_size=image_size)
     if state_dict is not None:
         torch_model.load_state_dict(state_dict)
     impl = spec.flax_impl()
-    flax_model = impl.build_flax(num_classes, rngs=nnx.Rngs(seed))
+    flax_model = _abstract_flax(impl, num_classes, seed, spec.size_kwargs(image_size))
     porting.port_state_dict(impl.links(flax_model), torch_model.state_dict())
+    _check_concrete(flax_model, name)
     torch_model.eval()
     flax_model.eval()
     return torch_model, flax_model
+
+
+def _abstract_flax(impl, num_classes: int, seed: int, size_kwargs: dict):
+    """The Flax model with shapes only, and concrete rng state for dropout/stochastic depth.
+
+    Flax's own random initialisation costs one XLA compile per weight shape (about 30 s per model
+    on a small CPU) and the port overwrites every weight anyway, so weights are never materialised.
+    """
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    model = nnx.eval_shape(lambda: impl.build_flax(num_classes, rngs=nnx.Rngs(seed), **size_kwargs))
+    base = jax.random.key(seed)
+    for i, (_, node) in enumerate(nnx.iter_graph(model)):
+        if isinstance(node, nnx.RngKey):
+            node.set_value(jax.random.fold_in(base, i))
+        elif isinstance(node, nnx.RngCount):
+            node.set_value(jnp.zeros((), jnp.uint32))
+    return model
+
+
+def _check_concrete(model, name: str) -> None:
+    """Every variable must have been filled by the port; an abstract leaf means a missing link."""
+    import jax
+    from flax import nnx
+
+    abstract = [
+        "/".join(map(str, path))
+        for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(model))
+        if isinstance(leaf, jax.ShapeDtypeStruct)
+    ]
+    if abstract:
+        raise ValueError(f"{name}: the port left Flax variables without weights: {abstract[:5]}")

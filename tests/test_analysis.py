@@ -1,0 +1,466 @@
+"""The analysis computations on a small synthetic index: ratios, ties, break-even, roofline, history.
+
+``build_synthetic`` writes executed-notebook-like files for two runs of a campaign and ingests them;
+tests/test_report.py reuses it to run the whole report.
+"""
+
+import json
+import math
+
+import nbformat
+import numpy as np
+import pytest
+
+from fwbench import analysis, db, roofline, summary
+from fwbench.records import RECORDS_MIME, Recorder
+
+CAMPAIGN = "synth"
+BASELINE_RUN, CURRENT_RUN = "20260101T000000Z", "20260102T000000Z"
+DEVICE_NAME = "Test CPU 9000"
+FLOPS_PER_IMG = {"resnet50": 8.2e9, "vit_b_16": 35.1e9}
+BYTES_PER_IMG = {"resnet50": 1.0e8, "vit_b_16": 2.0e8}
+COMPILE_S = {"eager": 0.0, "compile": 20.0, "jit": 5.0}
+# Median images/s in the current run per (model, framework, mode, batch size). ViT-B/16 at batch 8
+# is built as an exact tie between JAX jit and torch.compile (same samples, permuted).
+CENTERS = {
+    ("resnet50", "torch", "eager", 1): 40.0,
+    ("resnet50", "torch", "compile", 1): 45.0,
+    ("resnet50", "jax", "jit", 1): 60.0,
+    ("resnet50", "torch", "eager", 8): 100.0,
+    ("resnet50", "torch", "compile", 8): 120.0,
+    ("resnet50", "jax", "jit", 8): 180.0,
+    ("vit_b_16", "torch", "eager", 1): 20.0,
+    ("vit_b_16", "torch", "compile", 1): 22.0,
+    ("vit_b_16", "jax", "jit", 1): 15.0,
+    ("vit_b_16", "torch", "eager", 8): 50.0,
+    ("vit_b_16", "torch", "compile", 8): 55.0,
+    ("vit_b_16", "jax", "jit", 8): None,  # the tie: torch.compile's samples, permuted
+}
+REGRESSED = ("resnet50", "jax", "jit", 8)
+BASELINE_CENTER = 260.0  # the regressed configuration's throughput in the baseline run
+
+
+def write_cell(
+    run_dir,
+    notebook,
+    slug,
+    rows,
+    *,
+    status="ok",
+    error=None,
+    parameters=None,
+    retried=False,
+    retry_env=None,
+    trial=0,
+):
+    folder = run_dir / notebook
+    folder.mkdir(parents=True, exist_ok=True)
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("")
+    cell.outputs = (
+        [nbformat.v4.new_output("display_data", data={RECORDS_MIME: rows})] if rows else []
+    )
+    nb.cells = [cell]
+    nb.metadata["fwbench"] = {
+        "run_id": run_dir.name,
+        "campaign": CAMPAIGN,
+        "notebook": notebook,
+        "cell": slug,
+        "trial": trial,
+        "status": status,
+        "error": error,
+        "duration_s": 1.0,
+        "parameters": parameters or {},
+        "retried": retried,
+        "retry_env": retry_env or {},
+    }
+    nbformat.write(nb, str(folder / f"{slug}.ipynb"))
+
+
+def inference_rows(rng, model, framework, mode, batch_size, center, throughput=None):
+    rec = Recorder(
+        "inference",
+        model=model,
+        framework=framework,
+        mode=mode,
+        device="cpu",
+        device_name=DEVICE_NAME,
+        precision="fp32",
+        batch_size=batch_size,
+    )
+    thr = np.round(rng.normal(center, 0.02 * center, 12), 3) if throughput is None else throughput
+    # quartiles stand in for the bootstrap interval: the analysis only reads the two ends
+    lo, hi = np.percentile(thr, [25, 75])
+    extra = {"channels_last": False} if framework == "torch" else {}
+    rec.add(
+        "throughput_img_s",
+        float(np.median(thr)),
+        "img/s",
+        n=len(thr),
+        ci_low=lo,
+        ci_high=hi,
+        extra={**extra, "samples": thr.tolist()},
+    )
+    lat = np.round(batch_size / thr * 1e3 * rng.uniform(0.95, 1.3, len(thr)), 5)
+    llo, lhi = np.percentile(lat, [25, 75])
+    rec.add(
+        "latency_p50_ms",
+        float(np.median(lat)),
+        "ms",
+        n=len(lat),
+        ci_low=llo,
+        ci_high=lhi,
+        extra={**extra, "samples": lat.tolist()},
+    )
+    for q in (95, 99):
+        rec.add(f"latency_p{q}_ms", float(np.percentile(lat, q)), "ms", n=len(lat), extra=extra)
+    rec.add("peak_mem_bytes", 2e8 + 5e7 * batch_size, "bytes", extra=extra)
+    rec.add("compile_s", COMPILE_S[mode], "s", extra=extra)
+    rec.add("energy_j_per_img", None, "J", extra={**extra, "source_or_reason": "no RAPL access"})
+    flop_extra = {
+        "flops_per_img": FLOPS_PER_IMG[model],
+        "bytes_per_img": BYTES_PER_IMG[model] if framework == "jax" else None,
+    }
+    achieved = FLOPS_PER_IMG[model] * float(np.median(thr)) / 1e12
+    rec.add("achieved_tflops", achieved, "TFLOP/s", extra={**extra, **flop_extra})
+    rec.add("mfu", achieved / 1.0, "ratio", extra={**extra, **flop_extra})
+    return rec.rows, thr
+
+
+def calibration_rows():
+    rows = []
+    for framework, peak, bandwidth in (("torch", 1.0, 20.0), ("jax", 1.2, 18.0)):
+        rec = Recorder(
+            "calibration",
+            framework=framework,
+            device="cpu",
+            device_name=DEVICE_NAME,
+            precision="fp32",
+        )
+        rec.add(
+            "peak_matmul_tflops",
+            peak,
+            "TFLOP/s",
+            n=10,
+            ci_low=peak * 0.98,
+            ci_high=peak * 1.02,
+            extra={"size": 1024},
+        )
+        rec.add(
+            "copy_bandwidth_gbs",
+            bandwidth,
+            "GB/s",
+            n=10,
+            ci_low=bandwidth * 0.97,
+            ci_high=bandwidth * 1.03,
+        )
+        rows.append((framework, rec.rows))
+    return rows
+
+
+def build_run(out, run_id, seed, regressed_center=None):
+    """One run of the synthetic campaign; returns the throughput samples written per config."""
+    rng = np.random.default_rng(seed)
+    run_dir = out / CAMPAIGN / run_id
+    run_dir.mkdir(parents=True)
+    env = {
+        "host": "bench-host",
+        "python": "3.11.9",
+        "cpu_model": DEVICE_NAME,
+        "cpu_count": 2,
+        "packages": {"torch": "2.9.0", "jax": "0.10.2"},
+        "env_vars": {"XLA_FLAGS": None},
+        "git_sha": "abc1234",
+    }
+    (run_dir / "manifest.json").write_text(
+        json.dumps(
+            {
+                "campaign": CAMPAIGN,
+                "run_id": run_id,
+                "started_at": f"{run_id[:8]}T00:00:00+00:00",
+                "finished_at": f"{run_id[:8]}T00:10:00+00:00",
+                "environment": env,
+                "cells": {},
+            }
+        )
+    )
+    for framework, rows in calibration_rows():
+        write_cell(run_dir, "02_calibrate", f"framework={framework}", rows)
+    written = {}
+    for model in ("resnet50", "vit_b_16"):
+        for framework, mode in (("torch", "eager"), ("torch", "compile"), ("jax", "jit")):
+            rows = []
+            for bs in (1, 8):
+                key = (model, framework, mode, bs)
+                center = CENTERS[key]
+                given = None
+                if center is None:
+                    given = rng.permutation(written[(model, "torch", "compile", bs)])
+                if key == REGRESSED and regressed_center:
+                    center = regressed_center
+                new, thr = inference_rows(rng, model, framework, mode, bs, center, given)
+                rows += new
+                written[key] = thr
+            if (model, framework, mode) == ("resnet50", "torch", "eager"):
+                oom = Recorder(
+                    "inference",
+                    model=model,
+                    framework=framework,
+                    mode=mode,
+                    device="cpu",
+                    device_name=DEVICE_NAME,
+                    precision="fp32",
+                )
+                oom.add(
+                    "cell_status",
+                    None,
+                    "",
+                    status="oom",
+                    batch_size=64,
+                    error="OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB",
+                )
+                rows += oom.rows
+            params = {
+                "model": model,
+                "framework": framework,
+                "mode": mode,
+                "batch_sizes": [1, 8],
+                "min_iters": 20,
+                "min_seconds": 0.5,
+            }
+            write_cell(
+                run_dir,
+                "10_inference",
+                f"framework={framework}__mode={mode}__model={model}",
+                rows,
+                parameters=params,
+            )
+    write_cell(
+        run_dir,
+        "10_inference",
+        "framework=jax__mode=jit__model=efficientnet_b0",
+        [],
+        status="failed",
+        parameters={"model": "efficientnet_b0", "framework": "jax"},
+        error="Traceback (most recent call last):\n\x1b[0;31mXlaRuntimeError\x1b[0m: "
+        "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered\n",
+    )
+    write_cell(
+        run_dir,
+        "10_inference",
+        "framework=jax__mode=jit__model=mobilenet_v3_small",
+        [],
+        parameters={"model": "mobilenet_v3_small", "framework": "jax"},
+        retried=True,
+        retry_env={"XLA_FLAGS": "--xla_gpu_autotune_level=0"},
+    )
+    train = Recorder(
+        "training",
+        model="resnet50",
+        framework="jax",
+        mode="jit",
+        device="cpu",
+        device_name=DEVICE_NAME,
+        precision="fp32",
+        batch_size=8,
+    )
+    train.add(
+        "step_time_p50_ms",
+        120.0,
+        "ms",
+        n=10,
+        ci_low=118.0,
+        ci_high=123.0,
+        extra={"loss": [2.3, 2.1, 1.9, 1.8]},
+    )
+    write_cell(run_dir, "11_training", "framework=jax__model=resnet50", train.rows)
+    mem = Recorder(
+        "memory",
+        model="resnet50",
+        framework="torch",
+        device="cpu",
+        device_name=DEVICE_NAME,
+        precision="fp32",
+        batch_size=8,
+    )
+    for method, peak in (("none", 9e8), ("checkpoint", 5e8)):
+        mem.add("peak_mem_bytes", peak, "bytes", mode=method)
+        mem.add("iter_time_ms", 300.0 if method == "none" else 380.0, "ms", mode=method)
+    write_cell(run_dir, "12_memory", "framework=torch__model=resnet50", mem.rows)
+    return written
+
+
+def build_synthetic(tmp_path):
+    """Two runs (the later one regressed on one configuration), ingested into a fresh index."""
+    out = tmp_path / "executed"
+    build_run(out, BASELINE_RUN, seed=1, regressed_center=BASELINE_CENTER)
+    current = build_run(out, CURRENT_RUN, seed=2)
+    return out, current
+
+
+def expected_ratio(current, model, batch_size, comparison):
+    """JAX ÷ PyTorch from the written samples with plain numpy medians."""
+    jax = np.median(current[(model, "jax", "jit", batch_size)])
+    if comparison == "defaults":
+        torch = np.median(current[(model, "torch", "eager", batch_size)])
+    else:
+        torch = max(
+            np.median(current[(model, "torch", m, batch_size)]) for m in ("eager", "compile")
+        )
+    return jax / torch
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("analysis")
+    out, current = build_synthetic(tmp)
+    db_path = tmp / "index.duckdb"
+    db.ingest(out, db_path)
+    con = db.connect(db_path, read_only=True)
+    run_id, baseline_id = analysis.resolve_runs(con, CAMPAIGN)
+    data = {
+        "run_id": run_id,
+        "baseline_id": baseline_id,
+        "meas": analysis.load_measurements(con, CAMPAIGN, run_id),
+        "baseline": analysis.load_measurements(con, CAMPAIGN, baseline_id),
+        "cells": analysis.load_cells(con, CAMPAIGN, run_id),
+        "current": current,
+    }
+    con.close()
+    data["matrix"] = analysis.comparison_matrix(analysis.throughput_samples(data["meas"]))
+    return data
+
+
+def matrix_row(matrix, model, batch_size, comparison):
+    rows = matrix[
+        (matrix.model == model)
+        & (matrix.batch_size == batch_size)
+        & (matrix.comparison == comparison)
+    ]
+    assert len(rows) == 1
+    return rows.iloc[0]
+
+
+def test_latest_run_and_previous_run_are_resolved(synthetic):
+    assert (synthetic["run_id"], synthetic["baseline_id"]) == (CURRENT_RUN, BASELINE_RUN)
+
+
+@pytest.mark.parametrize("comparison", ["best", "defaults"])
+def test_ratio_and_sentence_match_numpy_medians(synthetic, comparison):
+    row = matrix_row(synthetic["matrix"], "resnet50", 8, comparison)
+    expected = expected_ratio(synthetic["current"], "resnet50", 8, comparison)
+    assert row.ratio == pytest.approx(expected, rel=1e-9)
+    assert row.ci_low < row.ratio < row.ci_high and row.winner == "jax"
+    assert row.torch_variant == ("compile" if comparison == "best" else "eager")
+    sentence = summary.ratio_sentence(row)
+    assert sentence.startswith(f"JAX is {expected:.2f}× [")
+    assert "ResNet-50 at batch 8 in fp32 on Test CPU 9000" in sentence
+
+
+def test_pytorch_win_is_said_as_pytorch_faster(synthetic):
+    row = matrix_row(synthetic["matrix"], "vit_b_16", 1, "best")
+    expected = 1 / expected_ratio(synthetic["current"], "vit_b_16", 1, "best")
+    assert row.winner == "torch"
+    assert summary.ratio_sentence(row).startswith(f"PyTorch is {expected:.2f}× [")
+
+
+def test_interval_containing_one_is_a_tie(synthetic):
+    row = matrix_row(synthetic["matrix"], "vit_b_16", 8, "best")
+    assert row.ratio == pytest.approx(1.0) and row.ci_low <= 1.0 <= row.ci_high
+    assert row.winner == "tie"
+    assert summary.ratio_sentence(row).startswith("JAX and PyTorch are tied on ViT-B/16 at batch 8")
+
+
+def test_regression_against_baseline_is_flagged(synthetic):
+    history = analysis.history_flags(synthetic["meas"], synthetic["baseline"])
+    thr = history[
+        (history.metric == "throughput_img_s")
+        & (history.model == "resnet50")
+        & (history.framework == "jax")
+        & (history.batch_size == 8)
+    ]
+    assert thr.flag.tolist() == ["regression"]
+    assert thr.change.iloc[0] == pytest.approx(180.0 / BASELINE_CENTER - 1, abs=0.05)
+    text = summary.history_sentence(history, BASELINE_RUN)
+    assert "the largest regression is" in text and "of ResNet-50 JAX jit at batch 8" in text
+
+
+def test_history_direction_depends_on_the_metric():
+    assert analysis.higher_is_better("throughput_img_s", "img/s")
+    assert not analysis.higher_is_better("latency_p50_ms", "ms")
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        ((10.0, 0.0, 1 / 200, 1 / 100), 2000.0),  # 10 s paid back at 5 ms per image
+        ((10.0, 4.0, 1 / 200, 1 / 100), 1200.0),  # only the extra 6 s needs paying back
+        ((1.0, 5.0, 1 / 200, 1 / 100), 0.0),  # faster and compiles faster: ahead at once
+        ((10.0, 0.0, 1 / 100, 1 / 200), math.inf),  # slower: never pays back
+    ],
+)
+def test_break_even_images(args, expected):
+    assert analysis.break_even_images(*args) == pytest.approx(expected)
+
+
+def test_break_even_table_uses_recorded_compile_times(synthetic):
+    table = analysis.break_even_table(synthetic["matrix"], synthetic["meas"])
+    row = table[
+        (table.model == "resnet50") & (table.batch_size == 8) & (table.comparison == "defaults")
+    ].iloc[0]
+    jax, torch = (
+        np.median(synthetic["current"][("resnet50", f, m, 8)])
+        for f, m in (("jax", "jit"), ("torch", "eager"))
+    )
+    assert row.faster == "JAX jit" and row.other == "PyTorch eager"
+    assert row.break_even_images == pytest.approx(COMPILE_S["jit"] / (1 / torch - 1 / jax))
+
+
+@pytest.mark.parametrize(
+    "achieved, intensity, regime",
+    [(0.05, 10.0, "overhead-bound"), (0.5, 10.0, "memory-bound"), (5.0, 1000.0, "compute-bound")],
+)
+def test_roofline_classification(achieved, intensity, regime):
+    # peak 10 TFLOP/s, 100 GB/s: ridge at 100 FLOP/byte; bound(10) = 1 TFLOP/s
+    assert roofline.classify(achieved, intensity, 10.0, 100.0)[0] == regime
+
+
+def test_roofline_points_use_best_measured_ceilings(synthetic):
+    points = roofline.roofline_points(synthetic["meas"])
+    jax = points[
+        (points.model == "resnet50") & (points.framework == "jax") & (points.batch_size == 8)
+    ].iloc[0]
+    torch = points[
+        (points.model == "resnet50") & (points.variant == "eager") & (points.batch_size == 8)
+    ].iloc[0]
+    assert (jax.peak_tflops, jax.bandwidth_gbs) == (1.2, 20.0)
+    assert jax.intensity == pytest.approx(82.0) and torch.intensity == pytest.approx(82.0)
+    assert torch.intensity_source == "JAX program's bytes"
+    assert jax.regime in {"memory-bound", "compute-bound", "overhead-bound"}
+
+
+def test_failures_and_retries(synthetic):
+    failures = analysis.failures_table(synthetic["meas"], synthetic["cells"])
+    assert sorted(failures.status) == ["failed", "oom"]
+    failed = failures[failures.status == "failed"].iloc[0]
+    assert failed.error.startswith("XlaRuntimeError: CUDA_ERROR_ILLEGAL_ADDRESS")
+    assert failed.path.endswith("framework=jax__mode=jit__model=efficientnet_b0.ipynb")
+    retries = analysis.retries_table(synthetic["cells"])
+    assert retries[["changed", "final_status"]].values.tolist() == [
+        ["XLA_FLAGS=--xla_gpu_autotune_level=0", "ok"]
+    ]
+
+
+def test_missing_family_gives_an_empty_table(synthetic):
+    assert analysis.family_table(synthetic["meas"], "validation").empty
+    training = analysis.family_table(synthetic["meas"], "training")
+    assert training.step_time_p50_ms.tolist() == [120.0]
+    assert analysis.loss_curves(synthetic["meas"]).loss.tolist() == [2.3, 2.1, 1.9, 1.8]
+
+
+def test_memory_family_keeps_one_row_per_method(synthetic):
+    table = analysis.family_table(synthetic["meas"], "memory")
+    assert table[["mode", "peak_mem_bytes", "iter_time_ms"]].values.tolist() == [
+        ["checkpoint", 5e8, 380.0],
+        ["none", 9e8, 300.0],
+    ]
