@@ -1,15 +1,13 @@
 import time
 
 import numpy as np
-import pytest
 
 from fwbench.timing import StopRule, measure_latency, measure_throughput
 
 
 def busy_wait(seconds: float):
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
+    # a sleep, not a spin: a loaded machine preempts a spinning loop but wakes a sleeper on time
+    time.sleep(seconds)
 
 
 def no_sync(_):
@@ -20,7 +18,7 @@ def test_latency_recovers_a_known_duration():
     timing = measure_latency(
         lambda _x: busy_wait(0.004), [0], no_sync, StopRule(min_iters=30, min_seconds=0.1)
     )
-    assert timing.summary["p50"] == pytest.approx(0.004, rel=0.15)
+    assert 0.004 <= timing.summary["p50"] <= 0.004 * 1.15
     assert len(timing.samples) >= 30
 
 
@@ -55,9 +53,9 @@ def test_inputs_rotate():
 def test_throughput_syncs_once_per_block():
     syncs = []
     timing = measure_throughput(
-        lambda _x: busy_wait(0.001), [0], syncs.append, StopRule(40, 0.0), block_size=10, warmup=1
+        lambda _x: busy_wait(0.005), [0], syncs.append, StopRule(40, 0.0), block_size=10, warmup=1
     )
     per_call = timing.samples / 10
-    assert np.median(per_call) == pytest.approx(0.001, rel=0.3)
+    assert 0.005 <= np.median(per_call) <= 0.005 * 1.3
     measured_blocks = len(timing.samples)
     assert len(syncs) - timing.warmup_iters == measured_blocks  # one sync per block, not per call

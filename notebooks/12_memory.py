@@ -1,0 +1,249 @@
+# %% [markdown]
+# # 12 · Memory: a whole-step graph profiler and μ-TWO activation checkpointing
+#
+# **Purpose.** Trace one complete PyTorch training step (forward, loss, backward, Adam update)
+# into a single graph, profile every node's time and memory, and let the μ-TWO planner
+# (Purandare et al., MLSys 2023) choose which activations to recompute so the peak fits a
+# budget. The rewritten graph is checked to train exactly like the original, then measured
+# beside three baselines: no checkpointing, `torch.utils.checkpoint` on every block, and
+# `torch.compile` with the partitioner's `activation_memory_budget`.
+#
+# **Run it:** `fwbench run params/memory_cpu.yaml` (or Run-All in JupyterLab: the defaults
+# below take about a minute).
+#
+# **Runtime:** defaults about 30 s to 1 min on a 2-core CPU. A full CPU campaign cell (the small
+# encoder or ResNet-50 at 128 px, batch 8, three compile baselines) took about 15 min per batch
+# size on a busy 2-core machine, most of it torch.compile building C++ kernels; on an H100
+# with the real sizes, a few minutes per cell.
+
+# %% tags=["parameters"]
+model = "bert_encoder"  # one of: resnet50, resnet152, vit_b_16, bert_encoder
+batch_sizes = [4]
+image_size = 32  # vision models only
+seq_len = 32  # bert_encoder only
+encoder_size = "tiny"  # one of: tiny, small, base
+num_classes = 10
+budget_fractions = [0.5]  # share of the activation bytes allowed to stay resident at the peak
+device = "cpu"  # one of: cpu, cuda
+profile_iters = 3
+timing_iters = 3
+compile_budgets = []  # e.g. [1.0, 0.5, 0.0]; empty skips the torch.compile baselines
+compile_backend = "inductor"
+seed = 0
+
+# %%
+import altair as alt
+import pandas as pd
+import torch
+
+from fwbench import device as fw_device
+from fwbench.memory import figures, study
+from fwbench.memory.figures import MB
+from fwbench.memory.measure import peak_source
+from fwbench.records import Recorder
+from fwbench.timing import StopRule
+
+alt.data_transformers.disable_max_rows()
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+device_name = fw_device.device_name("torch", device)
+rule = StopRule(min_iters=timing_iters, min_seconds=0.0)
+print(f"torch {torch.__version__} on {device_name}")
+
+# %% [markdown]
+# ## Trace, profile, plan, rewrite and measure, per batch size
+#
+# For every batch size this runs one model through `fwbench.memory.study.run_batch`:
+# the traced graph is profiled (node times are the median of `profile_iters` iterations after
+# one warm-up), the planner is run once to exhaustion to draw the predicted Pareto curve, and
+# once per budget fraction to produce a plan that is rewritten, checked and measured.
+# A budget fraction *f* means: at the peak, only *f* of the activation bytes may stay resident,
+# i.e. budget = unplanned peak − (1 − f) × activation bytes.
+
+# %%
+results = [
+    study.run_batch(
+        model,
+        bs,
+        fractions=budget_fractions,
+        rule=rule,
+        device=device,
+        image_size=image_size,
+        seq_len=seq_len,
+        encoder_size=encoder_size,
+        num_classes=num_classes,
+        profile_iters=profile_iters,
+        compile_budgets=compile_budgets,
+        compile_backend=compile_backend,
+        seed=seed,
+    )
+    for bs in batch_sizes
+]
+summary = study.summary_frame(results)
+last = results[-1]
+print(
+    f"traced with torch {last.torch_version}; {len(last.analysis.nodes)} nodes, "
+    f"{len(last.analysis.activations)} activations, "
+    f"{sum(not a.recomputable for a in last.analysis.activations.values())} never recomputed "
+    "(their replay would run a random op)"
+)
+if last.profile.note:
+    print(last.profile.note)
+
+# %% [markdown]
+# ## The rewritten graph trains exactly like the original
+# One step of each graph from identical copies of parameters, buffers and optimizer state,
+# with the same RNG seed: loss, every gradient and every updated input must agree (fp32,
+# `allclose`). Dropout masks are never recomputed, so they are drawn identically.
+
+# %%
+checks = pd.DataFrame(
+    [
+        {"batch_size": r.batch_size, "fraction": f, "equal": eq.equal, **eq.max_abs_diff}
+        for r in results
+        for f, eq in r.equivalence.items()
+    ]
+)
+display(checks)
+assert checks.equal.all(), "a rewritten graph changed the training step"
+
+# %% [markdown]
+# ## Activations the planner weighs (μ-TWO Table B), largest batch
+# `recompute_ratio` is bytes freed per ms of replay; times are this machine's, ms.
+
+# %%
+table_b = pd.DataFrame(
+    [
+        {
+            "activation": s.name,
+            "memory_size": s.memory_size,
+            "inactive_time": s.inactive_time,
+            "recomp_srcs": len(s.recomp_srcs),
+            "recomp_time": s.recomp_time,
+            "recomp_memory": s.recomp_memory,
+            "recompute_ratio": s.recompute_ratio if s.recomputable else None,
+            "recomputable": s.recomputable,
+            "swap_time": s.swap_time,
+        }
+        for s in last.stats.values()
+    ]
+).sort_values("memory_size", ascending=False)
+table_b.head(15)
+
+# %% [markdown]
+# ## Measured results
+#
+# **What "measured peak" means.** On a GPU it is `torch.cuda.max_memory_allocated()` after
+# `reset_peak_memory_stats()`. On a CPU there is no such counter, so for *every* method alike it
+# is the bytes of the step's inputs (parameters, buffers, optimizer state, batch) plus the
+# highest running total of the CPU allocator's events during one step, as recorded by
+# `torch.profiler(profile_memory=True)`. It counts every tensor and kernel workspace, including
+# buffers that torch.compile's generated code allocates; it is **not** the process RSS, which
+# adds the allocator's cached pages, the framework's own code and data, and never goes down.
+# The simulator predicts the same quantity from the static liveness of storages plus each node's
+# profiled increment. The method is in the records' `mode` column (`none`, `graph`,
+# `mu_two@0.5`, `checkpoint_every_block`, `compile_budget_1.0`, ...); savings and overheads are
+# relative to `none`, the plain eager step. `graph` is the traced step run unmodified.
+
+# %%
+shown = summary.assign(
+    peak_MB=summary.peak_bytes / MB,
+    predicted_MB=summary.predicted_peak_bytes / MB,
+)[
+    [
+        "batch_size",
+        "method",
+        "peak_MB",
+        "predicted_MB",
+        "sim_error_pct",
+        "memory_saved_pct",
+        "iter_time_ms",
+        "overhead_pct",
+    ]
+]
+shown.round(2)
+
+# %%
+rec = Recorder(
+    "memory",
+    model=model,
+    framework="torch",
+    device=device,
+    device_name=device_name,
+    precision="fp32",
+)
+study.add_records(rec, summary, peak_source(device))
+rec.emit()
+
+# %% [markdown]
+# ## Memory along the step
+# Simulated live memory per category at every execution rank for the largest batch, without and
+# with the plan for the first budget fraction; dashed lines mark where the forward pass ends,
+# the backward pass starts and the optimizer starts; the red line is the budget.
+
+# %%
+first_fraction = budget_fractions[0] if budget_fractions else None
+frames = [figures.timeline_frame(last.baseline, "no plan")]
+budget = None
+if first_fraction is not None:
+    plan = last.plans[first_fraction]
+    frames.append(figures.timeline_frame(plan.simulation, study.plan_method(first_fraction)))
+    budget = plan.budget_bytes
+figures.memory_timeline_chart(pd.concat(frames), last.analysis, budget)
+
+# %% [markdown]
+# ## What the peak is made of, against batch size
+
+# %%
+breakdown = []
+for r in results:
+    sims = [("no plan", r.baseline)]
+    sims += [(study.plan_method(f), p.simulation) for f, p in r.plans.items()]
+    for label, sim in sims:
+        for category, nbytes in sim.breakdown_at_peak().items():
+            name = figures.CATEGORY[category]
+            breakdown.append(
+                {"batch_size": r.batch_size, "plan": label, "category": name, "MB": nbytes / MB}
+            )
+figures.breakdown_chart(pd.DataFrame(breakdown))
+
+# %% [markdown]
+# ## Peak memory and iteration time against batch size, with and without the plan
+
+# %%
+by_batch = summary.assign(peak_MB=summary.peak_bytes / MB)
+keep = by_batch.method.isin(["none", "graph", *map(study.plan_method, budget_fractions)])
+figures.batch_chart(by_batch[keep][["batch_size", "method", "peak_MB", "iter_time_ms"]])
+
+# %% [markdown]
+# ## The predicted Pareto curve beside every method's measured point (largest batch)
+# The curve is the planner's prediction after each greedy choice (peak from the simulator,
+# added time from the profiled replay times relative to the traced step's profiled time).
+# The points are measured: peak as defined above, time overhead relative to `none`.
+
+# %%
+reference_ms = last.profile.iteration_ms
+predicted = pd.DataFrame(last.pareto).assign(
+    peak_MB=lambda d: d.predicted_peak_bytes / MB,
+    added_pct=lambda d: 100 * d.added_ms / reference_ms,
+)
+measured = summary[summary.batch_size == last.batch_size].assign(
+    peak_MB=lambda d: d.peak_bytes / MB, added_pct=lambda d: d.overhead_pct
+)[["method", "peak_MB", "added_pct"]]
+figures.pareto_chart(predicted, measured)
+
+# %% [markdown]
+# ## Reading the result
+# The sentence below is computed from the table above.
+
+# %%
+for r in results:
+    rows = summary[summary.batch_size == r.batch_size].set_index("method")
+    for f in r.plans:
+        m = rows.loc[study.plan_method(f)]
+        print(
+            f"batch {r.batch_size}, budget fraction {f:g}: peak {m.peak_bytes / MB:.1f} MB vs "
+            f"{rows.loc['none'].peak_bytes / MB:.1f} MB eager ({m.memory_saved_pct:+.1f}% saved) "
+            f"at {m.overhead_pct:+.1f}% iteration time; simulator error {m.sim_error_pct:+.2f}% "
+            f"(unplanned graph {rows.loc['graph'].sim_error_pct:+.2f}%)"
+        )

@@ -1,0 +1,72 @@
+"""μ-TWO Algorithms E and F on hand-made statistics, and the random-op exclusion."""
+
+import pytest
+import torch
+from torch import nn
+
+from fwbench.memory import analysis, planner, simulator, tracer
+from fwbench.memory.profiler import ActivationStats
+
+
+def stats(name, srcs, time, size=100):
+    return ActivationStats(name, size, 0.0, set(srcs), time, 0, total_recomp_time=time)
+
+
+def test_algorithm_e_existing_recomputations_inherit_the_new_one():
+    recomps = {"a": stats("a", {"b", "param"}, 2.0), "x": stats("x", {"param"}, 1.0)}
+    chosen = stats("b", {"c"}, 3.0)
+    count = planner.update_recomps(chosen, recomps)
+    assert count == 2  # replayed for itself and inside a's replay
+    assert recomps["a"].recomp_srcs == {"param", "c"} and recomps["a"].recomp_time == 5.0
+    assert recomps["x"].recomp_srcs == {"param"} and recomps["x"].recomp_time == 1.0
+
+
+def test_algorithm_f_candidates_inherit_sources_and_count_replays():
+    recomps = {"a": stats("a", {"d", "param"}, 2.0)}
+    chosen = stats("b", {"c"}, 3.0)
+    candidates = {"d": stats("d", {"b"}, 1.0, size=400), "c": stats("c", {"param"}, 4.0)}
+    planner.update_candidates(chosen, 2, candidates, recomps)
+    d, c = candidates["d"], candidates["c"]
+    assert d.recomp_srcs == {"c"} and d.recomp_time == 4.0
+    assert d.total_recomp_time == 8.0  # once for itself, once inside a's replay
+    assert d.recompute_ratio == pytest.approx(400 / 8.0)
+    assert c.total_recomp_time == 8.0  # b's sources are replayed once per replay of b
+
+
+@pytest.fixture(scope="module")
+def dropout_step():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.Dropout(0.5), nn.GELU(), nn.Linear(32, 4))
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    traced = tracer.trace_training_step(model, x, y, nn.functional.cross_entropy)
+    return traced, analysis.analyze(traced)
+
+
+def test_dropout_outputs_are_never_candidates(dropout_step):
+    _, found = dropout_step
+    random = [a for a in found.activations.values() if a.from_random_op]
+    assert random, "the dropout mask should be an activation"
+    assert all(not a.recomputable and "bernoulli" in a.reason for a in random)
+    assert any(a.recomputable for a in found.activations.values())
+    with pytest.raises(ValueError, match="cannot be recomputed"):
+        simulator.replay_schedule(found, [random[0].name])
+
+
+def test_budget_fraction_and_static_simulation_of_a_plan(dropout_step):
+    _, found = dropout_step
+    base = simulator.simulate(found)
+    assert planner.budget_for_fraction(found, base.peak_bytes, 1.0) == base.peak_bytes
+    half = planner.budget_for_fraction(found, base.peak_bytes, 0.5)
+    assert half == base.peak_bytes - found.activation_bytes() // 2
+    # recomputing the GELU output frees it between its last forward and first backward use
+    gelu = next(n for n, a in found.activations.items() if n.startswith("gelu"))
+    planned = simulator.simulate(found, [gelu])
+    act = found.activations[gelu]
+    idle = [
+        i
+        for i, r in enumerate(planned.ranks)
+        if act.last_forward_use < r < act.first_backward_use and "@" not in planned.labels[i]
+    ]
+    assert idle
+    drop = base.by_kind["ACT"][idle[0] + 0] - planned.by_kind["ACT"][idle[0]]
+    assert drop == act.nbytes
