@@ -80,20 +80,25 @@ pd.DataFrame(rows)
 # The gradient of the mean cross-entropy with respect to every parameter, mapped to torch's layout
 # through the same transforms that port the weights, so a transposed kernel cannot hide. Computed
 # in fp32 on the CPU, whatever the device above, because it checks the model definition, not the
-# device's kernels.
+# device's kernels. A few tensors of deep CNNs (e.g. the bias of a BatchNorm feeding another
+# normalisation) have nearly cancelling gradients, where fp32 rounding alone moves torch's own
+# result by more than 1e-4 relative. For those the float64 torch gradient is the referee: a tensor
+# passes when JAX agrees with torch within the tolerance, or when JAX is no further from float64
+# than 3× torch's own fp32 error. The table shows the worst tensors with all three errors.
 
 # %%
-grad_err = None
+grad_err = grad_table = None
 if check_grads:
     fw_precision.configure_jax("fp32")
     g_torch = parity.torch_grads(torch_model, images, labels)
     g_jax = parity.flax_grads(
         flax_model, spec.flax_impl().links, images.transpose(0, 2, 3, 1), labels
     )
-    errors = pd.Series(parity.grad_errors(g_jax, g_torch)).sort_values(ascending=False)
-    grad_err = float(errors.iloc[0])
+    g_fp64 = validation.torch_grads_fp64(torch_model, images, labels)
+    grad_table = validation.grad_verdict(g_jax, g_torch, g_fp64, grad_tolerance)
+    grad_err = float(grad_table.jax_vs_torch.max())
     fw_precision.configure_jax(precision)
-    display(errors.head(5).rename("max rel err (worst 5 tensors)").to_frame())
+    display(grad_table.head(8))
 
 # %% [markdown]
 # ## Parameter counts and FLOPs
@@ -139,8 +144,8 @@ if image_size == spec.image_size:  # torchvision publishes GMACs at the native s
     checks["flops_near_published"] = abs(counted["flops_torch"] / published - 1) <= 0.05
 if precision == "fp32":
     checks["logits_within_tolerance"] = between["max_rel_err"] <= logit_tolerance
-    if grad_err is not None:
-        checks["grads_within_tolerance"] = grad_err <= grad_tolerance
+    if grad_table is not None:
+        checks["grads_within_tolerance_or_fp64_floor"] = bool(grad_table.passed.all())
 passed = all(checks.values())
 
 rec = Recorder(
@@ -162,6 +167,17 @@ rec.add("max_rel_err", between["max_rel_err"], "ratio", status=status, error=err
 rec.add("top1_agreement", between["top1_agreement"], "ratio", status=status, error=error, **common)
 if grad_err is not None:
     rec.add("grad_max_rel_err", grad_err, "ratio", status=status, error=error, **common)
+    rec.add(
+        "grad_max_rel_err_vs_fp64",
+        float(grad_table.jax_fp32_vs_fp64.max()),
+        "ratio",
+        framework="jax",
+        extra={
+            **common["extra"],
+            "torch_fp32_vs_fp64": float(grad_table.torch_fp32_vs_fp64.max()),
+            "tensors_over_tolerance": int((grad_table.jax_vs_torch > grad_tolerance).sum()),
+        },
+    )
 rec.add("param_count_torch", n_torch, "params", **common)
 rec.add("param_count_jax", n_jax, "params", **common)
 rec.add("flops_torch", counted["flops_torch"], "FLOP/img", **common)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+import pandas as pd
 from flax import nnx
 
 from fwbench import device as fw_device
@@ -78,3 +79,41 @@ def published_flops(model: str, image_size: int) -> float:
     """2 x torchvision's published GMACs, scaled for CNNs by input area (exact only at 224)."""
     spec = get_spec(model)
     return 2 * spec.gmacs * 1e9 * (image_size / spec.image_size) ** 2
+
+
+def torch_grads_fp64(torch_model, x_nchw: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
+    """The same cross-entropy gradients as ``parity.torch_grads``, computed in float64.
+
+    Deep CNN gradients have tensors whose entries nearly cancel (e.g. the bias of a BatchNorm
+    followed by another normalisation); there fp32 rounding alone moves the result by more than
+    1e-4 relative, in torch as much as in JAX. The fp64 result is the referee for those tensors.
+    """
+    import copy
+
+    import torch
+    import torch.nn.functional as F
+
+    model64 = copy.deepcopy(torch_model).double()
+    logits = model64(torch.from_numpy(np.asarray(x_nchw, np.float64)))
+    F.cross_entropy(logits, torch.from_numpy(np.asarray(labels, np.int64))).backward()
+    return {name: p.grad.numpy().copy() for name, p in model64.named_parameters()}
+
+
+def grad_verdict(g_jax: dict, g_torch: dict, g_fp64: dict, tolerance: float) -> pd.DataFrame:
+    """Per tensor: JAX vs torch, and both vs fp64; a tensor passes when JAX vs torch is within
+    ``tolerance`` or JAX is no further from fp64 than 3x torch's own fp32 rounding error."""
+    rows = []
+    for key in g_torch:
+        torch_vs_64 = max_rel_err(g_torch[key], g_fp64[key])
+        jax_vs_64 = max_rel_err(g_jax[key], g_fp64[key])
+        between = max_rel_err(g_jax[key], g_torch[key])
+        rows.append(
+            {
+                "tensor": key,
+                "jax_vs_torch": between,
+                "torch_fp32_vs_fp64": torch_vs_64,
+                "jax_fp32_vs_fp64": jax_vs_64,
+                "passed": between <= tolerance or jax_vs_64 <= 3 * torch_vs_64,
+            }
+        )
+    return pd.DataFrame(rows).sort_values("jax_vs_torch", ascending=False, ignore_index=True)
