@@ -59,3 +59,21 @@ def test_throughput_syncs_once_per_block():
     assert 0.005 <= np.median(per_call) <= 0.005 * 1.3
     measured_blocks = len(timing.samples)
     assert len(syncs) - timing.warmup_iters == measured_blocks  # one sync per block, not per call
+
+
+def test_warmup_gives_up_on_a_machine_that_never_settles_and_says_so(monkeypatch):
+    import fwbench.timing as timing
+
+    monkeypatch.setattr(timing, "MAX_WARMUP_SECONDS", 0.2)
+    calls = {"n": 0}
+
+    def alternating(_x):  # every other call 10x slower: the windows never agree
+        calls["n"] += 1
+        busy_wait(0.001 if calls["n"] % 2 else 0.01)
+
+    t = timing.measure_latency(
+        alternating, [0], no_sync, StopRule(4, 0.0), warmup=1, max_warmup=1000
+    )
+    assert t.warmup_stable is False and t.warmup_seconds < 1.0
+    settled = timing.measure_latency(lambda _x: None, [0], no_sync, StopRule(4, 0.0), warmup=1)
+    assert settled.warmup_stable is True

@@ -23,6 +23,8 @@ from fwbench.stats import summarize
 # window before it; a first XLA compile or cudnn.benchmark autotune makes the early calls far slower.
 STABLE_WINDOW = 5
 STABLE_TOLERANCE = 0.10
+# On a noisy machine times may never settle; past this much warm-up, measure anyway and say so.
+MAX_WARMUP_SECONDS = 30.0
 
 
 @dataclass
@@ -43,6 +45,7 @@ class Timing:
     warmup_iters: int
     warmup_seconds: float
     summary: dict = field(default_factory=dict)
+    warmup_stable: bool = True
 
 
 def warm_up(
@@ -50,17 +53,24 @@ def warm_up(
     sync: Callable[[object], None],
     min_warmup: int,
     max_warmup: int,
-) -> tuple[int, float]:
-    """Run ``call`` at least ``min_warmup`` times and until call times stop drifting."""
+    max_seconds: float | None = None,
+) -> tuple[int, float, bool]:
+    """Run ``call`` at least ``min_warmup`` times and until call times stop drifting.
+
+    Returns (calls, seconds, stable); stable is False when the call or time cap ended it.
+    """
+    max_seconds = MAX_WARMUP_SECONDS if max_seconds is None else max_seconds
     times: list[float] = []
     start = time.perf_counter()
     i = 0
-    while i < max(min_warmup, 1) or (i < max_warmup and not _stable(times)):
+    while i < max(min_warmup, 1) or (
+        i < max_warmup and not _stable(times) and time.perf_counter() - start < max_seconds
+    ):
         t0 = time.perf_counter()
         sync(call(i))
         times.append(time.perf_counter() - t0)
         i += 1
-    return i, time.perf_counter() - start
+    return i, time.perf_counter() - start, bool(_stable(times) or i <= max(min_warmup, 1))
 
 
 def _stable(times: Sequence[float]) -> bool:
@@ -85,7 +95,7 @@ def measure_latency(
     def call(i: int):
         return fn(inputs[i % len(inputs)])
 
-    warm_iters, warm_s = warm_up(call, sync, warmup, max_warmup)
+    warm_iters, warm_s, stable = warm_up(call, sync, warmup, max_warmup)
     samples = []
     start = time.perf_counter()
     i = 0
@@ -95,7 +105,7 @@ def measure_latency(
         samples.append(time.perf_counter() - t0)
         i += 1
     data = np.asarray(samples)
-    return Timing(data, warm_iters, warm_s, summarize(data))
+    return Timing(data, warm_iters, warm_s, summarize(data), stable)
 
 
 def measure_throughput(
@@ -117,7 +127,7 @@ def measure_throughput(
     def call(i: int):
         return fn(inputs[i % len(inputs)])
 
-    warm_iters, warm_s = warm_up(call, sync, warmup, max_warmup)
+    warm_iters, warm_s, stable = warm_up(call, sync, warmup, max_warmup)
     samples = []
     start = time.perf_counter()
     calls = 0
@@ -130,4 +140,4 @@ def measure_throughput(
         samples.append(time.perf_counter() - t0)
         calls += block_size
     data = np.asarray(samples)
-    return Timing(data, warm_iters, warm_s, summarize(data))
+    return Timing(data, warm_iters, warm_s, summarize(data), stable)

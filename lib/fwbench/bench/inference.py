@@ -41,6 +41,7 @@ class BatchResult:
     xla_compile_s: float | None = None
     flops_per_img: float | None = None
     bytes_per_img: float | None = None
+    warmup_stable: bool = True
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -195,6 +196,7 @@ def run_batch_size(
             raise
         result.status, result.error = "oom", f"{type(exc).__name__}: {str(exc)[:500]}"
         return result
+    result.warmup_stable = lat.warmup_stable
     result.latency_ms = lat.samples * 1e3
     result.latency = {k: (v * 1e3 if k in _TIME_KEYS else v) for k, v in lat.summary.items()}
     result.throughput_img_s = batch_size * block_size / thr.samples
@@ -229,6 +231,7 @@ def add_records(rec, result: BatchResult, ceiling_tflops: float | None, ceiling_
             "samples": np.round(result.latency_ms, 5).tolist(),
             "iqr_over_median": lat["iqr_over_median"],
             "noisy": lat["noisy"],
+            "warmup_stable": result.warmup_stable,
         },
     )
     for key in ("p90", "p95", "p99", "mean", "std"):
