@@ -19,6 +19,7 @@ check_compile = True
 
 # %%
 import pandas as pd
+
 from fwbench import device as fw_device
 from fwbench import environment, setup_checks
 from fwbench.records import Recorder

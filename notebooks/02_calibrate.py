@@ -25,6 +25,7 @@ min_seconds = 1.0
 # %%
 import altair as alt
 import pandas as pd
+
 from fwbench import device as fw_device
 from fwbench import precision as fw_precision
 from fwbench.bench.calibrate import measure_ceilings
