@@ -371,29 +371,109 @@ else:
 # Each appears when its notebook ran in this campaign.
 
 # %%
-training = analysis.family_table(meas, "training")
-content.section("Training", "Training step time and throughput per configuration.")
+training = meas[meas.family == "training"]
+content.section(
+    "Training",
+    "Training speed with every step synced (each framework at its default and best practice), "
+    "then the proof that both frameworks train the same function: per-step loss parity from the "
+    "same weights on the same batches, and convergence on real data.",
+)
+train_samples = analysis.throughput_samples(meas, "training")
+train_matrix = analysis.comparison_matrix(train_samples)
 if training.empty:
     content.note("No training records in this run.")
-else:
+if not train_matrix.empty:
     display(
-        content.table(
-            training,
-            "training",
-            "Training metrics (median over trials).",
-            sources(meas[meas.family == "training"]),
+        content.figure(
+            figures.ratio_heatmap(train_matrix),
+            "training_ratio_matrix",
+            "JAX ÷ PyTorch training throughput",
+            "Median training images/s of JAX divided by PyTorch's (batch size over the synced "
+            f"step time), on {devices}; 95% bootstrap interval over steps (or trials, with three "
+            "or more); 'tie' marks an interval that contains 1.",
         )
     )
-    curves = analysis.loss_curves(meas)
-    if not curves.empty:
+    display(
+        content.table(
+            train_matrix.drop(columns=["device"]),
+            "training_ratio_matrix",
+            "JAX ÷ PyTorch training throughput with 95% interval and the winner.",
+            sources(training[training.metric == "throughput_img_s"]),
+        )
+    )
+train_speed = analysis.metric_table(meas, analysis.TRAINING_SPEED, "training")
+if not train_speed.empty:
+    train_memory = analysis.memory_table(meas, "training")
+    display(
+        content.figure(
+            figures.by_batch(
+                train_samples, "median", "images/s (median)", ci=("ci_low", "ci_high")
+            ),
+            "training_throughput",
+            "Training throughput vs batch size",
+            "Median training images/s over synced steps with its 95% bootstrap interval, per "
+            "framework and mode; both axes logarithmic.",
+        )
+    )
+    if not train_memory.empty:
         display(
             content.figure(
-                figures.loss_chart(curves),
-                "training_loss",
-                "Training loss",
-                "Loss per step as recorded by the training notebook, per framework and mode.",
+                figures.by_batch(train_memory, "peak_mem_gb", "peak memory (GB)"),
+                "training_memory",
+                "Training peak memory vs batch size",
+                "Peak memory over the timed training steps (torch allocator or XLA memory_stats "
+                "on a GPU; process peak RSS on a CPU, which includes the runtime), GB = 10⁹ bytes.",
             )
         )
+    display(
+        content.table(
+            train_speed.drop(columns=["device"]),
+            "training_speed",
+            "Training step time (p50, p95), images/s, compile time, peak memory and energy per "
+            "step (median over trials).",
+            sources(training[training.metric.isin(analysis.TRAINING_SPEED)]),
+        )
+    )
+parity_curves = analysis.parity_curves(meas)
+if not parity_curves.empty:
+    display(
+        content.figure(
+            figures.parity_chart(parity_curves),
+            "training_parity",
+            "Loss-curve parity",
+            "Per-step training loss of PyTorch (eager) and JAX (jit) from the same ported weights "
+            "on the same batches, fp32 with TF32 off, dropout off; the panel title gives the "
+            "largest relative difference over the steps (the bar is 1e-3).",
+        )
+    )
+    display(
+        content.table(
+            analysis.check_table(meas, analysis.PARITY_METRICS),
+            "training_parity",
+            "Largest relative difference, JAX against PyTorch: per-step loss, parameters and "
+            "BatchNorm statistics after the last step.",
+            sources(training[training.metric.isin(analysis.PARITY_METRICS)]),
+        )
+    )
+convergence = analysis.convergence_curves(meas)
+if not convergence.empty:
+    display(
+        content.figure(
+            figures.convergence_chart(convergence),
+            "training_convergence",
+            "Convergence",
+            "Train loss per step and validation top-1 per epoch, both frameworks from the same "
+            "weights, batches and learning-rate schedule (dropout on, each side its own masks).",
+        )
+    )
+    display(
+        content.table(
+            analysis.check_table(meas, analysis.CONVERGENCE_METRICS),
+            "training_convergence",
+            "Validation top-1 (%) after the last epoch and mean train loss over the last epoch.",
+            sources(training[training.metric.isin(analysis.CONVERGENCE_METRICS)]),
+        )
+    )
 
 # %%
 memory_family = analysis.family_table(meas, "memory")
@@ -501,8 +581,13 @@ else:
 # ## Summary, methodology and limitations
 
 # %%
+training_summary = summary.training_sentences(
+    train_matrix,
+    analysis.check_table(meas, analysis.PARITY_METRICS),
+    analysis.check_table(meas, analysis.CONVERGENCE_METRICS),
+)
 content.summary = summary.executive_summary(
-    matrix, kind_table, history, baseline_run_id, failures, retries
+    matrix, kind_table, history, baseline_run_id, failures, retries, training_summary
 )
 content.methodology = summary.methodology(run, meas, cells)
 

@@ -254,26 +254,52 @@ def build_run(out, run_id, seed, regressed_center=None):
         retried=True,
         retry_env={"XLA_FLAGS": "--xla_gpu_autotune_level=0"},
     )
-    train = Recorder(
-        "training",
-        model="resnet50",
-        framework="jax",
-        mode="jit",
-        device="cpu",
-        device_name=DEVICE_NAME,
-        precision="fp32",
-        batch_size=8,
-    )
-    train.add(
-        "step_time_p50_ms",
-        120.0,
-        "ms",
-        n=10,
-        ci_low=118.0,
-        ci_high=123.0,
-        extra={"loss": [2.3, 2.1, 1.9, 1.8]},
-    )
-    write_cell(run_dir, "11_training", "framework=jax__model=resnet50", train.rows)
+    for framework, mode, step_ms in (("torch", "eager", 100.0), ("jax", "jit", 80.0)):
+        train = Recorder(
+            "training",
+            model="resnet50",
+            framework=framework,
+            mode=mode,
+            device="cpu",
+            device_name=DEVICE_NAME,
+            precision="fp32",
+            batch_size=8,
+        )
+        steps_ms = step_ms + np.linspace(-2, 2, 11)
+        train.add("step_time_p50_ms", step_ms, "ms", n=11, extra={"samples": steps_ms.tolist()})
+        train.add(
+            "throughput_img_s",
+            8e3 / step_ms,
+            "img/s",
+            n=11,
+            extra={"samples": (8e3 / steps_ms).tolist()},
+        )
+        if framework == "torch":  # the torch cell also ran both checks
+            train.add(
+                "loss_parity_max_rel",
+                2e-7,
+                "ratio",
+                framework="jax",
+                mode="jit",
+                extra={"losses": {"torch": [2.3, 2.1, 1.9], "jax": [2.3, 2.1, 1.9000004]}},
+            )
+            for fw, top1 in (("torch", 91.0), ("jax", 90.0)):
+                train.add(
+                    "val_top1",
+                    top1,
+                    "%",
+                    framework=fw,
+                    extra={"val_top1_by_epoch": [10.0, 60.0, top1]},
+                )
+                train.add(
+                    "train_loss_final",
+                    0.3,
+                    "nats",
+                    framework=fw,
+                    n=2,
+                    extra={"train_loss": [2.3, 1.0, 0.4, 0.2]},
+                )
+        write_cell(run_dir, "11_training", f"framework={framework}__model=resnet50", train.rows)
     mem = Recorder(
         "memory",
         model="resnet50",
@@ -454,8 +480,28 @@ def test_failures_and_retries(synthetic):
 def test_missing_family_gives_an_empty_table(synthetic):
     assert analysis.family_table(synthetic["meas"], "validation").empty
     training = analysis.family_table(synthetic["meas"], "training")
-    assert training.step_time_p50_ms.tolist() == [120.0]
-    assert analysis.loss_curves(synthetic["meas"]).loss.tolist() == [2.3, 2.1, 1.9, 1.8]
+    assert training.step_time_p50_ms.dropna().tolist() == [80.0, 100.0]
+
+
+def test_training_ratio_parity_and_convergence_come_from_the_records(synthetic):
+    meas = synthetic["meas"]
+    matrix = analysis.comparison_matrix(analysis.throughput_samples(meas, "training"))
+    best = matrix[matrix.comparison == "best"].iloc[0]
+    assert best.ratio == pytest.approx(100.0 / 80.0, rel=1e-3)
+    assert best.ci_low < best.ratio < best.ci_high and best.winner == "jax"
+    parity = analysis.parity_curves(meas)
+    assert parity.groupby("framework").loss.apply(list).to_dict() == {
+        "jax": [2.3, 2.1, 1.9000004],
+        "torch": [2.3, 2.1, 1.9],
+    }
+    curves = analysis.convergence_curves(meas)
+    loss = curves[(curves.curve == "train loss") & (curves.framework == "jax")]
+    assert loss.epoch.tolist() == [0.5, 1.0, 1.5, 2.0]  # 2 steps per epoch
+    checks = analysis.check_table(meas, analysis.CONVERGENCE_METRICS)
+    assert checks[["framework", "val_top1", "status"]].values.tolist() == [
+        ["jax", 90.0, "ok"],
+        ["torch", 91.0, "ok"],
+    ]
 
 
 def test_memory_family_keeps_one_row_per_method(synthetic):
@@ -464,3 +510,17 @@ def test_memory_family_keeps_one_row_per_method(synthetic):
         ["checkpoint", 5e8, 380.0],
         ["none", 9e8, 300.0],
     ]
+
+
+def test_training_summary_states_ratio_parity_and_convergence(synthetic):
+    meas = synthetic["meas"]
+    matrix = analysis.comparison_matrix(analysis.throughput_samples(meas, "training"))
+    sentences = summary.training_sentences(
+        matrix,
+        analysis.check_table(meas, analysis.PARITY_METRICS),
+        analysis.check_table(meas, analysis.CONVERGENCE_METRICS),
+    )
+    assert sentences[0].startswith("Training: JAX is 1.25×")
+    assert "best modes and defaults" in sentences[0] and len(sentences) == 3
+    assert "at most 2.0e-07 relative (ResNet-50)" in sentences[1]
+    assert sentences[2].endswith("ResNet-50 PyTorch 91.0%, JAX 90.0%.")

@@ -94,3 +94,38 @@ def test_shipped_campaigns_validate():
     for path in sorted((REPO / "params").glob("*.yaml")):
         campaign = load_campaign(path)
         assert campaign.cells, path
+
+
+def test_when_env_skips_a_step_unless_its_variable_is_set(write_campaign, tmp_path, monkeypatch):
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    nb = tmp_path / "with_path.py"
+    nb.write_text('# %% tags=["parameters"]\ndata_path = ""\n\n# %%\nprint(data_path)\n')
+    text = f"""
+campaign: demo
+steps:
+  - notebook: STANDIN
+  - notebook: {nb.with_suffix("")}
+    when_env: FWBENCH_TEST_DIR
+    params: {{data_path: "${{FWBENCH_TEST_DIR}}"}}
+"""
+    monkeypatch.delenv("FWBENCH_TEST_DIR", raising=False)
+    campaign = load_campaign(write_campaign(text))
+    assert [c.notebook for c in campaign.cells] == ["standin"]
+    assert "FWBENCH_TEST_DIR is not set" in campaign.skipped[0]
+
+    monkeypatch.setenv("FWBENCH_TEST_DIR", str(folder))
+    campaign = load_campaign(write_campaign(text))
+    assert campaign.cells[1].parameters == {"data_path": str(folder)}
+    assert not campaign.skipped
+
+    monkeypatch.setenv("FWBENCH_TEST_DIR", str(tmp_path / "missing"))
+    with pytest.raises(CampaignError, match="missing does not exist"):
+        load_campaign(write_campaign(text))
+
+
+def test_an_unguarded_variable_must_be_set(write_campaign, monkeypatch):
+    monkeypatch.delenv("FWBENCH_TEST_LABEL", raising=False)
+    text = "campaign: demo\nsteps:\n  - notebook: STANDIN\n    params: {label: '${FWBENCH_TEST_LABEL}'}\n"
+    with pytest.raises(CampaignError, match="FWBENCH_TEST_LABEL is not set"):
+        load_campaign(write_campaign(text))

@@ -25,7 +25,10 @@ FIGURES = [
     "compile_time",
     "roofline_1",
     "cnn_vs_transformer",
-    "training_loss",
+    "training_ratio_matrix",
+    "training_throughput",
+    "training_parity",
+    "training_convergence",
     "memory_methods",
 ]
 LINK_RE = re.compile(r"\]\(([^)]+)\)")

@@ -144,18 +144,19 @@ def source_paths(rows: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
 # --------------------------------------------------------------------------- comparisons
 
 
-def inference_ok(meas: pd.DataFrame, metric: str) -> pd.DataFrame:
-    rows = meas[(meas.family == "inference") & (meas.metric == metric) & (meas.status == "ok")]
+def inference_ok(meas: pd.DataFrame, metric: str, family: str = "inference") -> pd.DataFrame:
+    rows = meas[(meas.family == family) & (meas.metric == metric) & (meas.status == "ok")]
     return rows[rows.value.notna()]
 
 
-def throughput_samples(meas: pd.DataFrame) -> pd.DataFrame:
+def throughput_samples(meas: pd.DataFrame, family: str = "inference") -> pd.DataFrame:
     """Per configuration and framework variant, the samples a ratio bootstraps over.
 
     With three or more trials the trials are the independent samples (their spread is the honest
-    one); otherwise the per-block throughputs of the record are.
+    one); otherwise the samples the record carries are: per-block throughputs for inference,
+    per-step images/s for training.
     """
-    thr = inference_ok(meas, "throughput_img_s")
+    thr = inference_ok(meas, "throughput_img_s", family)
     rows = []
     for key, group in thr.groupby(CONFIG + SERIES, sort=True):
         group = group.sort_values("trial")
@@ -232,9 +233,9 @@ def comparison_matrix(samples: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def metric_table(meas: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-    """Median over trials of each inference metric, one row per configuration and variant."""
-    rows = meas[(meas.family == "inference") & meas.metric.isin(metrics) & (meas.status == "ok")]
+def metric_table(meas: pd.DataFrame, metrics: list[str], family: str = "inference") -> pd.DataFrame:
+    """Median over trials of each metric of a family, one row per configuration and variant."""
+    rows = meas[(meas.family == family) & meas.metric.isin(metrics) & (meas.status == "ok")]
     if rows.empty:
         return pd.DataFrame(columns=CONFIG + SERIES + metrics)
     table = rows.pivot_table(
@@ -256,8 +257,8 @@ def latency_at_smallest_batch(meas: pd.DataFrame) -> pd.DataFrame:
     return table[table.batch_size == smallest].reset_index(drop=True)
 
 
-def memory_table(meas: pd.DataFrame) -> pd.DataFrame:
-    table = metric_table(meas, ["peak_mem_bytes", "throughput_img_s"])
+def memory_table(meas: pd.DataFrame, family: str = "inference") -> pd.DataFrame:
+    table = metric_table(meas, ["peak_mem_bytes", "throughput_img_s"], family)
     table["peak_mem_gb"] = table.peak_mem_bytes / 1e9
     table["img_s_per_gb"] = table.throughput_img_s / table.peak_mem_gb
     return table.dropna(subset=["peak_mem_bytes"]).reset_index(drop=True)
@@ -476,34 +477,85 @@ def family_table(meas: pd.DataFrame, family: str) -> pd.DataFrame:
     return table.sort_values(index, ignore_index=True)
 
 
-def loss_curves(meas: pd.DataFrame) -> pd.DataFrame:
-    """Long frame of the loss curves training records carry in ``extra`` (any list under a key
-    containing "loss")."""
+TRAINING_SPEED = [
+    "step_time_p50_ms",
+    "step_time_p95_ms",
+    "throughput_img_s",
+    "compile_s",
+    "peak_mem_bytes",
+    "energy_j_per_step",
+]
+PARITY_METRICS = ["loss_parity_max_rel", "param_parity_max_rel", "bn_stats_parity_max_rel"]
+CONVERGENCE_METRICS = ["val_top1", "train_loss_final"]
+
+
+def check_table(meas: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """Training checks (parity, convergence) one row per model and framework, failures kept."""
+    rows = meas[(meas.family == "training") & meas.metric.isin(metrics)]
+    if rows.empty:
+        return pd.DataFrame()
+    index = ["model", "framework", "device_name", "batch_size", "trial"]
+    rows = rows.assign(batch_size=rows.batch_size.astype(float))
+    table = rows.pivot_table(index=index, columns="metric", values="value", aggfunc="first")
+    status = rows.groupby(index).status.agg(lambda s: "ok" if (s == "ok").all() else "failed")
+    table = table.join(status).reset_index()
+    table.columns.name = None
+    return table[index + [m for m in metrics if m in table] + ["status"]].sort_values(
+        index, ignore_index=True
+    )
+
+
+def parity_curves(meas: pd.DataFrame) -> pd.DataFrame:
+    """Per-step losses of both frameworks from the loss-parity records (same weights, same batches).
+
+    Failed checks are kept: a curve that drifts apart is the thing to look at.
+    """
     rows = []
-    training = meas[(meas.family == "training") & (meas.status == "ok")]
-    seen = set()
-    for r in training.itertuples():
-        for key in sorted(r.extra):
-            values = r.extra[key]
-            if "loss" not in key or not isinstance(values, list):
-                continue
-            ident = (r.model, r.framework, r.mode, r.precision, r.batch_size, r.trial, key)
-            if ident in seen:  # each metric row of a cell repeats the same curve
-                continue
-            seen.add(ident)
-            for step, loss in enumerate(values):
-                if isinstance(loss, (int, float)):
-                    rows.append(
-                        {
-                            "model": r.model,
-                            "framework": r.framework,
-                            "mode": r.mode,
-                            "precision": r.precision,
-                            "batch_size": r.batch_size,
-                            "trial": r.trial,
-                            "curve": key,
-                            "step": step,
-                            "loss": float(loss),
-                        }
-                    )
+    parity = meas[(meas.family == "training") & (meas.metric == "loss_parity_max_rel")]
+    for r in parity.itertuples():
+        for framework, losses in sorted((r.extra.get("losses") or {}).items()):
+            for step, loss in enumerate(losses):
+                rows.append(
+                    {
+                        "model": r.model,
+                        "device_name": r.device_name,
+                        "batch_size": r.batch_size,
+                        "trial": r.trial,
+                        "status": r.status,
+                        "max_rel": r.value,
+                        "framework": framework,
+                        "step": step,
+                        "loss": float(loss),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def convergence_curves(meas: pd.DataFrame) -> pd.DataFrame:
+    """Train loss per step and validation top-1 per epoch, both on an epoch axis, per framework."""
+    rows = []
+    training = meas[meas.family == "training"]
+    common = ["model", "framework", "device_name", "batch_size", "trial", "status"]
+    for r in training[training.metric == "train_loss_final"].itertuples():
+        losses = r.extra.get("train_loss") or []
+        per_epoch = r.n or len(losses) or 1
+        for step, loss in enumerate(losses):
+            rows.append(
+                {
+                    **{c: getattr(r, c) for c in common},
+                    "curve": "train loss",
+                    "epoch": (step + 1) / per_epoch,
+                    "value": float(loss),
+                }
+            )
+    for r in training[training.metric == "val_top1"].itertuples():
+        for epoch, top1 in enumerate(r.extra.get("val_top1_by_epoch") or []):
+            rows.append(
+                {
+                    **{c: getattr(r, c) for c in common},
+                    "curve": "val top-1 (%)",
+                    "epoch": float(epoch),
+                    "value": float(top1),
+                }
+            )
     return pd.DataFrame(rows)

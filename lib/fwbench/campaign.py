@@ -3,12 +3,17 @@
 A campaign file (DESIGN.md section 3) lists steps; each step names a notebook, parameters shared by
 its cells and a grid whose cartesian product gives one cell each. Every cell's keys and values are
 checked against the notebook's ``parameters`` cell here, because papermill only warns on unknown keys.
+
+A step may name an environment variable in ``when_env``: it runs only where that variable is set
+and not empty, and its string parameters may use ``${NAME}`` (e.g. a dataset folder that only
+some machines have). Parameters named ``*_path`` that are not empty must exist.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import itertools
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +22,10 @@ import yaml
 
 from fwbench.notebook_params import NotebookParameter, read_parameters
 
-STEP_KEYS = {"notebook", "params", "grid", "trials", "retry_env", "timeout"}
+STEP_KEYS = {"notebook", "params", "grid", "trials", "retry_env", "timeout", "when_env"}
 CAMPAIGN_KEYS = {"campaign", "description", "steps", "report"}
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class CampaignError(ValueError):
@@ -48,6 +54,7 @@ class Campaign:
     cells: list[Cell]
     report: bool = False
     raw: dict = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # why steps were left out (``when_env``)
 
     def select(self, pattern: str | None) -> list[Cell]:
         if not pattern:
@@ -125,6 +132,30 @@ def _check_step(path: Path, i: int, step) -> None:
     trials = step.get("trials", 1)
     if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
         raise CampaignError(f"{where}: 'trials' must be a positive integer")
+    when_env = step.get("when_env")
+    if when_env is not None and not (isinstance(when_env, str) and ENV_NAME_RE.match(when_env)):
+        raise CampaignError(f"{where}: 'when_env' must name one environment variable")
+
+
+def _expand_env(path: Path, i: int, values: dict) -> dict:
+    """``${NAME}`` in string values, from the environment; an unset name is an error."""
+
+    def expand(value):
+        if not isinstance(value, str):
+            return value
+        for name in re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", value):
+            if not os.environ.get(name):
+                raise CampaignError(
+                    f"{path}: step {i + 1} uses ${{{name}}} but {name} is not set; "
+                    f"set it, or guard the step with 'when_env: {name}'"
+                )
+            value = value.replace(f"${{{name}}}", os.environ[name])
+        return value
+
+    return {
+        k: [expand(v) for v in vs] if isinstance(vs, list) else expand(vs)
+        for k, vs in values.items()
+    }
 
 
 def _varying_step_params(steps: list[dict]) -> dict[str, set[str]]:
@@ -160,9 +191,14 @@ def load_campaign(path: str | Path) -> Campaign:
     varying = _varying_step_params(steps)
 
     cells: list[Cell] = []
+    skipped: list[str] = []
     declared_cache: dict[Path, dict[str, NotebookParameter]] = {}
     for i, step in enumerate(steps):
         nb_name = str(step["notebook"])
+        when_env = step.get("when_env")
+        if when_env and not os.environ.get(when_env):
+            skipped.append(f"step {i + 1} ({nb_name}): {when_env} is not set")
+            continue
         nb_path = resolve_notebook(nb_name, path)
         if nb_path not in declared_cache:
             try:
@@ -170,8 +206,8 @@ def load_campaign(path: str | Path) -> Campaign:
             except ValueError as exc:
                 raise CampaignError(str(exc)) from None
         declared = declared_cache[nb_path]
-        params = dict(step.get("params") or {})
-        grid = dict(step.get("grid") or {})
+        params = _expand_env(path, i, dict(step.get("params") or {}))
+        grid = _expand_env(path, i, dict(step.get("grid") or {}))
         clash = set(params) & set(grid)
         if clash:
             raise CampaignError(f"{path}: step {i + 1}: {sorted(clash)} both in params and grid")
@@ -204,7 +240,16 @@ def load_campaign(path: str | Path) -> Campaign:
         if cell.key in seen:
             raise CampaignError(f"{path}: two cells would both be written as {cell.key}")
         seen.add(cell.key)
-    return Campaign(name=name, path=path, cells=cells, report=bool(data.get("report")), raw=data)
+    if not cells:
+        raise CampaignError(f"{path}: every step was skipped ({'; '.join(skipped)})")
+    return Campaign(
+        name=name,
+        path=path,
+        cells=cells,
+        report=bool(data.get("report")),
+        raw=data,
+        skipped=skipped,
+    )
 
 
 def _validate(path: Path, notebook: str, declared: dict[str, NotebookParameter], cell: dict):
@@ -217,3 +262,8 @@ def _validate(path: Path, notebook: str, declared: dict[str, NotebookParameter],
         problem = declared[key].check(value)
         if problem:
             raise CampaignError(f"{path}: notebook {notebook}, parameter {key!r}: {problem}")
+        if key.endswith("_path") and isinstance(value, str) and value:
+            if not Path(value).expanduser().exists():
+                raise CampaignError(
+                    f"{path}: notebook {notebook}, parameter {key!r}: {value} does not exist"
+                )

@@ -27,6 +27,8 @@ def cmd_run(args) -> int:
         campaign = load_campaign(args.params)
     except CampaignError as exc:
         return _fail(str(exc))
+    for reason in campaign.skipped:
+        print(f"fwbench: skipping {reason}", file=sys.stderr)
     cells = campaign.select(args.only)
     if not cells:
         return _fail(f"--only {args.only!r} matches no cell of campaign {campaign.name}")

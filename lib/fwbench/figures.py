@@ -357,26 +357,51 @@ def by_mode_bars(table: pd.DataFrame, y: str, y_title: str) -> alt.Chart:
     )
 
 
-def loss_chart(curves: pd.DataFrame) -> alt.FacetChart:
-    data = curves.copy()
-    data["model_label"] = data.model.map(model_label)
-    data["series"] = (
-        data.framework.map(lambda f: series_label(f, "")).str.strip() + " " + data["mode"]
+def parity_chart(curves: pd.DataFrame) -> alt.FacetChart:
+    """Both frameworks' per-step losses on the same weights and batches, one panel per model."""
+    data = _plain(curves)
+    data["model_label"] = (
+        data.model.map(model_label) + " (max rel. " + data.max_rel.map(lambda v: f"{v:.1e}") + ")"
     )
-    tips = _tooltip(
-        data, ["model_label", "series", "precision", "batch_size", "trial", "curve", "step", "loss"]
-    )
+    data["series"] = data.framework.map(lambda f: series_label(f, "")).str.strip()
+    tips = _tooltip(data, ["model_label", "series", "step", "loss", "status"])
     return (
         alt.Chart(data)
-        .mark_line()
+        .mark_line(point=alt.OverlayMarkDef(size=18))
         .encode(
             x=alt.X("step:Q", title="step"),
-            y=alt.Y("loss:Q", title="training loss"),
-            color=alt.Color("series:N", title="framework · mode"),
-            strokeDash=alt.StrokeDash("curve:N", title="curve"),
+            y=alt.Y("loss:Q", title="training loss", scale=alt.Scale(zero=False)),
+            color=alt.Color("series:N", title="framework"),
+            strokeDash=alt.StrokeDash("series:N", title="framework"),
             detail="trial:N",
             tooltip=tips,
         )
-        .properties(width=300, height=200)
+        .properties(width=260, height=180)
         .facet(column=alt.Column("model_label:N", title=None))
+        .resolve_scale(y="independent")
+    )
+
+
+def convergence_chart(curves: pd.DataFrame) -> alt.FacetChart:
+    """Train loss per step and validation top-1 per epoch for both frameworks, per model."""
+    data = _plain(curves)
+    data["model_label"] = data.model.map(model_label)
+    data["series"] = data.framework.map(lambda f: series_label(f, "")).str.strip()
+    tips = _tooltip(data, ["model_label", "series", "curve", "epoch", "value"])
+    return (
+        alt.Chart(data)
+        .mark_line(opacity=0.85)
+        .encode(
+            x=alt.X("epoch:Q", title="epoch"),
+            y=alt.Y("value:Q", title=None),
+            color=alt.Color("series:N", title="framework"),
+            detail="trial:N",
+            tooltip=tips,
+        )
+        .properties(width=260, height=170)
+        .facet(
+            column=alt.Column("model_label:N", title=None),
+            row=alt.Row("curve:N", title=None),
+        )
+        .resolve_scale(y="independent")
     )

@@ -11,7 +11,13 @@ import json
 import numpy as np
 import pandas as pd
 
-from fwbench.analysis import energy_unavailable_reasons, framework_label, kind_label, model_label
+from fwbench.analysis import (
+    DEFAULT_VARIANT,
+    energy_unavailable_reasons,
+    framework_label,
+    kind_label,
+    model_label,
+)
 
 
 def times(x: float) -> str:
@@ -28,10 +34,10 @@ def ratio_sentence(row) -> str:
         f"on {model_label(row.model)} at batch {row.batch_size} in {row.precision} "
         f"on {row.device_name or row.device}"
     )
-    modes = (
-        f"{'best modes' if row.comparison == 'best' else 'defaults'}: "
-        f"JAX {row.jax_variant} vs PyTorch {row.torch_variant}"
-    )
+    label = "best modes" if row.comparison == "best" else "defaults"
+    if (row.jax_variant, row.torch_variant) == (DEFAULT_VARIANT["jax"], DEFAULT_VARIANT["torch"]):
+        label = "best modes and defaults" if row.comparison == "best" else label
+    modes = f"{label}: JAX {row.jax_variant} vs PyTorch {row.torch_variant}"
     if row.winner == "tie":
         return (
             f"JAX and PyTorch are tied {where} ({modes}; JAX ÷ PyTorch throughput "
@@ -46,11 +52,24 @@ def ratio_sentence(row) -> str:
 
 
 def headline_rows(matrix: pd.DataFrame) -> pd.DataFrame:
-    """Per model, device and precision, the largest batch size both frameworks measured."""
+    """Per model, device and precision, the largest batch size both frameworks measured.
+
+    The defaults row is left out where the best variants are the defaults: one sentence, not two.
+    """
     if matrix.empty:
         return matrix
     largest = matrix.groupby(["model", "device_name", "precision"]).batch_size.transform("max")
     rows = matrix[matrix.batch_size == largest]
+    key = ["model", "device_name", "precision", "batch_size"]
+    best = rows[rows.comparison == "best"][[*key, "jax_variant", "torch_variant"]]
+    joined = rows.merge(best, on=key, how="left", suffixes=("", "_best"))
+    joined.index = rows.index
+    repeat = (
+        (joined.comparison == "defaults")
+        & (joined.jax_variant == joined.jax_variant_best)
+        & (joined.torch_variant == joined.torch_variant_best)
+    )
+    rows = rows[~repeat]
     order = {"best": 0, "defaults": 1}
     return (
         rows.assign(_order=rows.comparison.map(order))
@@ -124,15 +143,57 @@ def failure_sentence(failures: pd.DataFrame, retries: pd.DataFrame) -> str:
     return text + " (see Failures and workarounds)."
 
 
-def executive_summary(matrix, kinds, history, baseline_run_id, failures, retries) -> list[str]:
+def executive_summary(
+    matrix, kinds, history, baseline_run_id, failures, retries, training=()
+) -> list[str]:
+    """``training``: the sentences of ``training_sentences``, placed after the inference ones."""
     sentences = [ratio_sentence(r) for r in headline_rows(matrix).itertuples()]
     if not matrix.empty:
         sentences += [tally_sentence(matrix, c) for c in ("best", "defaults")]
     else:
-        sentences.append("No configuration was measured on both frameworks in this run.")
+        sentences.append("No inference configuration was measured on both frameworks in this run.")
     sentences += kind_sentences(kinds)
+    sentences += list(training)
     sentences.append(history_sentence(history, baseline_run_id))
     sentences.append(failure_sentence(failures, retries))
+    return sentences
+
+
+def training_sentences(matrix: pd.DataFrame, parity: pd.DataFrame, convergence: pd.DataFrame):
+    """Training speed ratios, then the two fairness checks, as sentences for the summary.
+
+    ``matrix`` is the comparison matrix of training throughput; ``parity`` and ``convergence``
+    are ``analysis.check_table`` frames.
+    """
+    sentences = [f"Training: {ratio_sentence(r)}" for r in headline_rows(matrix).itertuples()]
+    if not parity.empty:
+        ok = parity[parity.status == "ok"]
+        if not ok.empty:
+            worst = ok.sort_values("loss_parity_max_rel").iloc[-1]
+            models = ", ".join(model_label(m) for m in sorted(ok.model.unique()))
+            sentences.append(
+                f"Loss-curve parity (fp32, same weights, same batches) holds for {models}: the "
+                f"per-step losses of JAX and PyTorch differ by at most "
+                f"{worst.loss_parity_max_rel:.1e} relative ({model_label(worst.model)})."
+            )
+        for r in parity[parity.status != "ok"].itertuples():
+            sentences.append(
+                f"Loss-curve parity FAILED for {model_label(r.model)} "
+                f"(largest per-step loss difference {r.loss_parity_max_rel:.1e}): its training "
+                f"speed ratio is not a like-for-like comparison."
+            )
+    if not convergence.empty:
+        parts = []
+        for model, group in convergence.groupby("model", sort=True):
+            tops = {r.framework: r.val_top1 for r in group.itertuples()}
+            text = ", ".join(
+                f"{framework_label(f)} {tops[f]:.1f}%" for f in ("torch", "jax") if f in tops
+            )
+            flag = "" if (group.status == "ok").all() else " (failed the convergence check)"
+            parts.append(f"{model_label(model)} {text}{flag}")
+        sentences.append(
+            "Validation top-1 after training from the same start: " + "; ".join(parts) + "."
+        )
     return sentences
 
 

@@ -1,0 +1,131 @@
+"""Convergence: a few epochs on a labelled dataset, both frameworks from the same start.
+
+Both sides start from the same ported weights, see the same batches in the same order (one
+seeded sampler, augmentation off) and follow the same learning-rate schedule. Unlike the parity
+check, dropout and stochastic depth stay on, as torchvision trains these models; each framework
+draws its own masks, so the curves are compared as curves (final accuracy within a few points),
+not step by step. Validation top-1 is measured in eval mode (running BatchNorm statistics) before
+training and after every epoch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fwbench.training.batches import TrainingData
+from fwbench.training.optim import OptimConfig
+from fwbench.training.steps import JaxTrainer, TorchTrainer, configure_precision
+
+CHANCE_MARGIN = 3.0  # "well above chance": at least this many times the chance accuracy
+MAX_GAP_POINTS = 5.0  # the two frameworks' final val top-1, in percentage points
+
+
+@dataclass
+class Curve:
+    framework: str
+    train_loss: list[float] = field(default_factory=list)  # one per step
+    val_top1: list[float] = field(default_factory=list)  # % before training, then per epoch
+    steps_per_epoch: int = 0
+    seconds: float = 0.0
+
+    @property
+    def final_val_top1(self) -> float:
+        return self.val_top1[-1]
+
+    @property
+    def final_train_loss(self) -> float:
+        """Mean loss over the last epoch's steps: a single step's loss is too noisy to report."""
+        last = self.train_loss[-self.steps_per_epoch :] if self.steps_per_epoch else []
+        return float(np.mean(last)) if last else float("nan")
+
+
+def steps_per_epoch(data: TrainingData, batch_size: int, limit: int = 0) -> int:
+    """Full batches in one pass over the training split, capped at ``limit`` when positive."""
+    source = data.train_source
+    n = len(source[1]) if isinstance(source, tuple) else len(source)
+    full = n // batch_size
+    if full == 0:
+        raise ValueError(f"batch size {batch_size} exceeds the {n} training images of {data.name}")
+    return min(full, limit) if limit > 0 else full
+
+
+def val_top1(trainer, data: TrainingData, batch_size: int) -> float:
+    correct = total = 0
+    for images, labels in data.val_batches(batch_size):
+        correct += int((trainer.predict(images) == labels).sum())
+        total += len(labels)
+    return 100.0 * correct / total
+
+
+def train_curve(
+    trainer, data: TrainingData, *, epochs: int, batch_size: int, seed: int, max_steps: int = 0
+) -> Curve:
+    curve = Curve(trainer.framework, steps_per_epoch=steps_per_epoch(data, batch_size, max_steps))
+    start = time.perf_counter()
+    curve.val_top1.append(val_top1(trainer, data, batch_size))
+    for epoch in range(epochs):
+        batches = data.train_batches(batch_size, seed, epoch)
+        for images, labels in itertools.islice(batches, curve.steps_per_epoch):
+            curve.train_loss.append(trainer.loss_value(trainer.step(trainer.put(images, labels))))
+        curve.val_top1.append(val_top1(trainer, data, batch_size))
+    trainer.sync()
+    curve.seconds = time.perf_counter() - start
+    return curve
+
+
+def run_convergence(
+    model: str,
+    data: TrainingData,
+    config: OptimConfig,
+    *,
+    epochs: int,
+    batch_size: int,
+    seed: int = 0,
+    max_steps_per_epoch: int = 0,
+    precision: str = "fp32",
+    devices: dict[str, str] | None = None,
+) -> dict[str, Curve]:
+    """Train torch (eager) and JAX (jit) side by side; ``config.total_steps`` should span the run."""
+    from fwbench.models import build_pair
+
+    if not data.has_labels:
+        raise ValueError("convergence needs a labelled dataset: digits or imagenet100")
+    devices = devices or {"torch": "cpu", "jax": "cpu"}
+    for framework in ("torch", "jax"):
+        configure_precision(framework, precision)
+    torch_model, flax_model = build_pair(
+        model, seed=seed, num_classes=data.num_classes, image_size=data.image_size
+    )
+    trainers = [
+        TorchTrainer(torch_model, config, device=devices["torch"], precision=precision),
+        JaxTrainer(flax_model, config, device=devices["jax"], precision=precision),
+    ]
+    return {
+        t.framework: train_curve(
+            t, data, epochs=epochs, batch_size=batch_size, seed=seed, max_steps=max_steps_per_epoch
+        )
+        for t in trainers
+    }
+
+
+def verdict(curves: dict[str, Curve], num_classes: int) -> list[str]:
+    """Why the run does not count as converged on both sides; empty when it does."""
+    chance = 100.0 / num_classes
+    problems = []
+    for name, curve in curves.items():
+        if curve.final_val_top1 < CHANCE_MARGIN * chance:
+            problems.append(
+                f"{name} reached {curve.final_val_top1:.1f}% val top-1, "
+                f"not {CHANCE_MARGIN:g}x chance ({chance:.1f}%)"
+            )
+    finals = [c.final_val_top1 for c in curves.values()]
+    if max(finals) - min(finals) > MAX_GAP_POINTS:
+        problems.append(
+            f"final val top-1 differs by {max(finals) - min(finals):.1f} points "
+            f"(> {MAX_GAP_POINTS:g})"
+        )
+    return problems

@@ -1,0 +1,284 @@
+"""One training step per framework, each at its own best practice, with the same arithmetic.
+
+Both trainers take host batches as NCHW float32 numpy (the Flax side transposes to NHWC once,
+on the way to the device) and labels as integers, minimise the mean cross-entropy computed in
+fp32, and apply the matched optimizers of ``fwbench.training.optim``.
+
+- ``TorchTrainer``: eager or ``torch.compile`` of the model's forward (the backward and the
+  optimizer stay eager, as the torch.compile tutorials train); ``bf16-mixed`` is
+  ``torch.autocast(dtype=bfloat16)`` over fp32 master weights.
+- ``JaxTrainer``: the whole step (forward, backward, optimizer) under one ``jax.jit``, with the
+  model split into parameters and everything else (BatchNorm statistics, dropout RNG counters) so
+  that state threads through the step and comes back updated, as torch's buffers are updated in
+  place. ``bf16-mixed`` casts the fp32 parameters to bf16 inside the differentiated function,
+  so gradients arrive in fp32 for the fp32 master copy; BatchNorm statistics stay fp32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import numpy as np
+
+from fwbench import device as fw_device
+from fwbench.training.optim import OptimConfig, optax_optimizer, torch_optimizer
+
+PRECISIONS = ("fp32", "tf32", "bf16-mixed")
+TORCH_MODES = ("eager", "compile")
+JAX_MODES = ("jit",)
+
+
+def check_mode(framework: str, mode: str) -> None:
+    allowed = TORCH_MODES if framework == "torch" else JAX_MODES
+    if mode not in allowed:
+        raise ValueError(f"mode {mode!r} is not a {framework} training mode; choose from {allowed}")
+
+
+def configure_precision(framework: str, precision: str) -> dict:
+    """Apply the matmul settings for ``precision`` and return what was set, for the records.
+
+    bf16-mixed keeps TF32 off: whatever still runs in fp32 (optimizer, losses, norms) runs in full
+    fp32 on both sides, so the only reduced precision is the bf16 compute both sides asked for.
+    """
+    from fwbench import precision as fw_precision
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    settings = fw_precision.configure(framework, "tf32" if precision == "tf32" else "fp32")
+    settings["compute_dtype"] = "bfloat16" if precision == "bf16-mixed" else "float32"
+    settings["master_weights"] = "float32"
+    return settings
+
+
+def disable_stochastic_layers(torch_model, flax_model) -> int:
+    """Set every dropout and stochastic-depth rate to 0 on both sides; returns how many were set.
+
+    The two frameworks draw different random masks, so a step-by-step comparison is only
+    meaningful without them. BatchNorm keeps its training behaviour.
+    """
+    import torch
+    from flax import nnx
+    from torchvision.ops import StochasticDepth
+
+    changed = 0
+    for module in torch_model.modules():
+        if isinstance(module, (torch.nn.Dropout, StochasticDepth)) and module.p > 0:
+            module.p = 0.0
+            changed += 1
+    for _, node in nnx.iter_graph(flax_model):
+        if isinstance(node, nnx.Module) and getattr(node, "rate", 0.0) > 0:
+            node.rate = 0.0
+            changed += 1
+    return changed
+
+
+class TorchTrainer:
+    framework = "torch"
+
+    def __init__(
+        self,
+        model,
+        config: OptimConfig,
+        *,
+        device: str = "cpu",
+        precision: str = "fp32",
+        mode: str = "eager",
+        channels_last: bool = False,
+    ):
+        import torch
+
+        check_mode("torch", mode)
+        self.device, self.precision, self.mode = device, precision, mode
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.model = model.to(device=device, memory_format=self.memory_format).train()
+        self.optimizer, self.scheduler = torch_optimizer(self.model.parameters(), config)
+        if mode == "compile":
+            torch._dynamo.reset()
+            self.forward = torch.compile(self.model)
+        else:
+            self.forward = self.model
+
+    def _autocast(self):
+        import torch
+
+        if self.precision != "bf16-mixed":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device, dtype=torch.bfloat16)
+
+    def put(self, images: np.ndarray, labels: np.ndarray):
+        import torch
+
+        x = torch.from_numpy(np.ascontiguousarray(images, np.float32)).to(self.device)
+        y = torch.from_numpy(np.asarray(labels, np.int64)).to(self.device)
+        return x.contiguous(memory_format=self.memory_format), y
+
+    def step(self, batch):
+        """One update on a device batch from ``put``; returns the loss before the update."""
+        import torch.nn.functional as F
+
+        x, y = batch
+        self.optimizer.zero_grad(set_to_none=True)
+        with self._autocast():
+            logits = self.forward(x)
+        loss = F.cross_entropy(logits.float(), y)
+        loss.backward()
+        self.optimizer.step()
+        self.scheduler.step()
+        return loss.detach()
+
+    def sync(self, _output=None) -> None:
+        fw_device.torch_sync(self.device)
+
+    def loss_value(self, output) -> float:
+        return float(output)
+
+    def predict(self, images: np.ndarray) -> np.ndarray:
+        """Class predictions in eval mode (running statistics, no dropout), then back to training."""
+        import torch
+
+        x, _ = self.put(images, np.zeros(len(images), np.int64))
+        self.model.eval()
+        try:
+            with torch.no_grad(), self._autocast():
+                return self.model(x).argmax(dim=1).cpu().numpy()
+        finally:
+            self.model.train()
+
+    def warm_start(self, batch) -> float:
+        """Seconds the first step costs beyond a steady step: torch.compile's compile time."""
+        if self.mode == "eager":
+            return 0.0
+        t0 = time.perf_counter()
+        self.sync(self.step(batch))
+        first = time.perf_counter() - t0
+        steady = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            self.sync(self.step(batch))
+            steady.append(time.perf_counter() - t0)
+        return max(first - float(np.median(steady)), 0.0)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {
+            k: v.detach().float().cpu().numpy()
+            for k, v in self.model.state_dict().items()
+            if v.is_floating_point()
+        }
+
+
+class JaxTrainer:
+    framework = "jax"
+
+    def __init__(
+        self,
+        model,
+        config: OptimConfig,
+        *,
+        device: str = "cpu",
+        precision: str = "fp32",
+        mode: str = "jit",
+    ):
+        import jax
+        import jax.numpy as jnp
+        import optax
+        from flax import nnx
+
+        check_mode("jax", mode)
+        self.device, self.precision, self.mode = device, precision, mode
+        self.jax_device = fw_device.jax_device(device)
+        self.model = model
+        model.eval()
+        eval_graphdef, _, _ = nnx.split(model, nnx.Param, ...)
+        model.train()
+        graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+        self.tx = optax_optimizer(config)
+        # copies, never aliases: the step donates its inputs, and the module must stay readable
+        self.params = jax.device_put(params, self.jax_device, may_alias=False)
+        self.rest = jax.device_put(rest, self.jax_device, may_alias=False)
+        self.opt_state = jax.device_put(self.tx.init(self.params), self.jax_device, may_alias=False)
+        compute_dtype = jnp.bfloat16 if precision == "bf16-mixed" else jnp.float32
+
+        def cast(tree):
+            if compute_dtype == jnp.float32:
+                return tree
+            return jax.tree.map(
+                lambda a: a.astype(compute_dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a,
+                tree,
+            )
+
+        def train_step(params, rest, opt_state, x, y):
+            def loss_fn(params, rest):
+                # fresh Variables (copy=True) belong to this trace, so BatchNorm may update them
+                # here; merging without a copy reuses ones owned by the outer jit trace
+                module = nnx.merge(graphdef, cast(params), rest, copy=True)
+                logits = module(x.astype(compute_dtype)).astype(jnp.float32)
+                loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+                _, _, new_rest = nnx.split(module, nnx.Param, ...)
+                return loss, new_rest
+
+            (loss, new_rest), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, rest)
+            updates, opt_state = self.tx.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), new_rest, opt_state, loss
+
+        def predict(params, rest, x):
+            logits = nnx.merge(eval_graphdef, cast(params), rest)(x.astype(compute_dtype))
+            return jnp.argmax(logits, axis=-1)
+
+        # donation lets XLA update parameters and optimizer state in place, as torch does
+        self._jitted = jax.jit(train_step, donate_argnums=(0, 1, 2))
+        self._predict = jax.jit(predict)
+        self._compiled = {}
+
+    def put(self, images: np.ndarray, labels: np.ndarray):
+        import jax
+
+        x = np.ascontiguousarray(np.asarray(images, np.float32).transpose(0, 2, 3, 1))
+        y = np.asarray(labels, np.int32)
+        return jax.device_put(x, self.jax_device), jax.device_put(y, self.jax_device)
+
+    def compile(self, batch) -> tuple[float, float]:
+        """AOT-compile the step for this batch shape; returns (lowering s, XLA compile s)."""
+        x, y = batch
+        t0 = time.perf_counter()
+        lowered = self._jitted.lower(self.params, self.rest, self.opt_state, x, y)
+        t1 = time.perf_counter()
+        self._compiled[(x.shape, x.dtype)] = lowered.compile()
+        t2 = time.perf_counter()
+        return t1 - t0, t2 - t1
+
+    def step(self, batch):
+        x, y = batch
+        fn = self._compiled.get((x.shape, x.dtype), self._jitted)
+        self.params, self.rest, self.opt_state, loss = fn(
+            self.params, self.rest, self.opt_state, x, y
+        )
+        return loss
+
+    def sync(self, _output=None) -> None:
+        # every output of the step, not only the loss: an update still in flight is unfinished work
+        fw_device.jax_sync((self.params, self.rest, self.opt_state))
+
+    def loss_value(self, output) -> float:
+        return float(output)
+
+    def predict(self, images: np.ndarray) -> np.ndarray:
+        x, _ = self.put(images, np.zeros(len(images), np.int32))
+        return np.asarray(self._predict(self.params, self.rest, x))
+
+    def warm_start(self, batch) -> float:
+        lower_s, compile_s = self.compile(batch)
+        return lower_s + compile_s
+
+    def sync_model(self):
+        """Write the trained parameters and statistics back into the Flax module."""
+        from flax import nnx
+
+        nnx.update(self.model, self.params, self.rest)
+        return self.model
+
+    def state_dict(self, links_fn) -> dict[str, np.ndarray]:
+        """Torch-layout arrays keyed like torchvision, through the model's weight links."""
+        from fwbench.models import porting
+
+        return porting.export_state_dict(links_fn(self.sync_model()))

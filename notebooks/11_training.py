@@ -1,0 +1,272 @@
+# %% [markdown]
+# # 11 · Training: step time, compile time, memory, energy, loss-curve parity and convergence
+#
+# **Purpose.** For one model, measure how fast ONE framework trains (each campaign cell is one
+# framework, mode, precision and batch size): per-step time with every step synced (p50/p95 and a
+# 95% interval of the median), images/s, compile time (JAX lowering and XLA compile timed apart;
+# torch.compile's first step minus a steady step), peak memory and energy per step. Then, with
+# `check_parity` and `check_convergence`, run BOTH frameworks in this kernel to show they train
+# the same function:
+#
+# - **Loss-curve parity** (fp32, TF32 off): from the same ported weights, on the same batches,
+#   `parity_steps` steps of each; every step's loss must agree to 1e-3 relative, and every tensor
+#   after the last step is compared (max|Δ|/max|torch|, reported, with a 2e-2 sanity bound).
+#   Dropout and stochastic depth are off for this check only (the frameworks draw different
+#   masks); BatchNorm trains and its running statistics are compared too. A failure is recorded
+#   with status `failed` and fails the cell.
+# - **Convergence**: `epochs` epochs on a labelled dataset (digits, or ImageNet-100 from
+#   `dataset_path`), train loss and validation top-1 of both frameworks on one chart.
+#
+# Both sides: same weights (`fwbench.models.build_pair`), one seeded sampler, augmentation off,
+# mean cross-entropy in fp32, the same optimizer built twice (`fwbench.training.optim`: SGD with
+# momentum 0.9 and coupled weight decay, or AdamW with decoupled decay) and the same learning-rate
+# schedule (`schedule`: constant, or cosine from `lr` to 0 over the run, evaluated by one function
+# of the step on both sides). Precision: fp32 = TF32 off on both sides; tf32 = on for both;
+# bf16-mixed = fp32 master weights with bf16 compute (torch.autocast / bf16-cast parameters in the
+# JAX step), BatchNorm statistics and the loss in fp32.
+#
+# **Run it:** `fwbench run params/training_cpu.yaml` (parity and convergence on CPU), or the
+# training steps of `params/smoke.yaml` / `params/h100.yaml`.
+#
+# **Runtime:** the defaults (ResNet-50, 32×32, batch 8, parity over 20 steps) take about 2 min on
+# a 2-core CPU, most of it XLA compiling the training step; convergence on digits adds 1 to 5 min
+# per model. On an H100 a speed cell takes under a minute.
+
+# %% tags=["parameters"]
+model = "resnet50"
+framework = "torch"  # one of: torch, jax
+device = "auto"  # one of: auto, cpu, cuda
+precision = "fp32"  # one of: fp32, tf32, bf16-mixed
+mode = "default"  # one of: default, eager, compile, jit
+optimizer = "sgd"  # one of: sgd, adamw
+lr = None
+schedule = "cosine"  # one of: constant, cosine
+batch_size = 8
+image_size = 32
+dataset = "synthetic"  # one of: synthetic, digits, imagenet100
+dataset_path = ""
+seed = 0
+measure_speed = True
+min_iters = 5
+min_seconds = 1.0
+warmup = 3
+include_data = False
+channels_last = False
+cudnn_benchmark = False
+check_parity = True
+parity_steps = 20
+parity_lr = None
+check_convergence = False
+epochs = 3
+steps = 0
+
+# %% [markdown]
+# `lr = None` takes the optimizer's default (SGD 0.02, AdamW 1e-3); `parity_lr = None` uses `lr`
+# for the parity check too. A smaller `parity_lr` suits models whose training is chaotic at the
+# campaign's rate: EfficientNet-B0 in torch fp32 drifts 3% from torch fp64 within 20 steps at
+# SGD 1e-3, so no two fp32 implementations can agree to 1e-3 there; at 1e-4 they do.
+# `mode = "default"` is each framework's default: torch eager, JAX jit. `channels_last` and
+# `cudnn_benchmark` are torch's best-practice switches for CNNs on a GPU (off by default). `steps` caps the steps per epoch of the convergence
+# run (0 = a full pass over the training split). ViT image sizes must be multiples of 16.
+
+# %%
+import pandas as pd
+
+from fwbench import analysis, figures
+from fwbench import device as fw_device
+from fwbench.bench.inference import resolve_mode
+from fwbench.models import get_spec
+from fwbench.records import Recorder
+from fwbench.timing import StopRule
+from fwbench.training import batches, records
+from fwbench.training import steps as train_steps
+from fwbench.training.optim import OptimConfig
+
+figures.use_theme()
+spec = get_spec(model)
+if spec.kind == "transformer" and image_size % 16:
+    raise ValueError(f"{model} needs image_size a multiple of 16, got {image_size}")
+mode = resolve_mode(framework, mode)  # "default": torch eager, JAX jit
+train_steps.check_mode(framework, mode)
+kind = fw_device.resolve_device(framework, device)
+name = fw_device.device_name(framework, kind)
+kinds = {fw: fw_device.resolve_device(fw, device) for fw in ("torch", "jax")}
+data = batches.load(dataset, image_size, path=dataset_path)
+settings = train_steps.configure_precision(framework, precision)
+if framework == "torch":
+    import torch
+
+    torch.backends.cudnn.benchmark = cudnn_benchmark
+    settings["torch.backends.cudnn.benchmark"] = cudnn_benchmark
+rec = Recorder(
+    "training",
+    model=model,
+    framework=framework,
+    mode=mode,
+    device=kind,
+    device_name=name,
+    precision=precision,
+)
+run_info = {
+    "dataset": dataset,
+    "image_size": image_size,
+    "optimizer": optimizer,
+    "lr": lr,
+    "schedule": schedule,
+    "seed": seed,
+}
+print(f"{model} · {framework} {mode} · {precision} · {name} · {dataset} {image_size}px")
+settings
+
+# %% [markdown]
+# ## Speed of one training step
+# A fresh model (torchvision's initialisation, ported), trained on batches from `dataset`; the
+# first steps compile (JAX: AOT lower + compile; torch.compile: first step), then warm-up runs
+# until step times stop drifting, then every step is synced and timed alone.
+
+# %%
+speed = None
+if measure_speed:
+    from fwbench.models import build_pair
+    from fwbench.training.speed import measure_training_speed
+
+    torch_model, flax_model = build_pair(
+        model, seed=seed, num_classes=data.num_classes, image_size=image_size
+    )
+    config = OptimConfig(optimizer, lr=lr, schedule=schedule)
+    if framework == "torch":
+        cnn_layout = channels_last and spec.kind == "cnn"
+        trainer = train_steps.TorchTrainer(
+            torch_model,
+            config,
+            device=kind,
+            precision=precision,
+            mode=mode,
+            channels_last=cnn_layout,
+        )
+        settings["channels_last"] = cnn_layout
+        del flax_model
+    else:
+        trainer = train_steps.JaxTrainer(flax_model, config, device=kind, precision=precision)
+        del torch_model
+    speed = measure_training_speed(
+        trainer,
+        data.stream(batch_size, seed),
+        batch_size,
+        StopRule(min_iters=min_iters, min_seconds=min_seconds),
+        warmup=warmup,
+        include_data=include_data,
+    )
+    records.add_speed(rec, speed)
+    for row in rec.rows:
+        row["extra"] = {
+            **row["extra"],
+            "settings": settings,
+            "config": config.describe(),
+            "include_data": include_data,
+            "channels_last": settings.get("channels_last", False),
+            **run_info,
+        }
+    del trainer
+    display(rec.frame()[["metric", "value", "unit", "n", "ci_low", "ci_high", "status"]])
+
+# %% [markdown]
+# ## Loss-curve parity (both frameworks, fp32)
+# `parity_steps` seeded noise batches (labels drawn from the dataset's classes), torch eager
+# against JAX jit, every residual branch starting at zero, the schedule spanning exactly those
+# steps. Noise rather than the dataset's images because on the flat upsampled digits ResNet-50's
+# training is chaotic and no two fp32 implementations stay together (see
+# `fwbench.training.parity`).
+
+# %%
+parity = None
+if check_parity:
+    from fwbench.data import rotating_batches
+    from fwbench.training.parity import run_parity
+
+    parity_data = rotating_batches(parity_steps, batch_size, image_size, seed, data.num_classes)
+    parity_config = OptimConfig(
+        optimizer,
+        lr=lr if parity_lr is None else parity_lr,
+        schedule=schedule,
+        total_steps=parity_steps,
+    )
+    parity = run_parity(
+        model,
+        parity_data,
+        parity_config,
+        seed=seed,
+        num_classes=data.num_classes,
+        image_size=image_size,
+        devices=kinds,
+    )
+    records.add_parity(
+        rec,
+        parity,
+        batch_size,
+        device=kinds["jax"],
+        device_name=fw_device.device_name("jax", kinds["jax"]),
+    )
+    worst_param, worst_param_err = parity.worst_param
+    print(
+        f"loss max rel {parity.loss_max_rel:.2e} over {parity.steps} steps; "
+        f"worst parameter {worst_param} {worst_param_err:.2e}; "
+        f"worst BN statistic {parity.worst_buffer[0]} {parity.worst_buffer[1]:.2e}"
+    )
+    display(figures.parity_chart(analysis.parity_curves(rec.frame())))
+
+# %% [markdown]
+# ## Convergence (both frameworks)
+
+# %%
+curves, convergence_problems = None, []
+if check_convergence:
+    from fwbench.training.convergence import run_convergence, steps_per_epoch, verdict
+
+    per_epoch = steps_per_epoch(data, batch_size, steps)
+    conv_config = OptimConfig(optimizer, lr=lr, schedule=schedule, total_steps=epochs * per_epoch)
+    curves = run_convergence(
+        model,
+        data,
+        conv_config,
+        epochs=epochs,
+        batch_size=batch_size,
+        seed=seed,
+        max_steps_per_epoch=steps,
+        precision=precision,
+        devices=kinds,
+    )
+    convergence_problems = verdict(curves, data.num_classes)
+    records.add_convergence(
+        rec,
+        curves,
+        batch_size,
+        convergence_problems,
+        device=kinds["jax"],
+        device_name=fw_device.device_name("jax", kinds["jax"]),
+    )
+    display(
+        pd.DataFrame(
+            [
+                {
+                    "framework": fw,
+                    "val_top1_%": c.final_val_top1,
+                    "train_loss_last_epoch": c.final_train_loss,
+                    "seconds": round(c.seconds, 1),
+                }
+                for fw, c in curves.items()
+            ]
+        )
+    )
+    display(figures.convergence_chart(analysis.convergence_curves(rec.frame())))
+
+# %%
+for row in rec.rows:
+    row["extra"] = {**run_info, **row["extra"]}
+rec.emit()
+
+# %%
+# A parity or convergence failure fails the cell, so the campaign's exit status shows it.
+if parity is not None:
+    assert parity.passed, f"fp32 training parity failed: {parity.failures()}"
+assert not convergence_problems, f"convergence failed: {convergence_problems}"
