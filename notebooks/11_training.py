@@ -74,7 +74,6 @@ import pandas as pd
 
 from fwbench import analysis, figures
 from fwbench import device as fw_device
-from fwbench.bench.inference import resolve_mode
 from fwbench.models import get_spec
 from fwbench.records import Recorder
 from fwbench.timing import StopRule
@@ -86,8 +85,7 @@ figures.use_theme()
 spec = get_spec(model)
 if spec.kind == "transformer" and image_size % 16:
     raise ValueError(f"{model} needs image_size a multiple of 16, got {image_size}")
-mode = resolve_mode(framework, mode)  # "default": torch eager, JAX jit
-train_steps.check_mode(framework, mode)
+mode = train_steps.resolve_training_mode(framework, mode)  # "default": torch eager, JAX jit
 kind = fw_device.resolve_device(framework, device)
 name = fw_device.device_name(framework, kind)
 kinds = {fw: fw_device.resolve_device(fw, device) for fw in ("torch", "jax")}

@@ -62,6 +62,24 @@ def test_bad_input_is_refused_with_one_message(write_campaign, text, message):
         load_campaign(write_campaign(text))
 
 
+@pytest.mark.parametrize(
+    "notebook, params, message",
+    [
+        ("10_inference", "{framework: jax, mode: compile}", "not a jax mode"),
+        ("11_training", "{framework: torch, mode: jit}", "not a torch training mode"),
+        ("11_training", "{framework: jax, mode: eager}", "not a jax training mode"),
+    ],
+)
+def test_a_mode_the_framework_lacks_is_refused_before_running(
+    write_campaign, notebook, params, message
+):
+    text = (
+        f"campaign: demo\nsteps:\n  - notebook: {REPO}/notebooks/{notebook}\n    params: {params}\n"
+    )
+    with pytest.raises(CampaignError, match=message):
+        load_campaign(write_campaign(text))
+
+
 def test_unknown_model_is_refused_by_the_registry(write_campaign, tmp_path):
     nb = tmp_path / "with_model.py"
     nb.write_text('# %% tags=["parameters"]\nmodel = "resnet50"\n\n# %%\nprint(model)\n')

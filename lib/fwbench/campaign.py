@@ -26,6 +26,12 @@ STEP_KEYS = {"notebook", "params", "grid", "trials", "retry_env", "timeout", "wh
 CAMPAIGN_KEYS = {"campaign", "description", "steps", "report"}
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Notebooks whose ``mode`` depends on ``framework``: the function that refuses a bad pair, so that
+# e.g. ``framework: jax, mode: compile`` is bad input before anything runs, not a failed cell.
+MODE_CHECKS = {
+    "10_inference": ("fwbench.bench.inference", "resolve_mode"),
+    "11_training": ("fwbench.training.steps", "resolve_training_mode"),
+}
 
 
 class CampaignError(ValueError):
@@ -218,6 +224,7 @@ def load_campaign(path: str | Path) -> Campaign:
         for combo in itertools.product(*(grid[k] for k in keys)):
             cell_params = {**params, **dict(zip(keys, combo, strict=True))}
             _validate(path, short_name, declared, cell_params)
+            _check_mode(path, short_name, {k: p.default for k, p in declared.items()} | cell_params)
             for trial in range(1, trials + 1):
                 cells.append(
                     Cell(
@@ -267,3 +274,15 @@ def _validate(path: Path, notebook: str, declared: dict[str, NotebookParameter],
                 raise CampaignError(
                     f"{path}: notebook {notebook}, parameter {key!r}: {value} does not exist"
                 )
+
+
+def _check_mode(path: Path, notebook: str, parameters: dict) -> None:
+    if notebook not in MODE_CHECKS or not {"framework", "mode"} <= set(parameters):
+        return
+    import importlib
+
+    module, name = MODE_CHECKS[notebook]
+    try:
+        getattr(importlib.import_module(module), name)(parameters["framework"], parameters["mode"])
+    except ValueError as exc:
+        raise CampaignError(f"{path}: notebook {notebook}: {exc}") from None

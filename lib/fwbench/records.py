@@ -142,6 +142,21 @@ class Recorder:
             **columns,
         )
 
+    def add_compile_and_memory(self, result: Any, **columns: Any) -> None:
+        """``compile_s`` (and JAX's ``lower_s`` / ``xla_compile_s``) and ``peak_mem_bytes`` of a
+        benchmark result that has those attributes (inference and training results do)."""
+        self.add("compile_s", result.compile_s, "s", **columns)
+        if result.lower_s is not None:
+            self.add("lower_s", result.lower_s, "s", **columns)
+            self.add("xla_compile_s", result.xla_compile_s, "s", **columns)
+        self.add(
+            "peak_mem_bytes",
+            result.peak_mem_bytes,
+            "bytes",
+            extra={"source": result.peak_mem_source},
+            **columns,
+        )
+
     def frame(self):
         import pandas as pd
 

@@ -247,17 +247,7 @@ def add_records(rec, result: BatchResult, ceiling_tflops: float | None, ceiling_
         batch_size=bs,
         extra={"samples": np.round(result.throughput_img_s, 3).tolist(), "noisy": thr["noisy"]},
     )
-    rec.add(
-        "peak_mem_bytes",
-        result.peak_mem_bytes,
-        "bytes",
-        batch_size=bs,
-        extra={"source": result.peak_mem_source},
-    )
-    rec.add("compile_s", result.compile_s, "s", batch_size=bs)
-    if result.lower_s is not None:
-        rec.add("lower_s", result.lower_s, "s", batch_size=bs)
-        rec.add("xla_compile_s", result.xla_compile_s, "s", batch_size=bs)
+    rec.add_compile_and_memory(result, batch_size=bs)
     rec.add(
         "energy_j_per_img",
         result.energy_j_per_img,

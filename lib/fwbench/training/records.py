@@ -62,18 +62,7 @@ def add_speed(rec, result: SpeedResult, **columns) -> None:
         },
         **columns,
     )
-    rec.add("compile_s", result.compile_s, "s", batch_size=bs, **columns)
-    if result.lower_s is not None:
-        rec.add("lower_s", result.lower_s, "s", batch_size=bs, **columns)
-        rec.add("xla_compile_s", result.xla_compile_s, "s", batch_size=bs, **columns)
-    rec.add(
-        "peak_mem_bytes",
-        result.peak_mem_bytes,
-        "bytes",
-        batch_size=bs,
-        extra={"source": result.peak_mem_source},
-        **columns,
-    )
+    rec.add_compile_and_memory(result, batch_size=bs, **columns)
     energy_extra = {
         "source" if result.energy_j_per_step is not None else "reason": result.energy_note
     }

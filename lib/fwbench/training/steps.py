@@ -35,6 +35,14 @@ def check_mode(framework: str, mode: str) -> None:
         raise ValueError(f"mode {mode!r} is not a {framework} training mode; choose from {allowed}")
 
 
+def resolve_training_mode(framework: str, mode: str) -> str:
+    """``default`` is each framework's out-of-the-box way to train: torch eager, JAX jit."""
+    if mode == "default":
+        mode = "eager" if framework == "torch" else "jit"
+    check_mode(framework, mode)
+    return mode
+
+
 def configure_precision(framework: str, precision: str) -> dict:
     """Apply the matmul settings for ``precision`` and return what was set, for the records.
 
