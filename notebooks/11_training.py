@@ -25,12 +25,12 @@
 # bf16-mixed = fp32 master weights with bf16 compute (torch.autocast / bf16-cast parameters in the
 # JAX step), BatchNorm statistics and the loss in fp32.
 #
-# **Run it:** `fwbench run params/training_cpu.yaml` (parity and convergence on CPU), or the
-# training steps of `params/smoke.yaml` / `params/h100.yaml`.
+# **Run it:** `fwbench run params/cpu.yaml --only '11_training/*'` (parity and convergence on
+# CPU), or the training steps of `params/smoke.yaml` / `params/h100.yaml`.
 #
-# **Runtime:** the defaults (ResNet-50, 32×32, batch 8, parity over 20 steps) take about 2 min on
-# a 2-core CPU, most of it XLA compiling the training step; convergence on digits adds 1 to 5 min
-# per model. On an H100 a speed cell takes under a minute.
+# **Runtime:** the defaults (ResNet-50, digits at 32×32, batch 16, parity over 20 steps) take about
+# 3 min on a 2-core CPU, most of it XLA compiling the training step; convergence on digits adds
+# 2 to 15 min per model (ViT-B/16 the longest). On an H100 a speed cell takes under a minute.
 
 # %% tags=["parameters"]
 model = "resnet50"
@@ -41,9 +41,9 @@ mode = "default"  # one of: default, eager, compile, jit
 optimizer = "sgd"  # one of: sgd, adamw
 lr = None
 schedule = "cosine"  # one of: constant, cosine
-batch_size = 8
+batch_size = 16
 image_size = 32
-dataset = "synthetic"  # one of: synthetic, digits, imagenet100
+dataset = "digits"  # one of: synthetic, digits, imagenet100
 dataset_path = ""
 seed = 0
 measure_speed = True
@@ -61,7 +61,7 @@ epochs = 3
 steps = 0
 
 # %% [markdown]
-# `lr = None` takes the optimizer's default (SGD 0.02, AdamW 1e-3); `parity_lr = None` uses `lr`
+# `lr = None` takes the optimizer's default (SGD 0.005, AdamW 1e-3); `parity_lr = None` uses `lr`
 # for the parity check too. A smaller `parity_lr` suits models whose training is chaotic at the
 # campaign's rate: EfficientNet-B0 in torch fp32 drifts 3% from torch fp64 within 20 steps at
 # SGD 1e-3, so no two fp32 implementations can agree to 1e-3 there; at 1e-4 they do.

@@ -26,9 +26,11 @@ from dataclasses import asdict, dataclass
 OPTIMIZERS = ("sgd", "adamw")
 SCHEDULES = ("constant", "cosine")
 
-# Defaults that train every model of the registry from scratch without diverging at small batch
-# sizes; the notebooks expose ``lr`` so a campaign can override it.
-DEFAULT_LR = {"sgd": 0.02, "adamw": 1e-3}
+# Defaults that train the registry's CNNs from scratch at small batch sizes and keep fp32 training
+# close enough to deterministic for the parity check (at SGD 0.02, batch 8, ResNet-50's BatchNorm
+# biases drift 12% apart between the frameworks while the losses still agree to 4e-4); the
+# notebooks expose ``lr`` so a campaign can override it.
+DEFAULT_LR = {"sgd": 0.005, "adamw": 1e-3}
 DEFAULT_WEIGHT_DECAY = {"sgd": 1e-4, "adamw": 0.05}
 
 
