@@ -15,7 +15,11 @@
 #   masks); BatchNorm trains and its running statistics are compared too. A failure is recorded
 #   with status `failed` and fails the cell.
 # - **Convergence**: `epochs` epochs on a labelled dataset (digits, or ImageNet-100 from
-#   `dataset_path`), train loss and validation top-1 of both frameworks on one chart.
+#   `dataset_path`), train loss and validation top-1 of both frameworks on one chart. After the
+#   last epoch both sides recompute their BatchNorm statistics at the final weights (one pass,
+#   plain average, as `torch.optim.swa_utils.update_bn`) and validate again; that is the reported
+#   `val_top1`, beside `val_top1_as_trained`. MobileNetV3's momentum-0.01 running statistics lag
+#   fast-moving weights so far that, as trained, both frameworks predict one class.
 #
 # Both sides: same weights (`fwbench.models.build_pair`), one seeded sampler, augmentation off,
 # mean cross-entropy in fp32, the same optimizer built twice (`fwbench.training.optim`: SGD with

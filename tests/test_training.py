@@ -272,3 +272,30 @@ steps:
     curves = json.loads(parity[6])["losses"]
     assert len(curves["torch"]) == len(curves["jax"]) == 3
     assert got[("jax", "param_parity_max_rel")][2] <= 1e-3
+
+
+def test_batchnorm_recalibration_averages_the_same_statistics_on_both_sides():
+    config = optim.OptimConfig("sgd", lr=0.05)
+    reference, twin = _twins()
+    torch_side, jax_side = steps.TorchTrainer(reference, config), steps.JaxTrainer(twin, config)
+    data = _batches(3, batch=8)
+    for trainer in (torch_side, jax_side):
+        for x, y in data[:2]:
+            trainer.step(trainer.put(x, y))
+    before = reference.bn.running_var.clone().numpy()
+    images = [x for x, _ in data]
+    assert torch_side.recalibrate_bn(iter(images)) == 1
+    assert jax_side.recalibrate_bn(iter(images)) == 1
+    # the plain average of each batch's own statistics, computed here by hand
+    with torch.no_grad():
+        feats = [reference.conv(torch.from_numpy(x)) for x in images]
+    expected_var = np.mean([f.var(dim=(0, 2, 3), unbiased=True).numpy() for f in feats], axis=0)
+    assert _rel(reference.bn.running_var.numpy(), expected_var) < 1e-5
+    assert _rel(reference.bn.running_var.numpy(), before) > 1e-3
+    jax_side.sync_model()
+    assert _rel(twin.bn.var[...], reference.bn.running_var.numpy()) < 1e-5
+    assert _rel(twin.bn.mean[...], reference.bn.running_mean.numpy()) < 1e-5
+    assert reference.bn.momentum == 0.1 and twin.bn.momentum == 0.1
+    assert reference.training and twin.bn.use_running_average is False
+    probe = data[0][0]
+    assert (torch_side.predict(probe) == jax_side.predict(probe)).all()

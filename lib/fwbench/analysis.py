@@ -486,7 +486,7 @@ TRAINING_SPEED = [
     "energy_j_per_step",
 ]
 PARITY_METRICS = ["loss_parity_max_rel", "param_parity_max_rel", "bn_stats_parity_max_rel"]
-CONVERGENCE_METRICS = ["val_top1", "train_loss_final"]
+CONVERGENCE_METRICS = ["val_top1", "val_top1_as_trained", "train_loss_final"]
 
 
 def check_table(meas: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
@@ -549,13 +549,18 @@ def convergence_curves(meas: pd.DataFrame) -> pd.DataFrame:
                 }
             )
     for r in training[training.metric == "val_top1"].itertuples():
-        for epoch, top1 in enumerate(r.extra.get("val_top1_by_epoch") or []):
+        by_epoch = r.extra.get("val_top1_by_epoch") or []
+        points = [(float(e), float(v), "running statistics") for e, v in enumerate(by_epoch)]
+        if r.extra.get("bn_recalibrated") and by_epoch:
+            points.append((float(len(by_epoch) - 1), float(r.value), "BatchNorm recalibrated"))
+        for epoch, top1, kind in points:
             rows.append(
                 {
                     **{c: getattr(r, c) for c in common},
                     "curve": "val top-1 (%)",
-                    "epoch": float(epoch),
-                    "value": float(top1),
+                    "epoch": epoch,
+                    "value": top1,
+                    "statistics": kind,
                 }
             )
     return pd.DataFrame(rows)

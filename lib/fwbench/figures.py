@@ -383,25 +383,40 @@ def parity_chart(curves: pd.DataFrame) -> alt.FacetChart:
 
 
 def convergence_chart(curves: pd.DataFrame) -> alt.FacetChart:
-    """Train loss per step and validation top-1 per epoch for both frameworks, per model."""
+    """Train loss per step and validation top-1 per epoch for both frameworks, per model.
+
+    Validation points are drawn as dots; a square marks the accuracy after BatchNorm
+    recalibration where the model has BatchNorm.
+    """
     data = _plain(curves)
     data["model_label"] = data.model.map(model_label)
     data["series"] = data.framework.map(lambda f: series_label(f, "")).str.strip()
-    tips = _tooltip(data, ["model_label", "series", "curve", "epoch", "value"])
-    return (
-        alt.Chart(data)
+    if "statistics" not in data:
+        data["statistics"] = None
+    data["statistics"] = data["statistics"].fillna("")
+    tips = _tooltip(data, ["model_label", "series", "curve", "epoch", "value", "statistics"])
+    color = alt.Color("series:N", title="framework")
+    lines = (
+        alt.Chart()
+        .transform_filter("datum.statistics != 'BatchNorm recalibrated'")
         .mark_line(opacity=0.85)
+        .encode(x=alt.X("epoch:Q", title="epoch"), y=alt.Y("value:Q", title=None), color=color)
+    )
+    points = (
+        alt.Chart()
+        .transform_filter("datum.curve != 'train loss'")
+        .mark_point(filled=True, size=50)
         .encode(
-            x=alt.X("epoch:Q", title="epoch"),
-            y=alt.Y("value:Q", title=None),
-            color=alt.Color("series:N", title="framework"),
-            detail="trial:N",
+            x="epoch:Q",
+            y="value:Q",
+            color=color,
+            shape=alt.Shape("statistics:N", title="BatchNorm statistics"),
             tooltip=tips,
         )
+    )
+    return (
+        alt.layer(lines, points, data=data)
         .properties(width=260, height=170)
-        .facet(
-            column=alt.Column("model_label:N", title=None),
-            row=alt.Row("curve:N", title=None),
-        )
+        .facet(column=alt.Column("model_label:N", title=None), row=alt.Row("curve:N", title=None))
         .resolve_scale(y="independent")
     )

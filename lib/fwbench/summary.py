@@ -192,7 +192,8 @@ def training_sentences(matrix: pd.DataFrame, parity: pd.DataFrame, convergence: 
             flag = "" if (group.status == "ok").all() else " (failed the convergence check)"
             parts.append(f"{model_label(model)} {text}{flag}")
         sentences.append(
-            "Validation top-1 after training from the same start: " + "; ".join(parts) + "."
+            "Validation top-1 after training from the same start (BatchNorm statistics "
+            "recomputed at the final weights): " + "; ".join(parts) + "."
         )
     return sentences
 

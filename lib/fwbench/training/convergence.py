@@ -6,6 +6,13 @@ check, dropout and stochastic depth stay on, as torchvision trains these models;
 draws its own masks, so the curves are compared as curves (final accuracy within a few points),
 not step by step. Validation top-1 is measured in eval mode (running BatchNorm statistics) before
 training and after every epoch.
+
+At the end, both sides recompute their BatchNorm running statistics at the final weights (one
+more pass over the training split, a plain average as ``torch.optim.swa_utils.update_bn`` does)
+and validate again; that figure is the one reported and checked. Why: MobileNetV3 keeps running
+statistics with momentum 0.01, so after a few hundred steps of fast-moving weights they describe
+an earlier network. Measured on digits at 32 px: 8.4% validation top-1 with the running statistics
+as trained, on both frameworks alike, and 93% after recalibration.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from fwbench.training.batches import TrainingData
 from fwbench.training.optim import OptimConfig
 from fwbench.training.steps import JaxTrainer, TorchTrainer, configure_precision
 
+# enough batches for stable statistics; on digits this is the whole training split
+RECALIBRATION_BATCHES = 200
 CHANCE_MARGIN = 3.0  # "well above chance": at least this many times the chance accuracy
 MAX_GAP_POINTS = 5.0  # the two frameworks' final val top-1, in percentage points
 
@@ -31,10 +40,13 @@ class Curve:
     val_top1: list[float] = field(default_factory=list)  # % before training, then per epoch
     steps_per_epoch: int = 0
     seconds: float = 0.0
+    recalibrated_top1: float | None = None  # after recomputing BatchNorm statistics
+    recalibrated_norms: int = 0
 
     @property
     def final_val_top1(self) -> float:
-        return self.val_top1[-1]
+        """The reported accuracy: after BatchNorm recalibration where the model has BatchNorm."""
+        return self.val_top1[-1] if self.recalibrated_top1 is None else self.recalibrated_top1
 
     @property
     def final_train_loss(self) -> float:
@@ -62,7 +74,14 @@ def val_top1(trainer, data: TrainingData, batch_size: int) -> float:
 
 
 def train_curve(
-    trainer, data: TrainingData, *, epochs: int, batch_size: int, seed: int, max_steps: int = 0
+    trainer,
+    data: TrainingData,
+    *,
+    epochs: int,
+    batch_size: int,
+    seed: int,
+    max_steps: int = 0,
+    recalibrate: bool = True,
 ) -> Curve:
     curve = Curve(trainer.framework, steps_per_epoch=steps_per_epoch(data, batch_size, max_steps))
     start = time.perf_counter()
@@ -72,6 +91,12 @@ def train_curve(
         for images, labels in itertools.islice(batches, curve.steps_per_epoch):
             curve.train_loss.append(trainer.loss_value(trainer.step(trainer.put(images, labels))))
         curve.val_top1.append(val_top1(trainer, data, batch_size))
+    if recalibrate:
+        batches = data.train_batches(batch_size, seed, epochs)
+        passes = (images for images, _ in itertools.islice(batches, RECALIBRATION_BATCHES))
+        curve.recalibrated_norms = trainer.recalibrate_bn(passes)
+        if curve.recalibrated_norms:
+            curve.recalibrated_top1 = val_top1(trainer, data, batch_size)
     trainer.sync()
     curve.seconds = time.perf_counter() - start
     return curve

@@ -159,11 +159,14 @@ def add_convergence(
         )
         extra = {
             "val_top1_by_epoch": _round(curve.val_top1, 4),
+            "val_top1_as_trained": round(curve.val_top1[-1], 4),
+            "bn_recalibrated": curve.recalibrated_norms,
             "epochs": len(curve.val_top1) - 1,
             "steps_per_epoch": curve.steps_per_epoch,
             "seconds": round(curve.seconds, 2),
         }
         rec.add("val_top1", curve.final_val_top1, "%", extra=extra, **common)
+        rec.add("val_top1_as_trained", curve.val_top1[-1], "%", **common)
         rec.add(
             "train_loss_final",
             curve.final_train_loss,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -153,6 +154,39 @@ class TorchTrainer:
         finally:
             self.model.train()
 
+    def recalibrate_bn(self, images: Iterable[np.ndarray]) -> int:
+        """Replace every BatchNorm's running statistics by their plain average over ``images``.
+
+        The forward passes run in training mode at the final weights, with dropout and stochastic
+        depth off; torch's ``momentum=None`` (a cumulative average), as
+        ``torch.optim.swa_utils.update_bn`` does. Returns how many BatchNorms were recalibrated.
+        """
+        import torch
+        from torchvision.ops import StochasticDepth
+
+        norms = [
+            m for m in self.model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+        ]
+        if not norms:
+            return 0
+        momenta = [m.momentum for m in norms]
+        for norm in norms:
+            norm.reset_running_stats()
+            norm.momentum = None
+        for module in self.model.modules():
+            if isinstance(module, (torch.nn.Dropout, StochasticDepth)):
+                module.eval()
+        try:
+            with torch.no_grad():
+                for batch in images:
+                    x, _ = self.put(batch, np.zeros(len(batch), np.int64))
+                    self.model(x)
+        finally:
+            for norm, momentum in zip(norms, momenta, strict=True):
+                norm.momentum = momentum
+            self.model.train()
+        return len(norms)
+
     def warm_start(self, batch) -> float:
         """Seconds the first step costs beyond a steady step: torch.compile's compile time."""
         if self.mode == "eager":
@@ -277,6 +311,60 @@ class JaxTrainer:
     def warm_start(self, batch) -> float:
         lower_s, compile_s = self.compile(batch)
         return lower_s + compile_s
+
+    def recalibrate_bn(self, images: Iterable[np.ndarray]) -> int:
+        """``TorchTrainer.recalibrate_bn`` for the Flax twin: the same plain average.
+
+        With momentum 1 a training-mode forward leaves each batch's own mean and unbiased
+        variance in the running statistics; averaging those over the batches is what torch's
+        cumulative average computes (in training mode the batch statistics, not the running ones,
+        normalise, so the batches do not depend on each other).
+        """
+        import jax
+        import jax.numpy as jnp
+        from flax import nnx
+
+        from fwbench.models.layers import TorchBatchNorm
+
+        model = self.sync_model()
+        norms = [n for _, n in nnx.iter_graph(model) if isinstance(n, TorchBatchNorm)]
+        if not norms:
+            return 0
+        stochastic = [
+            n
+            for _, n in nnx.iter_graph(model)
+            if isinstance(n, nnx.Module) and getattr(n, "deterministic", None) is False
+        ]
+        momenta = [n.momentum for n in norms]
+        for norm in norms:
+            norm.momentum = 1.0
+        for module in stochastic:
+            module.deterministic = True
+        try:
+            graphdef, params, stats, other = nnx.split(model, nnx.Param, nnx.BatchStat, ...)
+
+            @jax.jit
+            def batch_stats(params, stats, other, x):
+                module = nnx.merge(graphdef, params, stats, other, copy=True)
+                module(x)
+                return nnx.split(module, nnx.Param, nnx.BatchStat, ...)[2]
+
+            total, count = None, 0
+            for batch in images:
+                x, _ = self.put(batch, np.zeros(len(batch), np.int32))
+                new = batch_stats(params, stats, other, x)
+                total = new if total is None else jax.tree.map(jnp.add, total, new)
+                count += 1
+            nnx.update(model, jax.tree.map(lambda a: a / count, total))
+        finally:
+            for norm, momentum in zip(norms, momenta, strict=True):
+                norm.momentum = momentum
+            for module in stochastic:
+                module.deterministic = False
+        _, params, rest = nnx.split(model, nnx.Param, ...)
+        self.params = jax.device_put(params, self.jax_device, may_alias=False)
+        self.rest = jax.device_put(rest, self.jax_device, may_alias=False)
+        return len(norms)
 
     def sync_model(self):
         """Write the trained parameters and statistics back into the Flax module."""
