@@ -11,9 +11,9 @@
 # - **Loss-curve parity** (fp32, TF32 off): from the same ported weights, on the same batches,
 #   `parity_steps` steps of each; every step's loss must agree to 1e-3 relative, and every tensor
 #   after the last step is compared (max|Δ|/max|torch|, reported, with a 2e-2 sanity bound).
-#   Dropout and stochastic depth are off for this check only (the frameworks draw different
-#   masks); BatchNorm trains and its running statistics are compared too. A failure is recorded
-#   with status `failed` and fails the cell.
+#   Dropout and stochastic depth are off (the frameworks draw different masks; also in the
+#   convergence run unless `stochastic_layers`); BatchNorm trains and its running statistics are
+#   compared too. A failure is recorded with status `failed` and fails the cell.
 # - **Convergence**: `epochs` epochs on a labelled dataset (digits, or ImageNet-100 from
 #   `dataset_path`), train loss and validation top-1 of both frameworks on one chart. After the
 #   last epoch both sides recompute their BatchNorm statistics at the final weights (one pass,
@@ -61,6 +61,7 @@ check_parity = True
 parity_steps = 20
 parity_lr = None
 check_convergence = False
+stochastic_layers = False
 epochs = 3
 steps = 0
 
@@ -70,8 +71,11 @@ steps = 0
 # campaign's rate: EfficientNet-B0 in torch fp32 drifts 3% from torch fp64 within 20 steps at
 # SGD 1e-3, so no two fp32 implementations can agree to 1e-3 there; at 1e-4 they do.
 # `mode = "default"` is each framework's default: torch eager, JAX jit. `channels_last` and
-# `cudnn_benchmark` are torch's best-practice switches for CNNs on a GPU (off by default). `steps` caps the steps per epoch of the convergence
-# run (0 = a full pass over the training split). ViT image sizes must be multiples of 16.
+# `cudnn_benchmark` are torch's best-practice switches for CNNs on a GPU (off by default).
+# `steps` caps the steps per epoch of the convergence run (0 = a full pass over the training
+# split). `stochastic_layers = True` keeps dropout and stochastic depth on in the convergence run;
+# off, both sides train the same deterministic function (each framework would draw its own
+# masks; see `fwbench.training.convergence`). ViT image sizes must be multiples of 16.
 
 # %%
 import pandas as pd
@@ -237,6 +241,7 @@ if check_convergence:
         max_steps_per_epoch=steps,
         precision=precision,
         devices=kinds,
+        stochastic_layers=stochastic_layers,
     )
     convergence_problems = verdict(curves, data.num_classes)
     records.add_convergence(

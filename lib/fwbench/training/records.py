@@ -161,6 +161,7 @@ def add_convergence(
             "val_top1_by_epoch": _round(curve.val_top1, 4),
             "val_top1_as_trained": round(curve.val_top1[-1], 4),
             "bn_recalibrated": curve.recalibrated_norms,
+            "stochastic_layers_disabled": curve.stochastic_layers_disabled,
             "epochs": len(curve.val_top1) - 1,
             "steps_per_epoch": curve.steps_per_epoch,
             "seconds": round(curve.seconds, 2),
