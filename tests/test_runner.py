@@ -94,6 +94,8 @@ steps:
     assert cell["status"] == "ok" and cell["retried"] is True
     nb = nbformat.read(run_dir / "standin" / "default.ipynb", as_version=4)
     assert nb.metadata["fwbench"]["retry_env"] == {"STANDIN_OK": "1"}
+    load = nb.metadata["fwbench"]["load_average"]
+    assert len(load["before"]) == len(load["after"]) == 3 and load["cpus"] >= 1
 
 
 def test_resume_reruns_only_cells_without_an_ok_result(write_campaign, tmp_path):

@@ -166,7 +166,7 @@ def throughput_samples(meas: pd.DataFrame, family: str = "inference") -> pd.Data
             samples = []
             for r in group.itertuples():
                 samples.extend(float(s) for s in (r.extra.get("samples") or [r.value]))
-            source = "blocks"
+            source = "steps" if family == "training" else "blocks"
         if len(group) == 1:
             ci = (group.ci_low.iloc[0], group.ci_high.iloc[0])
         else:

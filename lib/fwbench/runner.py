@@ -47,6 +47,14 @@ class CellResult:
     path: str | None = None
 
 
+def _load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages, where the platform has them."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
@@ -159,6 +167,9 @@ def execute_cell(cell: Cell, run_dir: Path, context: dict, timeout: float | None
     attempts = [dict(env)]
     if cell.retry_env:
         attempts.append({**env, **cell.retry_env})
+    # A busy machine slows CPU timings (torch's OpenMP threads by up to 10x on two shared cores),
+    # so every executed notebook says how loaded the machine was around it.
+    load_before = _load_average()
     start = time.perf_counter()
     status, error, retried, used_env = "ok", None, False, attempts[0]
     for n, attempt_env in enumerate(attempts):
@@ -194,6 +205,7 @@ def execute_cell(cell: Cell, run_dir: Path, context: dict, timeout: float | None
         "retried": retried,
         "retry_env": cell.retry_env if retried else {},
         "kernel_env": {k: v for k, v in used_env.items() if not k.startswith("FWBENCH_")},
+        "load_average": {"before": load_before, "after": _load_average(), "cpus": os.cpu_count()},
     }
     write_notebook_atomic(nb, final)
     partial.unlink(missing_ok=True)
