@@ -60,6 +60,7 @@ cudnn_benchmark = False
 check_parity = True
 parity_steps = 20
 parity_lr = None
+parity_optimizer = "same"  # one of: same, sgd, adamw
 check_convergence = False
 stochastic_layers = False
 epochs = 3
@@ -70,6 +71,10 @@ steps = 0
 # for the parity check too. A smaller `parity_lr` suits models whose training is chaotic at the
 # campaign's rate: EfficientNet-B0 in torch fp32 drifts 3% from torch fp64 within 20 steps at
 # SGD 1e-3, so no two fp32 implementations can agree to 1e-3 there; at 1e-4 they do.
+# `parity_optimizer` may differ from `optimizer` for the same reason: Adam turns the rounding
+# noise of a gradient that is zero in exact arithmetic (the bias of a BatchNorm whose output only
+# reaches the loss through another training-mode BatchNorm) into full `lr`-sized steps of random
+# sign, so such tensors cannot agree between any two implementations; SGD leaves them in place.
 # `mode = "default"` is each framework's default: torch eager, JAX jit. `channels_last` and
 # `cudnn_benchmark` are torch's best-practice switches for CNNs on a GPU (off by default).
 # `steps` caps the steps per epoch of the convergence run (0 = a full pass over the training
@@ -192,7 +197,7 @@ if check_parity:
 
     parity_data = rotating_batches(parity_steps, batch_size, image_size, seed, data.num_classes)
     parity_config = OptimConfig(
-        optimizer,
+        optimizer if parity_optimizer == "same" else parity_optimizer,
         lr=lr if parity_lr is None else parity_lr,
         schedule=schedule,
         total_steps=parity_steps,
