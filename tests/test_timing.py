@@ -39,8 +39,11 @@ def test_warmup_continues_until_times_settle():
         busy_wait(0.02 if calls["n"] <= 3 else 0.001)  # a compile and two autotuning calls
 
     timing = measure_latency(first_calls_slow, [0], no_sync, StopRule(5, 0.0), warmup=2)
+    # the three slow calls were all spent in warm-up, so none can be among the measured ones
     assert timing.warmup_iters > 3
-    assert timing.summary["p99"] < 0.005  # no compile call leaked into the measurement
+    assert calls["n"] == timing.warmup_iters + len(timing.samples)
+    # the median, not p99: a 1 ms call preempted on a busy two-core machine is not a leak
+    assert timing.summary["p50"] < 0.005
 
 
 def test_inputs_rotate():
