@@ -2,7 +2,7 @@ import time
 
 import numpy as np
 
-from fwbench.timing import StopRule, measure_latency, measure_throughput
+from fwbench.timing import StopRule, first_call_overhead, measure_latency, measure_throughput
 
 
 def busy_wait(seconds: float):
@@ -80,3 +80,24 @@ def test_warmup_gives_up_on_a_machine_that_never_settles_and_says_so(monkeypatch
     assert t.warmup_stable is False and t.warmup_seconds < 1.0
     settled = timing.measure_latency(lambda _x: None, [0], no_sync, StopRule(4, 0.0), warmup=1)
     assert settled.warmup_stable is True
+
+
+def test_first_call_overhead_is_the_excess_of_the_first_call():
+    calls = {"n": 0}
+
+    def lazily_compiled():
+        calls["n"] += 1
+        busy_wait(0.05 if calls["n"] == 1 else 0.002)
+
+    overhead = first_call_overhead(lazily_compiled, no_sync)
+    assert calls["n"] == 4  # the first call and three steady ones
+    assert 0.04 < overhead < 0.06  # a sleep may overshoot a little
+
+
+def test_summary_in_milliseconds_converts_times_and_only_times():
+    timing = measure_latency(lambda _x: busy_wait(0.003), [0], no_sync, StopRule(10, 0.0))
+    ms = timing.summary_ms()
+    assert ms["p50"] == timing.summary["p50"] * 1e3
+    assert ms["median_ci_high"] == timing.summary["median_ci_high"] * 1e3
+    assert ms["n"] == timing.summary["n"] and ms["noisy"] == timing.summary["noisy"]
+    assert np.array_equal(timing.samples_ms(), timing.samples * 1e3)

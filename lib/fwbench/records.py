@@ -125,22 +125,39 @@ class Recorder:
         self.rows.append(row)
         return row
 
-    def add_summary(self, prefix: str, summary: dict, unit: str, **columns: Any) -> None:
-        """Add ``{prefix}_p50_{unit}`` ... rows from ``fwbench.stats.summarize`` output."""
+    def add_summary(
+        self,
+        prefix: str,
+        summary: dict,
+        unit: str,
+        *,
+        samples: list,
+        extra: dict | None = None,
+        **columns: Any,
+    ) -> None:
+        """``{prefix}_p50_{unit}`` ... ``{prefix}_std_{unit}`` from ``fwbench.stats.summarize``.
+
+        The median carries its 95% interval and, in ``extra``, the raw samples (what the analysis
+        bootstraps over) and the noise flag; ``extra`` adds to that.
+        """
         n = summary["n"]
-        for key in ("p50", "p90", "p95", "p99", "mean", "std"):
-            ci = {}
-            if key == "p50":
-                ci = {"ci_low": summary["median_ci_low"], "ci_high": summary["median_ci_high"]}
-            self.add(f"{prefix}_{key}_{unit}", summary[key], unit, n=n, **ci, **columns)
         self.add(
-            f"{prefix}_iqr_over_median",
-            summary["iqr_over_median"],
-            "ratio",
+            f"{prefix}_p50_{unit}",
+            summary["p50"],
+            unit,
             n=n,
-            extra={"noisy": summary["noisy"]},
+            ci_low=summary["median_ci_low"],
+            ci_high=summary["median_ci_high"],
+            extra={
+                "samples": samples,
+                "iqr_over_median": summary["iqr_over_median"],
+                "noisy": summary["noisy"],
+                **(extra or {}),
+            },
             **columns,
         )
+        for key in ("p90", "p95", "p99", "mean", "std"):
+            self.add(f"{prefix}_{key}_{unit}", summary[key], unit, n=n, **columns)
 
     def add_compile_and_memory(self, result: Any, **columns: Any) -> None:
         """``compile_s`` (and JAX's ``lower_s`` / ``xla_compile_s``) and ``peak_mem_bytes`` of a

@@ -39,6 +39,10 @@ class StopRule:
         return iters >= self.min_iters and elapsed >= self.min_seconds
 
 
+# the entries of ``fwbench.stats.summarize`` that are times (the others are counts and ratios)
+TIME_KEYS = ("p50", "p90", "p95", "p99", "mean", "std", "min", "median_ci_low", "median_ci_high")
+
+
 @dataclass
 class Timing:
     samples: np.ndarray  # seconds per call (latency) or per block (throughput)
@@ -46,6 +50,29 @@ class Timing:
     warmup_seconds: float
     summary: dict = field(default_factory=dict)
     warmup_stable: bool = True
+
+    def samples_ms(self) -> np.ndarray:
+        return self.samples * 1e3
+
+    def summary_ms(self) -> dict:
+        """``summary`` with its times in milliseconds."""
+        return {k: (v * 1e3 if k in TIME_KEYS else v) for k, v in self.summary.items()}
+
+
+def first_call_overhead(call: Callable[[], object], sync: Callable[[object], None]) -> float:
+    """Seconds the first call costs beyond a steady one (the median of the next three).
+
+    That excess is what a lazy compiler (torch.compile) spends on its first call.
+    """
+    t0 = time.perf_counter()
+    sync(call())
+    first = time.perf_counter() - t0
+    steady = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        sync(call())
+        steady.append(time.perf_counter() - t0)
+    return max(first - float(np.median(steady)), 0.0)
 
 
 def warm_up(

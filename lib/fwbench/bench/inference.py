@@ -16,7 +16,7 @@ import numpy as np
 from fwbench import device as fw_device
 from fwbench import flops, precision
 from fwbench.meters import measure_energy, measure_peak_memory
-from fwbench.timing import StopRule, measure_latency, measure_throughput
+from fwbench.timing import StopRule, first_call_overhead, measure_latency, measure_throughput
 
 TORCH_MODES = ("eager", "compile", "compile-max-autotune")
 JAX_MODES = ("jit",)
@@ -50,13 +50,20 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or any(m in text for m in markers)
 
 
-def resolve_mode(framework: str, mode: str) -> str:
-    """``default`` is each framework's out-of-the-box way to run: torch eager, JAX jit."""
+def resolve_mode(
+    framework: str, mode: str, modes: dict[str, tuple] | None = None, what: str = "mode"
+) -> str:
+    """``default`` is each framework's out-of-the-box way to run: torch eager, JAX jit.
+
+    ``modes`` names what each framework allows (inference's modes when left out); ``what`` names
+    them in the error.
+    """
     if mode == "default":
         return "eager" if framework == "torch" else "jit"
-    allowed = TORCH_MODES if framework == "torch" else JAX_MODES
+    modes = modes or {"torch": TORCH_MODES, "jax": JAX_MODES}
+    allowed = modes[framework]
     if mode not in allowed:
-        raise ValueError(f"mode {mode!r} is not a {framework} mode; choose from {allowed}")
+        raise ValueError(f"mode {mode!r} is not a {framework} {what}; choose from {allowed}")
     return mode
 
 
@@ -102,15 +109,7 @@ class TorchSide:
         if self.mode == "eager":
             result.compile_s = 0.0
             return
-        t0 = time.perf_counter()
-        self.sync(self(x))
-        first = time.perf_counter() - t0
-        steady = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            self.sync(self(x))
-            steady.append(time.perf_counter() - t0)
-        result.compile_s = max(first - float(np.median(steady)), 0.0)
+        result.compile_s = first_call_overhead(lambda: self(x), self.sync)
 
 
 class JaxSide:
@@ -197,8 +196,8 @@ def run_batch_size(
         result.status, result.error = "oom", f"{type(exc).__name__}: {str(exc)[:500]}"
         return result
     result.warmup_stable = lat.warmup_stable
-    result.latency_ms = lat.samples * 1e3
-    result.latency = {k: (v * 1e3 if k in _TIME_KEYS else v) for k, v in lat.summary.items()}
+    result.latency_ms = lat.samples_ms()
+    result.latency = lat.summary_ms()
     result.throughput_img_s = batch_size * block_size / thr.samples
     result.throughput = summarize(result.throughput_img_s)
     result.peak_mem_bytes, result.peak_mem_source = mem.bytes, mem.source
@@ -209,33 +208,20 @@ def run_batch_size(
     return result
 
 
-_TIME_KEYS = ("p50", "p90", "p95", "p99", "mean", "std", "min", "median_ci_low", "median_ci_high")
-
-
 def add_records(rec, result: BatchResult, ceiling_tflops: float | None, ceiling_note: str) -> None:
     """Turn one batch size's result into the inference records of DESIGN.md section 4."""
     bs = result.batch_size
     if result.status != "ok":
         rec.add("cell_status", None, "", status=result.status, error=result.error, batch_size=bs)
         return
-    lat = result.latency
-    rec.add(
-        "latency_p50_ms",
-        lat["p50"],
+    rec.add_summary(
+        "latency",
+        result.latency,
         "ms",
-        n=lat["n"],
-        ci_low=lat["median_ci_low"],
-        ci_high=lat["median_ci_high"],
+        samples=np.round(result.latency_ms, 5).tolist(),
+        extra={"warmup_stable": result.warmup_stable},
         batch_size=bs,
-        extra={
-            "samples": np.round(result.latency_ms, 5).tolist(),
-            "iqr_over_median": lat["iqr_over_median"],
-            "noisy": lat["noisy"],
-            "warmup_stable": result.warmup_stable,
-        },
     )
-    for key in ("p90", "p95", "p99", "mean", "std"):
-        rec.add(f"latency_{key}_ms", lat[key], "ms", n=lat["n"], batch_size=bs)
     thr = result.throughput
     rec.add(
         "throughput_img_s",

@@ -79,22 +79,8 @@ def measure(
     sync = _sync(device)
     timing = measure_latency(lambda _: step(), [None], sync, rule, warmup=warmup, max_warmup=warmup)
     peak = measure_peak(step, persistent(), device)
-    samples_ms = [float(s) * 1e3 for s in timing.samples]
-    summary = {k: (v * 1e3 if k in _SECONDS_KEYS else v) for k, v in timing.summary.items()}
-    return Measurement(method, peak, samples_ms, summary, peak_source(device))
-
-
-_SECONDS_KEYS = {
-    "p50",
-    "p90",
-    "p95",
-    "p99",
-    "mean",
-    "std",
-    "min",
-    "median_ci_low",
-    "median_ci_high",
-}
+    samples_ms = [float(s) for s in timing.samples_ms()]
+    return Measurement(method, peak, samples_ms, timing.summary_ms(), peak_source(device))
 
 
 def measure_graph(method: str, traced, graph_module, device: str, rule: StopRule) -> Measurement:

@@ -28,24 +28,15 @@ def add_speed(rec, result: SpeedResult, **columns) -> None:
         )
         return
     step = result.step_ms
-    ci = {"ci_low": step["median_ci_low"], "ci_high": step["median_ci_high"]}
-    rec.add(
-        "step_time_p50_ms",
-        step["p50"],
+    rec.add_summary(
+        "step_time",
+        step,
         "ms",
-        n=step["n"],
-        **ci,
+        samples=result.step_samples_ms,
+        extra={"warmup_steps": result.warmup_steps},
         batch_size=bs,
-        extra={
-            "samples": result.step_samples_ms,
-            "iqr_over_median": step["iqr_over_median"],
-            "noisy": step["noisy"],
-            "warmup_steps": result.warmup_steps,
-        },
         **columns,
     )
-    for key in ("p90", "p95", "p99", "mean", "std"):
-        rec.add(f"step_time_{key}_ms", step[key], "ms", n=step["n"], batch_size=bs, **columns)
     low, high = result.throughput_ci
     rec.add(
         "throughput_img_s",

@@ -23,7 +23,6 @@ from fwbench.meters import measure_energy, measure_peak_memory
 from fwbench.timing import StopRule, measure_latency
 
 N_ROTATING_BATCHES = 3
-_TIME_KEYS = ("p50", "p90", "p95", "p99", "mean", "std", "min", "median_ci_low", "median_ci_high")
 
 
 @dataclass
@@ -107,8 +106,8 @@ def measure_training_speed(
         return result
 
     samples = timing.samples
-    result.step_samples_ms = np.round(samples * 1e3, 5).tolist()
-    result.step_ms = {k: (v * 1e3 if k in _TIME_KEYS else v) for k, v in timing.summary.items()}
+    result.step_samples_ms = np.round(timing.samples_ms(), 5).tolist()
+    result.step_ms = timing.summary_ms()
     result.warmup_steps = timing.warmup_iters
     result.throughput_img_s = batch_size / float(np.median(samples))
     # images/s falls as time rises, so the interval's ends swap

@@ -23,25 +23,18 @@ from collections.abc import Iterable
 import numpy as np
 
 from fwbench import device as fw_device
+from fwbench.timing import first_call_overhead
 from fwbench.training.optim import OptimConfig, optax_optimizer, torch_optimizer
 
 PRECISIONS = ("fp32", "tf32", "bf16-mixed")
-TORCH_MODES = ("eager", "compile")
-JAX_MODES = ("jit",)
-
-
-def check_mode(framework: str, mode: str) -> None:
-    allowed = TORCH_MODES if framework == "torch" else JAX_MODES
-    if mode not in allowed:
-        raise ValueError(f"mode {mode!r} is not a {framework} training mode; choose from {allowed}")
+MODES = {"torch": ("eager", "compile"), "jax": ("jit",)}
 
 
 def resolve_training_mode(framework: str, mode: str) -> str:
     """``default`` is each framework's out-of-the-box way to train: torch eager, JAX jit."""
-    if mode == "default":
-        mode = "eager" if framework == "torch" else "jit"
-    check_mode(framework, mode)
-    return mode
+    from fwbench.bench.inference import resolve_mode
+
+    return resolve_mode(framework, mode, MODES, "training mode")
 
 
 def configure_precision(framework: str, precision: str) -> dict:
@@ -97,7 +90,7 @@ class TorchTrainer:
     ):
         import torch
 
-        check_mode("torch", mode)
+        mode = resolve_training_mode("torch", mode)
         self.device, self.precision, self.mode = device, precision, mode
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.model = model.to(device=device, memory_format=self.memory_format).train()
@@ -191,15 +184,7 @@ class TorchTrainer:
         """Seconds the first step costs beyond a steady step: torch.compile's compile time."""
         if self.mode == "eager":
             return 0.0
-        t0 = time.perf_counter()
-        self.sync(self.step(batch))
-        first = time.perf_counter() - t0
-        steady = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            self.sync(self.step(batch))
-            steady.append(time.perf_counter() - t0)
-        return max(first - float(np.median(steady)), 0.0)
+        return first_call_overhead(lambda: self.step(batch), self.sync)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {
@@ -226,7 +211,7 @@ class JaxTrainer:
         import optax
         from flax import nnx
 
-        check_mode("jax", mode)
+        mode = resolve_training_mode("jax", mode)
         self.device, self.precision, self.mode = device, precision, mode
         self.jax_device = fw_device.jax_device(device)
         self.model = model
@@ -307,10 +292,6 @@ class JaxTrainer:
     def predict(self, images: np.ndarray) -> np.ndarray:
         x, _ = self.put(images, np.zeros(len(images), np.int32))
         return np.asarray(self._predict(self.params, self.rest, x))
-
-    def warm_start(self, batch) -> float:
-        lower_s, compile_s = self.compile(batch)
-        return lower_s + compile_s
 
     def recalibrate_bn(self, images: Iterable[np.ndarray]) -> int:
         """``TorchTrainer.recalibrate_bn`` for the Flax twin: the same plain average.
