@@ -24,32 +24,41 @@ REQUIRED_UNITS = {
 
 
 def test_our_median_agrees_with_torch_utils_benchmark_on_resnet50():
-    """DESIGN.md's timer vs torch's own blocked_autorange on the same call, within 5%."""
+    """DESIGN.md's timer vs torch's own blocked_autorange on the same call, within 5%.
+
+    A shared two-core host steals time in bursts that last seconds, so one round of either timer
+    may read 50% slow. Noise only ever adds time, so the quietest round of each timer estimates the
+    same thing: interleaved rounds go on until those agree, at least MIN_ROUNDS and at most
+    MAX_ROUNDS. A biased timer cannot pass: its quietest round stays off by its bias.
+    """
     import torch
     import torch.utils.benchmark as tb
     import torchvision
 
-    torch.manual_seed(0)
-    model = torchvision.models.resnet50().eval()
-    x = torch.randn(8, 3, 224, 224)
+    min_rounds, max_rounds = 4, 20
+    threads = torch.get_num_threads()
+    # one thread: a call then does not wait on a barrier with the other, preempted, core
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        model = torchvision.models.resnet50().eval()
+        x = torch.randn(8, 3, 112, 112)
 
-    def forward(inp):
-        with torch.inference_mode():
-            return model(inp)
+        def forward(inp):
+            with torch.inference_mode():
+                return model(inp)
 
-    ours, theirs = [], []
-    for _ in range(3):  # interleaved rounds; the quietest round of each is compared
-        t = measure_latency(forward, [x], lambda _o: None, StopRule(6, 1.5), warmup=2)
-        ours.append(t.summary["p50"])
-        # torch's Timer defaults to one thread; give it the threads our call used
-        timer = tb.Timer(
-            "forward(x)",
-            globals={"forward": forward, "x": x},
-            num_threads=torch.get_num_threads(),
-        )
-        theirs.append(timer.blocked_autorange(min_run_time=1.5).median)
-    ratio = min(ours) / min(theirs)
-    assert abs(ratio - 1) < 0.05, (ours, theirs)
+        ours, theirs = [], []
+        while len(ours) < max_rounds:
+            t = measure_latency(forward, [x], lambda _o: None, StopRule(3, 0.6), warmup=1)
+            ours.append(t.summary["p50"])
+            timer = tb.Timer("forward(x)", globals={"forward": forward, "x": x}, num_threads=1)
+            theirs.append(timer.blocked_autorange(min_run_time=0.6).median)
+            if len(ours) >= min_rounds and abs(min(ours) / min(theirs) - 1) < 0.05:
+                break
+    finally:
+        torch.set_num_threads(threads)
+    assert abs(min(ours) / min(theirs) - 1) < 0.05, (ours, theirs)
 
 
 def test_a_batch_that_cannot_fit_is_recorded_as_oom_and_the_loop_goes_on():

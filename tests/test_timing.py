@@ -46,11 +46,33 @@ def test_warmup_continues_until_times_settle():
     assert timing.summary["p50"] < 0.005
 
 
-def test_inputs_rotate():
-    seen = []
-    measure_latency(seen.append, ["a", "b", "c"], no_sync, StopRule(9, 0.0), warmup=1)
-    assert set(seen) == {"a", "b", "c"}
-    assert all(x != y for x, y in zip(seen, seen[1:], strict=False))
+def test_inputs_rotate_across_the_warmup_seam():
+    # every warm-up length mod 3 (max_warmup pins it), so the seam falls after each input
+    for warmup in range(1, 5):
+        seen = []
+        timing = measure_latency(
+            seen.append,
+            ["a", "b", "c"],
+            no_sync,
+            StopRule(9, 0.0),
+            warmup=warmup,
+            max_warmup=warmup,
+        )
+        assert timing.warmup_iters == warmup
+        assert set(seen) == {"a", "b", "c"}
+        assert all(x != y for x, y in zip(seen, seen[1:], strict=False)), (warmup, seen)
+
+        seen = []
+        measure_throughput(
+            seen.append,
+            ["a", "b", "c"],
+            no_sync,
+            StopRule(9, 0.0),
+            block_size=2,
+            warmup=warmup,
+            max_warmup=warmup,
+        )
+        assert all(x != y for x, y in zip(seen, seen[1:], strict=False)), (warmup, seen)
 
 
 def test_throughput_syncs_once_per_block():
