@@ -33,6 +33,7 @@ from IPython.display import Markdown, display
 from fwbench import analysis, figures, roofline, summary
 from fwbench import db as fw_db
 from fwbench.campaign import find_repo_root
+from fwbench.meters.contention import SHARED_FRACTION
 from fwbench.models.registry import MODELS
 from fwbench.report_content import ReportContent
 
@@ -577,6 +578,31 @@ else:
         )
     )
 
+content.section(
+    "Cells run on a shared machine",
+    "Cells during which other processes and the hypervisor took more than "
+    f"{SHARED_FRACTION:.0%} of the CPU time. On a shared CPU, PyTorch's OpenMP threads wait on "
+    "each other, so such a cell's times say more about the neighbours than about the framework.",
+    part="failures",
+)
+shared = analysis.shared_machine_table(cells)
+if shared.empty:
+    content.note(
+        "No cell ran on a shared machine."
+        if cells.get("shared_machine", pd.Series(dtype=object)).notna().any()
+        else "This run predates the contention meter: no reading."
+    )
+else:
+    display(
+        content.table(
+            shared.drop(columns=["path"]),
+            "shared_machine",
+            "Cells run on a shared machine: share of all CPU time taken by other processes and "
+            "stolen by the hypervisor, and the 1-minute load average before the cell.",
+            list(shared.path.dropna()),
+        )
+    )
+
 # %% [markdown]
 # ## Summary, methodology and limitations
 
@@ -587,7 +613,14 @@ training_summary = summary.training_sentences(
     analysis.check_table(meas, analysis.CONVERGENCE_METRICS),
 )
 content.summary = summary.executive_summary(
-    matrix, kind_table, history, baseline_run_id, failures, retries, training_summary
+    matrix,
+    kind_table,
+    history,
+    baseline_run_id,
+    failures,
+    retries,
+    training_summary,
+    summary.shared_machine_sentence(shared, cells),
 )
 content.methodology = summary.methodology(run, meas, cells)
 

@@ -9,6 +9,7 @@ import math
 
 import nbformat
 import numpy as np
+import pandas as pd
 import pytest
 
 from fwbench import analysis, db, roofline, summary
@@ -40,6 +41,10 @@ REGRESSED = ("resnet50", "jax", "jit", 8)
 BASELINE_CENTER = 260.0  # the regressed configuration's throughput in the baseline run
 
 
+QUIET = {"other_cpu_frac": 0.01, "steal_frac": 0.0, "cpus": 2, "shared": False}
+SHARED = {"other_cpu_frac": 0.31, "steal_frac": 0.02, "cpus": 2, "shared": True}
+
+
 def write_cell(
     run_dir,
     notebook,
@@ -52,6 +57,7 @@ def write_cell(
     retried=False,
     retry_env=None,
     trial=0,
+    contention=None,
 ):
     folder = run_dir / notebook
     folder.mkdir(parents=True, exist_ok=True)
@@ -73,6 +79,8 @@ def write_cell(
         "parameters": parameters or {},
         "retried": retried,
         "retry_env": retry_env or {},
+        "load_average": {"before": [0.5, 0.4, 0.3], "after": [1.9, 0.8, 0.4], "cpus": 2},
+        "contention": contention or QUIET,
     }
     nbformat.write(nb, str(folder / f"{slug}.ipynb"))
 
@@ -312,7 +320,7 @@ def build_run(out, run_id, seed, regressed_center=None):
     for method, peak in (("none", 9e8), ("checkpoint", 5e8)):
         mem.add("peak_mem_bytes", peak, "bytes", mode=method)
         mem.add("iter_time_ms", 300.0 if method == "none" else 380.0, "ms", mode=method)
-    write_cell(run_dir, "12_memory", "framework=torch__model=resnet50", mem.rows)
+    write_cell(run_dir, "12_memory", "framework=torch__model=resnet50", mem.rows, contention=SHARED)
     return written
 
 
@@ -475,6 +483,29 @@ def test_failures_and_retries(synthetic):
     assert retries[["changed", "final_status"]].values.tolist() == [
         ["XLA_FLAGS=--xla_gpu_autotune_level=0", "ok"]
     ]
+
+
+def test_cells_run_on_a_shared_machine_are_listed_and_said_first(synthetic):
+    cells = synthetic["cells"]
+    shared = analysis.shared_machine_table(cells)
+    assert shared[
+        ["notebook", "other_cpu_frac", "steal_frac", "load_1m_before"]
+    ].values.tolist() == [["12_memory", 0.31, 0.02, 0.5]]
+    assert shared.path.iloc[0].endswith("12_memory/framework=torch__model=resnet50.ipynb")
+    sentence = summary.shared_machine_sentence(shared, cells)
+    assert sentence.startswith(f"1 of {len(cells)} cells ran on a shared machine")
+    assert "up to 33%" in sentence
+    sentences = summary.executive_summary(
+        synthetic["matrix"],
+        pd.DataFrame(),
+        pd.DataFrame(),
+        "",
+        pd.DataFrame(),
+        pd.DataFrame(),
+        shared_machine=sentence,
+    )
+    assert sentences[0] == sentence
+    assert summary.shared_machine_sentence(shared.iloc[0:0], cells) is None
 
 
 def test_missing_family_gives_an_empty_table(synthetic):

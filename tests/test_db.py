@@ -8,7 +8,7 @@ from fwbench.records import RECORDS_MIME, Recorder
 from tests.conftest import run_cli
 
 
-def make_run(root, run_id="20260101T000000Z", rows=None, status="ok"):
+def make_run(root, run_id="20260101T000000Z", rows=None, status="ok", machine=None):
     run_dir = root / "demo" / run_id
     (run_dir / "nb").mkdir(parents=True)
     (run_dir / "manifest.json").write_text(
@@ -33,6 +33,7 @@ def make_run(root, run_id="20260101T000000Z", rows=None, status="ok"):
         "status": status,
         "error": None if status == "ok" else "boom",
         "parameters": {"model": "resnet50", "framework": "jax"},
+        **(machine or {}),
     }
     nbformat.write(nb, str(run_dir / "nb" / "model=resnet50.ipynb"))
     return run_dir
@@ -48,6 +49,37 @@ def test_ingest_is_idempotent(tmp_path):
     row = frame.iloc[0]
     assert (row.model, row.framework, row.value, row.ci_low) == ("resnet50", "jax", 123.0, 120.0)
     assert db.query("select count(*) as n from runs", dbp).n[0] == 1
+
+
+def test_the_machine_share_of_a_cell_is_indexed_and_absent_readings_are_null(tmp_path):
+    machine = {
+        "load_average": {"before": [2.5, 1.0, 0.5], "after": [3.0, 1.2, 0.6], "cpus": 2},
+        "contention": {"other_cpu_frac": 0.4, "steal_frac": 0.05, "cpus": 2, "shared": True},
+    }
+    make_run(tmp_path, machine=machine)
+    make_run(tmp_path, run_id="20260102T000000Z")  # written before the meter existed
+    dbp = tmp_path / "x.duckdb"
+    db.ingest(tmp_path, dbp)
+    cols = "load_1m_before, other_cpu_frac, steal_frac, shared_machine"
+    rows = db.query(f"select run_id, {cols} from cells order by run_id", dbp)
+    assert rows.iloc[0][1:].tolist() == [2.5, 0.4, 0.05, True]
+    assert rows.iloc[1][1:].isna().all()
+
+
+def test_an_index_built_before_the_machine_columns_gains_them(tmp_path):
+    import duckdb
+
+    dbp = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(dbp))
+    con.execute(
+        "CREATE TABLE cells (run_id VARCHAR, campaign VARCHAR, notebook VARCHAR, cell VARCHAR, "
+        "trial INTEGER, status VARCHAR, error VARCHAR, duration_s DOUBLE, retried BOOLEAN, "
+        "retry_env JSON, parameters JSON, path VARCHAR)"
+    )
+    con.close()
+    make_run(tmp_path / "runs")
+    db.ingest(tmp_path / "runs", dbp)
+    assert "shared_machine" in db.query("select * from cells", dbp).columns
 
 
 def test_failed_cell_gets_a_row_with_its_error(tmp_path):

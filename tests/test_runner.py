@@ -96,6 +96,9 @@ steps:
     assert nb.metadata["fwbench"]["retry_env"] == {"STANDIN_OK": "1"}
     load = nb.metadata["fwbench"]["load_average"]
     assert len(load["before"]) == len(load["after"]) == 3 and load["cpus"] >= 1
+    contention = nb.metadata["fwbench"]["contention"]
+    assert set(contention) == {"other_cpu_frac", "steal_frac", "cpus", "shared"}
+    assert 0 <= contention["other_cpu_frac"] <= 1 and cell["contention"] == contention
 
 
 def test_resume_reruns_only_cells_without_an_ok_result(write_campaign, tmp_path):

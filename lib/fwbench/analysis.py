@@ -458,6 +458,16 @@ def retries_table(cells: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def shared_machine_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Cells during which other processes or the hypervisor took more than
+    ``fwbench.meters.contention.SHARED_FRACTION`` of the CPU time: their timings are suspect."""
+    columns = ["notebook", "cell", "trial", "other_cpu_frac", "steal_frac", "load_1m_before"]
+    if "shared_machine" not in cells:
+        return pd.DataFrame(columns=[*columns, "path"])
+    shared = cells[cells.shared_machine.fillna(False).astype(bool)]
+    return shared[[*columns, "path"]].reset_index(drop=True)
+
+
 # --------------------------------------------------------------------------- other families
 
 

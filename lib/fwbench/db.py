@@ -40,8 +40,14 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS cells (
     run_id VARCHAR, campaign VARCHAR, notebook VARCHAR, cell VARCHAR, trial INTEGER,
     status VARCHAR, error VARCHAR, duration_s DOUBLE, retried BOOLEAN, retry_env JSON,
-    parameters JSON, path VARCHAR
+    parameters JSON, path VARCHAR, load_1m_before DOUBLE, other_cpu_frac DOUBLE,
+    steal_frac DOUBLE, shared_machine BOOLEAN
 );
+-- columns added after the first release; an index built before them gains them empty
+ALTER TABLE cells ADD COLUMN IF NOT EXISTS load_1m_before DOUBLE;
+ALTER TABLE cells ADD COLUMN IF NOT EXISTS other_cpu_frac DOUBLE;
+ALTER TABLE cells ADD COLUMN IF NOT EXISTS steal_frac DOUBLE;
+ALTER TABLE cells ADD COLUMN IF NOT EXISTS shared_machine BOOLEAN;
 CREATE TABLE IF NOT EXISTS measurements (
     run_id VARCHAR, campaign VARCHAR, notebook VARCHAR, cell VARCHAR, trial INTEGER,
     status VARCHAR, error VARCHAR, family VARCHAR, model VARCHAR, framework VARCHAR,
@@ -140,8 +146,21 @@ def read_notebook_rows(nb_path: Path, run_dir: Path, validator) -> tuple[dict, l
         "retry_env": json.dumps(meta.get("retry_env") or {}),
         "parameters": json.dumps(meta.get("parameters") or {}),
         "path": str(nb_path.relative_to(run_dir.parent.parent)),
+        **_machine_share(meta),
     }
     return cell, rows
+
+
+def _machine_share(meta: dict) -> dict:
+    """The cell's load and contention readings; None where the notebook predates them."""
+    load = (meta.get("load_average") or {}).get("before") or [None]
+    contention = meta.get("contention") or {}
+    return {
+        "load_1m_before": load[0],
+        "other_cpu_frac": contention.get("other_cpu_frac"),
+        "steal_frac": contention.get("steal_frac"),
+        "shared_machine": contention.get("shared"),
+    }
 
 
 def collect(root: Path) -> list[RunData]:

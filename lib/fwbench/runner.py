@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from fwbench import environment
 from fwbench.campaign import Campaign, Cell
+from fwbench.meters.contention import ContentionMeter
 from fwbench.notebook_params import read_notebook
 from fwbench.records import CONTEXT_ENV
 
@@ -45,6 +46,7 @@ class CellResult:
     duration_s: float
     retried: bool = False
     path: str | None = None
+    contention: dict | None = None  # ContentionMeter's reading, see fwbench.meters.contention
 
 
 def _load_average() -> list[float] | None:
@@ -53,6 +55,14 @@ def _load_average() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
+
+
+def shared_machine_warning(contention: dict) -> str:
+    return (
+        f"ran on a shared machine: other processes took {contention['other_cpu_frac']:.0%} and "
+        f"the hypervisor {contention['steal_frac']:.0%} of the CPU time; its timings are not "
+        "comparable with an idle run's"
+    )
 
 
 def new_run_id() -> str:
@@ -145,32 +155,13 @@ def _kernel_died(exc: BaseException) -> bool:
     return type(exc).__name__ == "DeadKernelError" or "Kernel died" in str(exc)
 
 
-def execute_cell(cell: Cell, run_dir: Path, context: dict, timeout: float | None) -> CellResult:
-    """Run one cell (and its retry, if its kernel died and the step names a retry_env)."""
+def _execute_attempts(source_nb, partial: Path, cell: Cell, attempts: list[dict], kname, timeout):
+    """Run the notebook; a dead kernel is tried again with the next attempt's environment.
+
+    Returns (status, error, retried, the environment of the last attempt).
+    """
     import papermill as pm
 
-    nb_dir = run_dir / cell.notebook
-    nb_dir.mkdir(parents=True, exist_ok=True)
-    final = nb_dir / f"{cell.slug}.ipynb"
-    partial = nb_dir / f".{cell.slug}.partial.ipynb"
-    kname = kernel_name()
-    source_nb = read_notebook(cell.notebook_path, kname)
-    env = {
-        **{k: v for k, v in KERNEL_ENV_DEFAULTS.items() if k not in os.environ},
-        CONTEXT_ENV["run_id"]: context["run_id"],
-        CONTEXT_ENV["campaign"]: context["campaign"],
-        CONTEXT_ENV["notebook"]: cell.notebook,
-        CONTEXT_ENV["cell"]: cell.slug,
-        "FWBENCH_TRIAL": str(cell.trial),
-        "FWBENCH_EXECUTED_DIR": str(nb_dir),
-    }
-    attempts = [dict(env)]
-    if cell.retry_env:
-        attempts.append({**env, **cell.retry_env})
-    # A busy machine slows CPU timings (torch's OpenMP threads by up to 10x on two shared cores),
-    # so every executed notebook says how loaded the machine was around it.
-    load_before = _load_average()
-    start = time.perf_counter()
     status, error, retried, used_env = "ok", None, False, attempts[0]
     for n, attempt_env in enumerate(attempts):
         used_env, retried = attempt_env, n > 0
@@ -191,6 +182,39 @@ def execute_cell(cell: Cell, run_dir: Path, context: dict, timeout: float | None
                 if _kernel_died(exc) and n + 1 < len(attempts):
                     continue
         break
+    return status, error, retried, used_env
+
+
+def execute_cell(cell: Cell, run_dir: Path, context: dict, timeout: float | None) -> CellResult:
+    """Run one cell (and its retry, if its kernel died and the step names a retry_env)."""
+    nb_dir = run_dir / cell.notebook
+    nb_dir.mkdir(parents=True, exist_ok=True)
+    final = nb_dir / f"{cell.slug}.ipynb"
+    partial = nb_dir / f".{cell.slug}.partial.ipynb"
+    kname = kernel_name()
+    source_nb = read_notebook(cell.notebook_path, kname)
+    env = {
+        **{k: v for k, v in KERNEL_ENV_DEFAULTS.items() if k not in os.environ},
+        CONTEXT_ENV["run_id"]: context["run_id"],
+        CONTEXT_ENV["campaign"]: context["campaign"],
+        CONTEXT_ENV["notebook"]: cell.notebook,
+        CONTEXT_ENV["cell"]: cell.slug,
+        "FWBENCH_TRIAL": str(cell.trial),
+        "FWBENCH_EXECUTED_DIR": str(nb_dir),
+    }
+    attempts = [dict(env)]
+    if cell.retry_env:
+        attempts.append({**env, **cell.retry_env})
+    # A busy machine slows CPU timings (torch's OpenMP threads by up to 10x on two shared cores),
+    # so every executed notebook says how loaded the machine was around it: the load average, and
+    # the share of CPU time other processes and the hypervisor took while it ran.
+    load_before = _load_average()
+    start = time.perf_counter()
+    contention = ContentionMeter()
+    with contention:
+        status, error, retried, used_env = _execute_attempts(
+            source_nb, partial, cell, attempts, kname, timeout
+        )
     duration = time.perf_counter() - start
     nb = nbformat.read(str(partial), as_version=4) if partial.exists() else source_nb
     nb.metadata["fwbench"] = {
@@ -206,10 +230,18 @@ def execute_cell(cell: Cell, run_dir: Path, context: dict, timeout: float | None
         "retry_env": cell.retry_env if retried else {},
         "kernel_env": {k: v for k, v in used_env.items() if not k.startswith("FWBENCH_")},
         "load_average": {"before": load_before, "after": _load_average(), "cpus": os.cpu_count()},
+        "contention": contention.result.as_dict() if contention.result else None,
     }
     write_notebook_atomic(nb, final)
     partial.unlink(missing_ok=True)
-    return CellResult(status, error, duration, retried, str(final.relative_to(run_dir)))
+    return CellResult(
+        status,
+        error,
+        duration,
+        retried,
+        str(final.relative_to(run_dir)),
+        nb.metadata["fwbench"]["contention"],
+    )
 
 
 def run_campaign(
@@ -273,10 +305,13 @@ def run_campaign(
                 duration_s=round(result.duration_s, 3),
                 retried=result.retried,
                 path=result.path,
+                contention=result.contention,
             )
             write_json_atomic(run_dir / "manifest.json", manifest)
             if result.status != "ok":
                 tqdm.write(f"  {cell.key}: {result.status}: {(result.error or '').strip()[-300:]}")
+            if result.contention and result.contention["shared"]:
+                tqdm.write(f"  {cell.key}: {shared_machine_warning(result.contention)}")
         bar.close()
         manifest["finished_at"] = environment.now_iso()
         write_json_atomic(run_dir / "manifest.json", manifest)

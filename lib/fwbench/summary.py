@@ -143,11 +143,25 @@ def failure_sentence(failures: pd.DataFrame, retries: pd.DataFrame) -> str:
     return text + " (see Failures and workarounds)."
 
 
+def shared_machine_sentence(shared: pd.DataFrame, cells: pd.DataFrame) -> str | None:
+    """A warning when some cells ran while the machine was shared; None when none did."""
+    if shared.empty:
+        return None
+    worst = (shared.other_cpu_frac.fillna(0) + shared.steal_frac.fillna(0)).max()
+    return (
+        f"{len(shared)} of {len(cells)} cells ran on a shared machine (other processes and the "
+        f"hypervisor took up to {worst:.0%} of the CPU time): their timings are not comparable with "
+        "an idle run's; they are listed under Failures."
+    )
+
+
 def executive_summary(
-    matrix, kinds, history, baseline_run_id, failures, retries, training=()
+    matrix, kinds, history, baseline_run_id, failures, retries, training=(), shared_machine=None
 ) -> list[str]:
-    """``training``: the sentences of ``training_sentences``, placed after the inference ones."""
-    sentences = [ratio_sentence(r) for r in headline_rows(matrix).itertuples()]
+    """``training``: the sentences of ``training_sentences``, placed after the inference ones.
+    ``shared_machine``: the sentence of ``shared_machine_sentence``, placed first when present."""
+    sentences = [shared_machine] if shared_machine else []
+    sentences += [ratio_sentence(r) for r in headline_rows(matrix).itertuples()]
     if not matrix.empty:
         sentences += [tally_sentence(matrix, c) for c in ("best", "defaults")]
     else:
