@@ -41,6 +41,10 @@ def built(tmp_path_factory):
     dirs = {"report_dir": tmp / "report" / CAMPAIGN, "figures_dir": tmp / "figures" / CAMPAIGN}
     db_path = tmp / "index.duckdb"  # absent: build_report ingests first
     first = report.build_report(CAMPAIGN, out=out, db_path=db_path, **dirs).read_text()
+    # what a report of another run left behind: a table and a figure this run does not make
+    stale = [dirs["report_dir"] / "tables" / "gone.csv", dirs["figures_dir"] / "gone.png"]
+    for path in stale:
+        path.write_text("from an earlier report")
     second = report.build_report(CAMPAIGN, out=out, db_path=db_path, **dirs)
     return {
         "out": out,
@@ -48,6 +52,7 @@ def built(tmp_path_factory):
         "current": current,
         "md": second,
         "first": first,
+        "stale": stale,
         "text": second.read_text(),
         **dirs,
     }
@@ -140,6 +145,13 @@ def test_rebuilding_gives_the_same_report(built):
         return [ln for ln in text.splitlines() if not ln.startswith(report.GENERATED_PREFIX)]
 
     assert strip(built["first"]) == strip(built["text"])
+
+
+def test_a_rebuild_removes_what_an_earlier_report_left(built):
+    assert not any(path.exists() for path in built["stale"])
+    for name in FIGURES:
+        assert (built["figures_dir"] / f"{name}.png").is_file(), name
+    assert (built["report_dir"] / "tables" / "ratio_matrix.csv").is_file()
 
 
 def test_unknown_campaign_exits_2_with_one_message(built):

@@ -276,10 +276,35 @@ def html_report(markdown_text: str, title: str) -> str:
     return HTML_TEMPLATE.format(title=title, body=body)
 
 
+def prune_stale(content: dict, report_dir: Path) -> list[Path]:
+    """Delete the tables and figures an earlier report left that this one did not write.
+
+    A report of another run may have made a table this one has no rows for; left in place, it
+    would sit beside this report as if it were part of it.
+    """
+    written = {"table": set(), "figure": set()}
+    for section in content["sections"]:
+        for item in section["items"]:
+            if item["kind"] in written:
+                written[item["kind"]].add(item["name"])
+    candidates = [
+        (Path(report_dir) / report_content.TABLES_DIR, (".csv", ".tex"), written["table"]),
+        (Path(content["figures_dir"]), (".png", ".svg", ".html"), written["figure"]),
+    ]
+    removed = []
+    for folder, suffixes, keep in candidates:
+        for path in sorted(folder.glob("*")) if folder.is_dir() else []:
+            if path.suffix in suffixes and path.stem not in keep:
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
 def render(report_dir: Path, *, out: Path, analysis_notebook: Path) -> Path:
     """Write report.md and report.html from the notebook's content.json; returns report.md."""
     report_dir = Path(report_dir)
     content = report_content.read(report_dir)
+    prune_stale(content, report_dir)
     text = markdown_report(content, Path(out), report_dir, analysis_notebook, now_iso())
     md_path = report_dir / "report.md"
     md_path.write_text(text)
