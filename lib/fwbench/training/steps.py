@@ -53,19 +53,25 @@ def configure_precision(framework: str, precision: str) -> dict:
     return settings
 
 
+def torch_stochastic_layers(model) -> list:
+    """The dropout and stochastic-depth modules of a torch model."""
+    import torch
+    from torchvision.ops import StochasticDepth
+
+    return [m for m in model.modules() if isinstance(m, (torch.nn.Dropout, StochasticDepth))]
+
+
 def disable_stochastic_layers(torch_model, flax_model) -> int:
     """Set every dropout and stochastic-depth rate to 0 on both sides; returns how many were set.
 
     The two frameworks draw different random masks, so a step-by-step comparison is only
     meaningful without them. BatchNorm keeps its training behaviour.
     """
-    import torch
     from flax import nnx
-    from torchvision.ops import StochasticDepth
 
     changed = 0
-    for module in torch_model.modules():
-        if isinstance(module, (torch.nn.Dropout, StochasticDepth)) and module.p > 0:
+    for module in torch_stochastic_layers(torch_model):
+        if module.p > 0:
             module.p = 0.0
             changed += 1
     for _, node in nnx.iter_graph(flax_model):
@@ -155,7 +161,6 @@ class TorchTrainer:
         ``torch.optim.swa_utils.update_bn`` does. Returns how many BatchNorms were recalibrated.
         """
         import torch
-        from torchvision.ops import StochasticDepth
 
         norms = [
             m for m in self.model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
@@ -166,9 +171,8 @@ class TorchTrainer:
         for norm in norms:
             norm.reset_running_stats()
             norm.momentum = None
-        for module in self.model.modules():
-            if isinstance(module, (torch.nn.Dropout, StochasticDepth)):
-                module.eval()
+        for module in torch_stochastic_layers(self.model):
+            module.eval()
         try:
             with torch.no_grad():
                 for batch in images:
