@@ -11,7 +11,7 @@
 # **Run it:** `fwbench run params/smoke.yaml --only '02_calibrate/*'`
 #
 # **Runtime:** about 15 s per cell on a 2-core CPU with the smoke sizes; about 1 min on an H100 with
-# sizes up to 16384.
+# sizes up to 16384. The timer check (PyTorch, fp32 only) adds about 20 s on CPU.
 
 # %% tags=["parameters"]
 framework = "torch"  # one of: torch, jax
@@ -21,6 +21,11 @@ matmul_sizes = [512, 1024]
 copy_mib = 64
 min_iters = 10
 min_seconds = 1.0
+timer_check = True  # PyTorch fp32 cells: our timer vs torch.utils.benchmark on a real forward
+timer_check_model = "resnet50"
+timer_check_batch = 8
+timer_check_image_size = 112  # 224 on a GPU; 112 keeps a CPU call near 0.3 s
+timer_check_rounds = 6
 
 # %%
 import altair as alt
@@ -83,6 +88,38 @@ rec.add(
     extra={"bytes_moved": copy["bytes"], "op": "x + 1 (read + write)"},
 )
 rec.frame()[["metric", "value", "unit", "ci_low", "ci_high"]]
+
+# %% [markdown]
+# ## Does our timer read what torch.utils.benchmark reads?
+# DESIGN.md times every call alone after a warm-up that runs until times settle, and reports the
+# median. Here that timer and torch's own `Timer.blocked_autorange` take turns timing the same
+# eval forward, in interleaved rounds so that a burst of stolen CPU time lands on both alike; the
+# medians over all rounds should agree within 5%. The contention reading says whether the machine
+# was quiet enough for the answer to count.
+
+# %%
+if timer_check and framework == "torch" and precision == "fp32":
+    from fwbench.bench.timer_check import check_on_torch_model
+
+    agreement = check_on_torch_model(
+        timer_check_model,
+        kind,
+        timer_check_batch,
+        timer_check_image_size,
+        rounds=timer_check_rounds,
+    )
+    print(agreement.verdict())
+    rec.add(
+        "timer_ratio_vs_torch_benchmark",
+        agreement.ratio,
+        "ratio",
+        n=agreement.ours_n,
+        model=timer_check_model,
+        batch_size=timer_check_batch,
+        extra={**agreement.as_dict(), "image_size": timer_check_image_size},
+    )
+else:
+    print("timer check: only on PyTorch fp32 cells, and only when timer_check is on")
 
 # %%
 rec.emit()
