@@ -90,6 +90,15 @@ def test_unknown_model_is_refused_by_the_registry(write_campaign, tmp_path):
         load_campaign(path)
 
 
+def test_a_timer_check_model_is_checked_against_the_registry_too(write_campaign):
+    text = (
+        f"campaign: demo\nsteps:\n  - notebook: {REPO}/notebooks/02_calibrate\n"
+        "    params: {timer_check_model: resnet51}\n"
+    )
+    with pytest.raises(CampaignError, match="resnet51"):
+        load_campaign(write_campaign(text))
+
+
 def test_cli_bad_input_exits_2_and_writes_nothing(write_campaign, tmp_path):
     out = tmp_path / "out"
     path = write_campaign("campaign: demo\nsteps:\n  - notebook: STANDIN\n    params: {nope: 1}\n")

@@ -2,7 +2,8 @@
 
 The parameters cell is the notebook's contract with campaigns: each line ``name = literal`` declares a
 parameter, its default and so its type. A trailing ``# one of: a, b, c`` comment restricts the values.
-A parameter called ``model`` without such a comment must name a model of the registry.
+A parameter called ``model`` (or ``<something>_model``) without such a comment must name a model of
+the registry.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def _choices(lines: list[str], node: ast.stmt, name: str) -> tuple | None:
     match = ONE_OF_RE.search(text)
     if match:
         return tuple(_literal(c.strip()) for c in match.group("choices").split(",") if c.strip())
-    if name == "model":
+    if name == "model" or name.endswith("_model"):
         from fwbench.models.registry import MODELS
 
         return tuple(MODELS)
