@@ -57,6 +57,9 @@ def test_the_timer_verdict_says_when_the_machine_was_shared():
     noisy = TimerAgreement(0.100, 0.101, 9, 9, shared)
     assert noisy.agrees and not noisy.quiet and "says nothing" in noisy.verdict()
     assert noisy.as_dict()["contention"]["shared"] is True
+    unread = TimerAgreement(0.100, 0.100, 9, 9, None)
+    assert not unread.quiet and "could not be read" in unread.verdict()
+    assert unread.as_dict()["contention"] is None
     with pytest.raises(ValueError):
         compare_with_torch_benchmark(lambda _x: None, None, lambda _o: None, rounds=0)
 

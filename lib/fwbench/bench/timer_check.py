@@ -50,7 +50,9 @@ class TimerAgreement:
             f"{self.theirs_s * 1e3:.2f} ms (n={self.theirs_n}): ratio {self.ratio:.3f}, the timers "
             f"{agreement} within {AGREEMENT_TOLERANCE:.0%}"
         )
-        if not self.quiet:
+        if self.contention is None:
+            line += "; the machine's contention could not be read, so this may not count"
+        elif self.contention.shared:
             line += (
                 "; the machine was shared during the comparison, so this says nothing either way"
             )
@@ -70,7 +72,6 @@ def compare_with_torch_benchmark(
     rounds: int = 8,
     calls_per_round: int = 3,
     round_seconds: float = 1.0,
-    num_threads: int | None = None,
 ) -> TimerAgreement:
     """Medians of ``fn(arg)`` by our timer and by ``blocked_autorange``, in interleaved rounds.
 
@@ -83,7 +84,7 @@ def compare_with_torch_benchmark(
 
     if rounds < 1 or calls_per_round < 1 or round_seconds <= 0:
         raise ValueError("rounds and calls_per_round must be >= 1 and round_seconds > 0")
-    threads = num_threads or torch.get_num_threads()
+    threads = torch.get_num_threads()  # blocked_autorange would otherwise run on one thread
     ours: list[float] = []
     theirs = []
 
@@ -112,21 +113,16 @@ def compare_with_torch_benchmark(
 def check_on_torch_model(
     model: str, device: str, batch_size: int, image_size: int, *, rounds: int = 8, seed: int = 0
 ) -> TimerAgreement:
-    """``compare_with_torch_benchmark`` on a registry model's eval forward, fp32, on ``device``."""
+    """``compare_with_torch_benchmark`` on the call 10_inference times for a registry model:
+    PyTorch eager, fp32, NCHW, on ``device``, one seeded random batch."""
     import torch
 
-    from fwbench import device as fw_device
+    from fwbench.bench.inference import TorchSide
+    from fwbench.data import synthetic_batch
     from fwbench.models.registry import get_spec
 
-    spec = get_spec(model)
     torch.manual_seed(seed)
-    net = spec.torch_model(image_size=image_size).eval().to(device)
-    x = torch.randn(batch_size, 3, image_size, image_size, device=device)
-
-    def forward(inp):
-        with torch.inference_mode():
-            return net(inp)
-
-    return compare_with_torch_benchmark(
-        forward, x, lambda _o: fw_device.torch_sync(device), rounds=rounds
-    )
+    net = get_spec(model).torch_model(image_size=image_size)
+    side = TorchSide(net, device, "fp32", "eager", channels_last=False)
+    (x,) = side.inputs([synthetic_batch(batch_size, image_size, seed)[0]])
+    return compare_with_torch_benchmark(side, x, side.sync, rounds=rounds)
