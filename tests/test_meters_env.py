@@ -73,14 +73,48 @@ def test_nvml_energy_is_positive_under_load():
 
 @cuda
 def test_cuda_sync_waits_for_queued_work():
+    # torch.cuda._sleep queues a kernel that spins for a number of GPU cycles: enqueueing it
+    # returns at once, so only a sync that really waits can account for the spin
     import time
 
-    x = torch.randn(8192, 8192, device="cuda")
+    torch.cuda._sleep(1000)
     torch.cuda.synchronize()
+    try:
+        cycles = int(0.2 * torch.cuda.clock_rate() * 1e6)  # MHz, through NVML
+    except Exception:  # no NVML binding: about 0.2 s at 1.5 GHz
+        cycles = 300_000_000
     t0 = time.perf_counter()
-    for _ in range(20):
-        y = x @ x
+    torch.cuda._sleep(cycles)
     enqueue = time.perf_counter() - t0
     device.torch_sync("cuda")
     total = time.perf_counter() - t0
-    assert total > enqueue and y.shape == x.shape
+    assert enqueue < 0.05 and total >= 0.1, (enqueue, total)
+
+
+@pytest.mark.parametrize(
+    ("kind", "backend"), [("cuda", "cuda"), ("mps", "mps")], ids=["cuda", "mps"]
+)
+def test_the_timed_region_waits_for_the_device_sync(monkeypatch, kind, backend):
+    """On any machine: a device whose synchronize takes 50 ms (work still queued) must show in
+    every latency sample, so removing the sync from ``torch_sync`` or from the timer fails."""
+    import time
+
+    from fwbench.timing import StopRule, measure_latency
+
+    waits = []
+
+    def slow_synchronize():
+        time.sleep(0.05)
+        waits.append(1)
+
+    monkeypatch.setattr(getattr(torch, backend), "synchronize", slow_synchronize)
+    timing = measure_latency(
+        lambda x: x,
+        [0, 1],
+        device.sync_for("torch", kind),
+        StopRule(min_iters=3, min_seconds=0.0),
+        warmup=1,
+        max_warmup=1,
+    )
+    assert len(waits) == 1 + len(timing.samples)  # warm-up call + every measured call
+    assert timing.samples.min() >= 0.05  # a sleep never returns early; stolen time only adds

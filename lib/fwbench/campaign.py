@@ -47,6 +47,7 @@ class Cell:
     trial: int = 0
     retry_env: dict = field(default_factory=dict)
     timeout: float | None = None
+    step: int = 0  # 1-based position of the step that made the cell in the campaign file
 
     @property
     def key(self) -> str:
@@ -240,6 +241,7 @@ def load_campaign(path: str | Path) -> Campaign:
                         trial=trial if trials > 1 else 0,
                         retry_env={k: str(v) for k, v in (step.get("retry_env") or {}).items()},
                         timeout=step.get("timeout"),
+                        step=i + 1,
                     )
                 )
     seen: set[str] = set()

@@ -32,12 +32,13 @@ def cmd_run(args) -> int:
     cells = campaign.select(args.only)
     if not cells:
         return _fail(f"--only {args.only!r} matches no cell of campaign {campaign.name}")
+    out = Path(args.out)
     if args.dry_run:
         for cell in cells:
             print(cell.key)
         print(f"{len(cells)} cells; campaign file is valid", file=sys.stderr)
+        _print_estimate(campaign, cells, Path(args.db) if args.db else db.default_db_path(out))
         return EXIT_OK
-    out = Path(args.out)
     try:
         run_dir, results = run_campaign(
             campaign, out, resume=args.resume, only=args.only, timeout=args.timeout
@@ -64,6 +65,21 @@ def cmd_run(args) -> int:
             print(f"fwbench: report failed: {exc}", file=sys.stderr)
             return EXIT_CELL_FAILED
     return EXIT_CELL_FAILED if failed else EXIT_OK
+
+
+def _print_estimate(campaign, cells, db_path: Path) -> None:
+    """Per-step durations from earlier runs in the index, to stderr beside the cell list."""
+    from fwbench import estimate
+
+    if not db_path.exists():
+        print(
+            f"no duration estimate: no index at {db_path} (`fwbench ingest` builds it from the "
+            "executed notebooks)",
+            file=sys.stderr,
+        )
+        return
+    for line in estimate.render(estimate.estimate(campaign, cells, db_path)):
+        print(line, file=sys.stderr)
 
 
 def cmd_ingest(args) -> int:
@@ -137,7 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--db", help="database path (default: $FWBENCH_DB, else OUT/fwbench.duckdb)")
     run.add_argument(
-        "--dry-run", action="store_true", help="validate and list the cells; execute nothing"
+        "--dry-run",
+        action="store_true",
+        help="validate and list the cells, with each step's estimated duration from earlier "
+        "runs in the index; execute nothing",
     )
     run.set_defaults(func=cmd_run)
 
