@@ -6,11 +6,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.fwbench-installed
 CAMPAIGN ?= params/smoke.yaml
 
-.PHONY: run test setup lint clean-db help
+.PHONY: run test setup lint lab browser clean-db help
 
 help:
 	@echo "make run   set up .venv, run $(CAMPAIGN) and build its report"
 	@echo "make test  set up .venv, lint (ruff) and run the test suite (pytest)"
+	@echo "make lab   set up .venv and open the notebooks in JupyterLab (fwbench kernel)"
+	@echo "make browser  install Debian's Chromium for tests/test_lab.py (root, apt)"
 
 setup: $(STAMP)
 
@@ -30,6 +32,25 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# JupyterLab on the project, loopback only (its URL with the token is printed). jupyter_config/ on
+# JUPYTER_CONFIG_PATH makes notebooks/*.py open as notebooks with the fwbench kernel, and the
+# kernel gets the runner's JAX allocator setting so its records measure what a campaign's do.
+# tests/test_lab.py starts the server the same way. Jupyter refuses root unless told; containers
+# and CI run as root, and the server only listens on loopback behind a token.
+# Extra options: make lab LAB_ARGS="--port 9999 --no-browser"
+LAB_ARGS ?=
+lab: $(STAMP)
+	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter_config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	XLA_PYTHON_CLIENT_PREALLOCATE="$${XLA_PYTHON_CLIENT_PREALLOCATE:-false}" \
+	$(BIN)/jupyter-lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir="$(CURDIR)" \
+	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+
+# The browser tests/test_lab.py drives: Debian's Chromium (playwright's own download cannot be
+# used offline). Needs root; does nothing when it is already installed.
+browser:
+	test -x /usr/bin/chromium || { DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 
 clean-db:
 	rm -f executed/fwbench.duckdb

@@ -13,6 +13,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 RECORDS_MIME = "application/vnd.fwbench.records+json"
@@ -66,8 +67,18 @@ def _finite_or_none(x: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+# A kernel started by hand (JupyterLab, `make lab`) has no runner context. Its records say so rather
+# than leaving the columns empty, so a number measured by hand never passes for a campaign's.
+INTERACTIVE = "interactive"
+
+
 def context_from_env() -> dict:
     ctx = {key: os.environ.get(var) for key, var in CONTEXT_ENV.items()}
+    if ctx["run_id"] is None:
+        # jupyter_server tells the kernel which notebook it serves; papermill and nbclient do not.
+        session = os.environ.get("JPY_SESSION_NAME")
+        ctx.update(run_id=INTERACTIVE, campaign=INTERACTIVE, cell=INTERACTIVE)
+        ctx["notebook"] = ctx["notebook"] or (Path(session).stem if session else None)
     trial = os.environ.get("FWBENCH_TRIAL")
     ctx["trial"] = int(trial) if trial else 0
     return ctx
