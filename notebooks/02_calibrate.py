@@ -5,8 +5,8 @@
 # optimistic and ignore the framework's own kernels, so we measure two ceilings on the same device,
 # through the same framework and precision as the benchmarks: peak matmul FLOP/s (large square
 # matmuls; on GPU sizes that fill the chip) and device memory bandwidth (an elementwise `x + 1`,
-# counting bytes read plus written). Records (family `calibration`) feed 10_inference's MFU and the
-# analysis roofline.
+# counting bytes read plus written). Records (family `calibration`) feed the MFU and the roofline
+# that the analysis (20_analysis) computes.
 #
 # **Run it:** `fwbench run params/smoke.yaml --only '02_calibrate/*'`
 #

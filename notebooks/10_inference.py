@@ -1,11 +1,13 @@
 # %% [markdown]
-# # 10 · Inference: latency, throughput, memory, compile time, energy and MFU
+# # 10 · Inference: latency, throughput, memory, compile time, energy and FLOP/s
 #
 # **Purpose.** For one model on one framework, mode and precision, measure what users ask about:
 # per-call latency (every call synced and timed alone), throughput over pipelined calls (one sync
 # per block), peak memory, compile time (JAX lowering and XLA compile apart; torch.compile's first
-# call minus a steady call), energy per image where a counter exists, and achieved FLOP/s and MFU
-# against the ceiling 02_calibrate measured on the same device, framework and precision.
+# call minus a steady call), energy per image where a counter exists, and achieved FLOP/s (FLOPs
+# from the framework's own counter × median throughput). MFU divides that by the ceiling
+# 02_calibrate measured on the same device, framework and precision; the analysis (20_analysis)
+# computes it, so that this notebook never reads another cell's outputs.
 # The weights are torchvision's, ported to Flax (`fwbench.models.build_pair`), so both frameworks
 # run the same function (01_validation proves it). Inputs are seeded random batches already on the
 # device, rotated. A batch size that runs out of memory is recorded as `oom` and the loop goes on.
@@ -38,7 +40,6 @@ import altair as alt
 from fwbench import device as fw_device
 from fwbench import precision as fw_precision
 from fwbench.bench import inference as bench
-from fwbench.bench.calibrate import find_ceiling
 from fwbench.models import build_pair, get_spec
 from fwbench.records import Recorder
 from fwbench.timing import StopRule
@@ -59,10 +60,7 @@ if framework == "torch":
 else:
     side = bench.JaxSide(flax_model, kind, precision)
     del torch_model
-ceiling, ceiling_note = find_ceiling(framework, name, precision)
-print(
-    f"{model} · {framework} {mode} · {precision} · {name}; MFU ceiling: {ceiling} ({ceiling_note})"
-)
+print(f"{model} · {framework} {mode} · {precision} · {name}")
 settings
 
 # %%
@@ -82,7 +80,7 @@ for bs in batch_sizes:
         side, bs, image_size, rule, warmup=warmup, block_size=block_size, seed=seed
     )
     results.append(result)
-    bench.add_records(rec, result, ceiling, ceiling_note)
+    bench.add_records(rec, result)
     print(f"batch {bs}: {result.status}")
 for row in rec.rows:
     row["extra"] = {
@@ -109,7 +107,6 @@ table = (
             "peak_mem_bytes",
             "compile_s",
             "achieved_tflops",
-            "mfu",
             "energy_j_per_img",
         ]
     )

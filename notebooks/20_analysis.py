@@ -8,8 +8,11 @@
 # training / memory / validation families when present, the comparison with the previous run, and
 # the failures. It saves figures under `figures/<campaign>/`, tables under
 # `report/<campaign>/tables/` and a `content.json` from which `fwbench report` writes report.md and
-# report.html. The computations live in `fwbench.analysis`, `fwbench.roofline` and
-# `fwbench.summary`; this notebook only strings them together and shows them.
+# report.html. It computes MFU here, from the run's calibration (else the latest of the same device
+# in the index), and emits it as records of its own (metric `mfu`, with the measured row's family
+# and columns), which the index takes in with this notebook. The computations live in
+# `fwbench.analysis`, `fwbench.roofline` and `fwbench.summary`; this notebook only strings them
+# together and shows them.
 #
 # **Run it:** `fwbench report smoke` (runs this notebook as a cell of the latest smoke run).
 #
@@ -35,6 +38,7 @@ from fwbench import db as fw_db
 from fwbench.campaign import find_repo_root
 from fwbench.meters.contention import SHARED_FRACTION
 from fwbench.models.registry import MODELS
+from fwbench.records import Recorder
 from fwbench.report_content import ReportContent
 
 root = find_repo_root(Path.cwd())
@@ -45,6 +49,7 @@ run_id, baseline_run_id = analysis.resolve_runs(con, campaign, run_id, baseline_
 meas = analysis.load_measurements(con, campaign, run_id)
 cells = analysis.load_cells(con, campaign, run_id)
 run = analysis.load_run(con, campaign, run_id)
+index_calibration = analysis.load_calibration(con)  # MFU's fallback when this run did not calibrate
 if baseline_run_id:
     baseline = analysis.load_measurements(con, campaign, baseline_run_id)
 else:
@@ -283,19 +288,25 @@ else:
 
 # %% [markdown]
 # ## Roofline and MFU
-# Ceilings are measured by 02_calibrate on the same device, never copied from datasheets.
+# Ceilings are measured by 02_calibrate on the same device, never copied from datasheets: this
+# run's, else the latest calibration of the same device, framework and precision in the index.
+# MFU = achieved TFLOP/s ÷ the peak matmul TFLOP/s measured through the same framework; it is
+# emitted below as records of this notebook.
 
 # %%
-points = roofline.roofline_points(meas)
-ceilings = roofline.device_ceilings(meas)
+calibration = roofline.calibration_with_fallback(meas, index_calibration)
+ceilings = roofline.device_ceilings(calibration)
+points = roofline.roofline_points(meas, calibration)
+mfu = roofline.mfu_table(meas, calibration)
 content.section("Roofline and MFU", f"Classification rule: {roofline.RULE}")
 if points.empty:
     content.note("No FLOP counts were recorded in this run, so there is no roofline.")
 else:
     if ceilings.empty:
         content.note(
-            "No calibration records in this run: configurations cannot be placed "
-            "against measured ceilings."
+            f"No calibration of {devices} in this run or in the index (02_calibrate did not "
+            "run): without measured ceilings no configuration can be placed on a roofline and "
+            "no MFU can be computed."
         )
     for i, device_name in enumerate(sorted(points.device_name.unique())):
         on_device = points[(points.device_name == device_name) & points.intensity.notna()]
@@ -335,10 +346,36 @@ if not ceilings.empty:
         content.table(
             ceilings,
             "ceilings",
-            "Measured ceilings per device and precision.",
+            "Measured ceilings per device and precision, and the run each was measured in.",
             sources(meas[meas.family == "calibration"]),
         )
     )
+content.section(
+    "MFU",
+    "Model FLOP utilisation of every configuration with a FLOP count, inference and training: "
+    "achieved TFLOP/s ÷ the peak matmul TFLOP/s that 02_calibrate measured through the same "
+    "framework on the same device and precision.",
+    name="mfu",
+)
+for note in roofline.mfu_notes(mfu, run_id):
+    content.note(note)
+if mfu.mfu.notna().any():
+    display(
+        content.table(
+            mfu.dropna(subset=["mfu"]).drop(
+                columns=["mode", "device", "ceiling_campaign", "ceiling_cell", "channels_last"]
+            ),
+            "mfu",
+            "MFU per configuration: median achieved TFLOP/s over trials ÷ the peak matmul "
+            "TFLOP/s of the same framework, device and precision, measured in the run named.",
+            sources(meas[meas.metric.isin(["achieved_tflops", "peak_matmul_tflops"])]),
+        )
+    )
+elif mfu.empty:
+    content.note("No achieved FLOP/s was recorded in this run, so there is no MFU.")
+mfu_records = Recorder("analysis")
+roofline.add_mfu_records(mfu_records, mfu)
+mfu_records.emit()
 
 # %% [markdown]
 # ## CNN vs Transformer
@@ -584,15 +621,11 @@ content.section(
     f"{SHARED_FRACTION:.0%} of the CPU time. On a shared CPU, PyTorch's OpenMP threads wait on "
     "each other, so such a cell's times say more about the neighbours than about the framework.",
     part="failures",
+    name="shared_machine",
 )
 shared = analysis.shared_machine_table(cells)
-if shared.empty:
-    content.note(
-        "No cell ran on a shared machine."
-        if cells.get("shared_machine", pd.Series(dtype=object)).notna().any()
-        else "This run predates the contention meter: no reading."
-    )
-else:
+content.note(summary.contention_sentence(cells))
+if not shared.empty:
     display(
         content.table(
             shared.drop(columns=["path"]),
@@ -622,7 +655,7 @@ content.summary = summary.executive_summary(
     training_summary,
     summary.shared_machine_sentence(shared, cells),
 )
-content.methodology = summary.methodology(run, meas, cells)
+content.methodology = summary.methodology(run, meas, cells, [samples, train_samples])
 
 content.limitations = summary.limitations(samples, meas)
 content_path = content.write()

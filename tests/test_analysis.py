@@ -21,6 +21,8 @@ DEVICE_NAME = "Test CPU 9000"
 FLOPS_PER_IMG = {"resnet50": 8.2e9, "vit_b_16": 35.1e9}
 BYTES_PER_IMG = {"resnet50": 1.0e8, "vit_b_16": 2.0e8}
 COMPILE_S = {"eager": 0.0, "compile": 20.0, "jit": 5.0}
+PEAK_TFLOPS = {"torch": 1.0, "jax": 1.2}  # what 02_calibrate measured in both synthetic runs
+TRAIN_FLOPS_PER_STEP = 3 * 8 * FLOPS_PER_IMG["resnet50"]  # forward + backward, batch 8
 # Median images/s in the current run per (model, framework, mode, batch size). ViT-B/16 at batch 8
 # is built as an exact tie between JAX jit and torch.compile (same samples, permuted).
 CENTERS = {
@@ -131,13 +133,13 @@ def inference_rows(rng, model, framework, mode, batch_size, center, throughput=N
     }
     achieved = FLOPS_PER_IMG[model] * float(np.median(thr)) / 1e12
     rec.add("achieved_tflops", achieved, "TFLOP/s", extra={**extra, **flop_extra})
-    rec.add("mfu", achieved / 1.0, "ratio", extra={**extra, **flop_extra})
     return rec.rows, thr
 
 
 def calibration_rows():
     rows = []
-    for framework, peak, bandwidth in (("torch", 1.0, 20.0), ("jax", 1.2, 18.0)):
+    for framework, bandwidth in (("torch", 20.0), ("jax", 18.0)):
+        peak = PEAK_TFLOPS[framework]
         rec = Recorder(
             "calibration",
             framework=framework,
@@ -282,6 +284,12 @@ def build_run(out, run_id, seed, regressed_center=None):
             n=11,
             extra={"samples": (8e3 / steps_ms).tolist()},
         )
+        train.add(
+            "achieved_tflops",
+            TRAIN_FLOPS_PER_STEP / (step_ms / 1e3) / 1e12,
+            "TFLOP/s",
+            extra={"flops_per_step": TRAIN_FLOPS_PER_STEP},
+        )
         if framework == "torch":  # the torch cell also ran both checks
             train.add(
                 "loss_parity_max_rel",
@@ -358,6 +366,7 @@ def synthetic(tmp_path_factory):
         "meas": analysis.load_measurements(con, CAMPAIGN, run_id),
         "baseline": analysis.load_measurements(con, CAMPAIGN, baseline_id),
         "cells": analysis.load_cells(con, CAMPAIGN, run_id),
+        "index_calibration": analysis.load_calibration(con),
         "current": current,
     }
     con.close()
@@ -555,3 +564,105 @@ def test_training_summary_states_ratio_parity_and_convergence(synthetic):
     assert "best modes and defaults" in sentences[0] and len(sentences) == 3
     assert "at most 2.0e-07 relative (ResNet-50)" in sentences[1]
     assert sentences[2].endswith("ResNet-50 PyTorch 91.0%, JAX 90.0%.")
+
+
+def test_training_ratios_are_labelled_as_steps_and_inference_as_blocks(synthetic):
+    meas = synthetic["meas"]
+    train = analysis.comparison_matrix(analysis.throughput_samples(meas, "training"))
+    assert set(train.sample_source) == {"steps"}
+    assert set(synthetic["matrix"].sample_source) == {"blocks"}
+
+
+def test_methodology_quotes_the_resample_count_and_the_samples_the_ratios_used(
+    synthetic, monkeypatch
+):
+    from fwbench import stats
+
+    meas, cells = synthetic["meas"], synthetic["cells"]
+    run = {"run_id": CURRENT_RUN}
+    monkeypatch.setattr(stats, "BOOTSTRAP_RESAMPLES", 3000)
+    inference = analysis.throughput_samples(meas)
+    training = analysis.throughput_samples(meas, "training")
+    both = summary.methodology(run, meas, cells, [inference, training])[-1]
+    assert "(3,000 resamples, fixed seed)" in both
+    assert "per-block throughputs" in both and "per-step throughputs" in both
+    only_training = summary.methodology(run, meas, cells, [training])[-1]
+    assert "per-step throughputs" in only_training and "per-block" not in only_training
+
+
+def test_mfu_divides_achieved_flops_by_the_same_frameworks_peak_for_every_family(synthetic):
+    meas = synthetic["meas"]
+    mfu = roofline.mfu_table(meas, meas)
+    assert set(mfu.family) == {"inference", "training"}
+    training = mfu[mfu.family == "training"].set_index("framework")
+    for framework, step_ms in (("torch", 100.0), ("jax", 80.0)):
+        achieved = TRAIN_FLOPS_PER_STEP / (step_ms / 1e3) / 1e12
+        row = training.loc[framework]
+        assert row.peak_tflops == PEAK_TFLOPS[framework] and row.batch_size == 8
+        assert row.mfu == pytest.approx(achieved / PEAK_TFLOPS[framework])
+        assert row.ceiling_run_id == CURRENT_RUN
+    jax = mfu[(mfu.family == "inference") & (mfu.framework == "jax") & (mfu.batch_size == 8)]
+    resnet = jax[jax.model == "resnet50"].iloc[0]
+    assert resnet.mfu == pytest.approx(resnet.achieved_tflops / PEAK_TFLOPS["jax"])
+    assert roofline.mfu_notes(mfu, CURRENT_RUN) == []  # every ceiling is this run's own
+
+    rec = Recorder("analysis")
+    roofline.add_mfu_records(rec, mfu)
+    frame = rec.frame()
+    assert (frame.metric == "mfu").all() and len(frame) == len(mfu)
+    torch_train = frame[(frame.family == "training") & (frame.framework == "torch")].iloc[0]
+    assert torch_train[["model", "mode", "precision"]].tolist() == ["resnet50", "eager", "fp32"]
+    assert torch_train.batch_size == 8 and torch_train.device_name == DEVICE_NAME
+    assert torch_train.value == pytest.approx(training.loc["torch"].mfu)
+    assert torch_train.extra["ceiling_run_id"] == CURRENT_RUN
+    assert torch_train.extra["peak_matmul_tflops"] == PEAK_TFLOPS["torch"]
+    points = roofline.roofline_points(meas)
+    point = points[(points.framework == "jax") & (points.model == "resnet50")]
+    assert point[point.batch_size == 8].mfu.iloc[0] == pytest.approx(resnet.mfu)
+
+
+def test_a_run_without_calibration_borrows_the_latest_in_the_index_and_names_it(synthetic):
+    meas = synthetic["meas"]
+    uncalibrated = meas[meas.family != "calibration"]
+    index = synthetic["index_calibration"].copy()
+    assert set(index.run_id) == {BASELINE_RUN, CURRENT_RUN}
+    # the earlier run measured a higher peak: "latest" must win over "best"
+    earlier_peak = (index.run_id == BASELINE_RUN) & (index.metric == "peak_matmul_tflops")
+    index.loc[earlier_peak, "value"] = 50.0
+    calibration = roofline.calibration_with_fallback(uncalibrated, index)
+    assert set(calibration.run_id) == {CURRENT_RUN}
+    mfu = roofline.mfu_table(uncalibrated, calibration)
+    assert set(mfu.ceiling_run_id) == {CURRENT_RUN} and mfu.mfu.notna().all()
+    notes = roofline.mfu_notes(mfu, "20260103T000000Z")
+    assert len(notes) == 2 and all(f"run {CURRENT_RUN} of campaign {CAMPAIGN}" in n for n in notes)
+    # the run's own calibration, where it has one, comes before anything in the index
+    own = roofline.calibration_with_fallback(meas, index)
+    assert len(own) == len(meas[meas.family == "calibration"])
+
+
+def test_no_calibration_anywhere_leaves_mfu_and_roofline_empty_and_says_why(synthetic):
+    meas = synthetic["meas"]
+    uncalibrated = meas[meas.family != "calibration"]
+    nothing = synthetic["index_calibration"].iloc[0:0]
+    calibration = roofline.calibration_with_fallback(uncalibrated, nothing)
+    ceilings = roofline.device_ceilings(calibration)
+    assert ceilings.empty and "ridge_flop_per_byte" in ceilings
+    points = roofline.roofline_points(uncalibrated, calibration)
+    assert set(points.regime) == {"unclassified"} and points.mfu.isna().all()
+    mfu = roofline.mfu_table(uncalibrated, calibration)
+    assert mfu.mfu.isna().all() and not mfu.empty
+    notes = roofline.mfu_notes(mfu, CURRENT_RUN)
+    assert notes and all(n.startswith("No MFU for") for n in notes)
+    rec = Recorder("analysis")
+    roofline.add_mfu_records(rec, mfu)
+    assert all(r["value"] is None and "no peak matmul" in r["extra"]["reason"] for r in rec.rows)
+
+
+def test_contention_sentence_reads_the_cells(synthetic):
+    cells = synthetic["cells"]
+    sentence = summary.contention_sentence(cells)
+    assert sentence.startswith(f"Over the {len(cells)} cells with a contention reading")
+    assert "up to 31% and the hypervisor up to 2%" in sentence
+    assert sentence.endswith("1 ran on a shared machine (above 10%).")
+    unread = cells.assign(other_cpu_frac=None, steal_frac=None)
+    assert "predates the contention meter" in summary.contention_sentence(unread)

@@ -1,30 +1,15 @@
-"""The inference family: timer agreement, OOM path, records, and the notebooks through the runner."""
+"""The inference family: timer agreement and the OOM path.
 
-import json
+The inference and calibration notebooks run through the runner, with the report and its MFU, in
+tests/test_campaign_report.py.
+"""
 
-import duckdb
 import pytest
 
 from fwbench.bench import inference as bench
 from fwbench.bench.timer_check import TimerAgreement, compare_with_torch_benchmark
 from fwbench.meters.contention import Contention
 from fwbench.timing import StopRule
-from tests.conftest import REPO, run_cli
-
-REQUIRED_UNITS = {
-    "latency_p50_ms": "ms",
-    "latency_p90_ms": "ms",
-    "latency_p95_ms": "ms",
-    "latency_p99_ms": "ms",
-    "latency_mean_ms": "ms",
-    "latency_std_ms": "ms",
-    "throughput_img_s": "img/s",
-    "peak_mem_bytes": "bytes",
-    "compile_s": "s",
-    "energy_j_per_img": "J",
-    "achieved_tflops": "TFLOP/s",
-    "mfu": "ratio",
-}
 
 
 def test_our_median_agrees_with_torch_utils_benchmark_on_a_call_of_known_length():
@@ -88,58 +73,3 @@ def test_non_memory_errors_are_not_mistaken_for_oom():
         bench.resolve_mode("jax", "compile")
     assert bench.resolve_mode("jax", "default") == "jit"
     assert bench.resolve_mode("torch", "default") == "eager"
-
-
-def test_inference_and_calibration_notebooks_through_the_runner(tmp_path):
-    campaign = tmp_path / "inf.yaml"
-    campaign.write_text(
-        f"""
-campaign: inf_test
-steps:
-  - notebook: {REPO}/notebooks/02_calibrate
-    params: {{device: cpu, matmul_sizes: [128], copy_mib: 4, min_iters: 3, min_seconds: 0.05,
-              timer_check_model: mobilenet_v3_small, timer_check_batch: 2,
-              timer_check_image_size: 32, timer_check_rounds: 2}}
-    grid: {{framework: [torch, jax]}}
-  - notebook: {REPO}/notebooks/10_inference
-    params: {{device: cpu, batch_sizes: [1, 2], image_size: 32, min_iters: 2, min_seconds: 0.05,
-              warmup: 1, block_size: 2, model: mobilenet_v3_small}}
-    grid:
-      framework: [torch, jax]
-"""
-    )
-    out = tmp_path / "out"
-    proc = run_cli("run", campaign, "--out", out)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    con = duckdb.connect(str(out / "fwbench.duckdb"), read_only=True)
-    rows = con.execute(
-        "select framework, batch_size, metric, unit, value, mode from measurements "
-        "where family = 'inference'"
-    ).fetchall()
-    for framework in ("torch", "jax"):
-        for bs in (1, 2):
-            got = {r[2]: r[3] for r in rows if r[0] == framework and r[1] == bs}
-            assert {m: got.get(m) for m in REQUIRED_UNITS} == REQUIRED_UNITS, (framework, bs)
-    values = {(r[0], r[1], r[2]): r[4] for r in rows}
-    for framework in ("torch", "jax"):
-        assert values[(framework, 2, "throughput_img_s")] > 0
-        assert 0 < values[(framework, 2, "mfu")] < 1.5  # calibrated on this very machine
-        assert values[(framework, 1, "latency_p99_ms")] >= values[(framework, 1, "latency_p50_ms")]
-    assert values[("jax", 2, "lower_s")] > 0 and values[("jax", 2, "xla_compile_s")] > 0
-    calib = con.execute(
-        "select framework, metric, value from measurements where family = 'calibration'"
-    ).fetchall()
-    assert {(f, m) for f, m, v in calib if v > 0} == {
-        ("torch", "peak_matmul_tflops"),
-        ("torch", "copy_bandwidth_gbs"),
-        ("jax", "peak_matmul_tflops"),
-        ("jax", "copy_bandwidth_gbs"),
-        ("torch", "timer_ratio_vs_torch_benchmark"),
-    }
-    (check,) = con.execute(
-        "select model, batch_size, unit, n, extra from measurements "
-        "where metric = 'timer_ratio_vs_torch_benchmark'"
-    ).fetchall()
-    extra = json.loads(check[4])
-    assert check[:4] == ("mobilenet_v3_small", 2, "ratio", 2 * 3)
-    assert extra["ours_s"] > 0 and extra["theirs_s"] > 0 and "shared" in extra["contention"]

@@ -9,12 +9,20 @@ import re
 import struct
 
 import duckdb
+import nbformat
 import pandas as pd
 import pytest
 
-from fwbench import report
+from fwbench import cli, readme, report, runner
 from tests.conftest import run_cli
-from tests.test_analysis import CAMPAIGN, CURRENT_RUN, build_synthetic, expected_ratio
+from tests.test_analysis import (
+    CAMPAIGN,
+    CURRENT_RUN,
+    PEAK_TFLOPS,
+    TRAIN_FLOPS_PER_STEP,
+    build_synthetic,
+    expected_ratio,
+)
 
 FIGURES = [
     "ratio_matrix",
@@ -160,3 +168,116 @@ def test_unknown_campaign_exits_2_with_one_message(built):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "no runs of campaign 'nosuch'" in lines[0]
     assert "known campaigns: synth" in lines[0]
+
+
+def test_the_analysis_cell_is_recorded_like_any_other_with_its_contention_reading(built):
+    run_dir = built["out"] / CAMPAIGN / CURRENT_RUN
+    entry = json.loads((run_dir / "manifest.json").read_text())["cells"][
+        "20_analysis/campaign=synth"
+    ]
+    metadata = nbformat.read(run_dir / entry["path"], as_version=4).metadata["fwbench"]
+    assert entry["contention"] is not None and entry["contention"] == metadata["contention"]
+    con = duckdb.connect(str(built["db"]), read_only=True)
+    (reading,) = con.execute(
+        "select other_cpu_frac from cells where notebook = '20_analysis'"
+    ).fetchall()
+    con.close()
+    assert reading[0] == metadata["contention"]["other_cpu_frac"]
+
+
+def test_a_report_waits_for_no_runner_holding_the_output_folder(built):
+    dirs = {"report_dir": built["report_dir"], "figures_dir": built["figures_dir"]}
+    before = (built["out"] / CAMPAIGN / CURRENT_RUN / "manifest.json").read_text()
+    with runner.output_lock(built["out"]):
+        with pytest.raises(report.ReportError, match="another fwbench run is using"):
+            report.build_report(CAMPAIGN, out=built["out"], db_path=built["db"], **dirs)
+    assert (built["out"] / CAMPAIGN / CURRENT_RUN / "manifest.json").read_text() == before
+
+
+def test_mfu_records_of_the_analysis_sit_beside_the_measurements(built):
+    con = duckdb.connect(str(built["db"]), read_only=True)
+    rows = con.execute(
+        "select family, model, framework, mode, precision, batch_size, value, extra "
+        "from measurements where metric = 'mfu' and notebook = '20_analysis' and run_id = ?",
+        [CURRENT_RUN],
+    ).fetchall()
+    con.close()
+    assert {r[0] for r in rows} == {"inference", "training"}
+    training = {r[2]: r for r in rows if r[0] == "training"}
+    for framework, mode, step_ms in (("torch", "eager", 100.0), ("jax", "jit", 80.0)):
+        family, model, _, got_mode, precision, batch_size, value, extra = training[framework]
+        assert (model, got_mode, precision, batch_size) == ("resnet50", mode, "fp32", 8)
+        achieved = TRAIN_FLOPS_PER_STEP / (step_ms / 1e3) / 1e12
+        assert value == pytest.approx(achieved / PEAK_TFLOPS[framework])
+        extra = json.loads(extra)
+        assert extra["ceiling_run_id"] == CURRENT_RUN
+        assert extra["peak_matmul_tflops"] == PEAK_TFLOPS[framework]
+    assert all(r[6] is not None for r in rows)
+    mfu = pd.read_csv(built["report_dir"] / "tables" / "mfu.csv")
+    assert set(mfu.family) == {"inference", "training"} and mfu.mfu.notna().all()
+    assert "| training | resnet50 | jax | jit |" in section(built["text"], "MFU")
+
+
+def github_anchor(heading: str) -> str:
+    """The fragment GitHub gives a markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _readme_around(built, text):
+    path = built["report_dir"].parent.parent / "README.md"
+    path.write_text(text)
+    return path
+
+
+README_AROUND = "# Title\n\nintro kept\n\n{begin}\nold quote\n{end}\n\n## After\nkept too\n"
+
+
+def readme_cli(capsys, *args):
+    """``fwbench readme`` in this process (the command line, without a second interpreter)."""
+    code = cli.main(["readme", CAMPAIGN, *map(str, args)])
+    return code, capsys.readouterr()
+
+
+def test_readme_block_is_written_from_the_report_only_between_the_markers(built, capsys):
+    text = README_AROUND.format(begin=readme.BEGIN, end=readme.END)
+    path = _readme_around(built, text)
+    code, output = readme_cli(capsys, "--readme", path, "--out", built["out"])
+    assert code == 0, output.err
+    new = path.read_text()
+    head, rest = new.split(readme.BEGIN + "\n")
+    block, tail = rest.split(readme.END)
+    assert head + readme.BEGIN + "\n" == text.split("old quote")[0]
+    assert readme.END + tail == text.split("old quote\n")[1]
+    assert "old quote" not in block and f"run `{CURRENT_RUN}`" in block
+    ratio = expected_ratio(built["current"], "resnet50", 8, "best")
+    assert "| ResNet-50 | " in block and f"{ratio:.2f}× [" in block
+    assert "(tie)" in block  # ViT-B/16 at batch 8
+    assert "Over the " in block and "cells with a contention reading" in block
+    mfu = pd.read_csv(built["report_dir"] / "tables" / "mfu.csv")
+    jax_train = mfu[(mfu.family == "training") & (mfu.framework == "jax")].mfu.iloc[0]
+    assert "| training | ResNet-50 | JAX jit | fp32 | " in block
+    assert f"| {readme.percent(jax_train)} |" in block and "ceilings from this run" in block
+    headings = {github_anchor(h) for h in re.findall(r"^#+ (.+)$", built["text"], re.M)}
+    for link in LINK_RE.findall(block):
+        target, _, anchor = link.partition("#")
+        assert (path.parent / target).exists(), link
+        assert not anchor or anchor in headings, link
+    code, output = readme_cli(capsys, "--readme", path, "--out", built["out"])
+    assert code == 0 and "already up to date" in output.out
+    assert path.read_text() == new
+
+
+def test_readme_without_markers_exits_2_and_is_left_alone(built, capsys):
+    text = "# Title\n\nno markers here\n"
+    path = _readme_around(built, text)
+    code, output = readme_cli(capsys, "--readme", path, "--out", built["out"])
+    assert code == 2
+    lines = output.err.strip().splitlines()
+    assert len(lines) == 1 and readme.BEGIN in lines[0] and readme.END in lines[0]
+    assert path.read_text() == text
+    swapped = _readme_around(built, f"{readme.END}\n{readme.BEGIN}\n")
+    assert readme_cli(capsys, "--readme", swapped)[0] == 2
+    marked = _readme_around(built, f"{readme.BEGIN}\n{readme.END}\n")
+    assert cli.main(["readme", "nosuch", "--readme", str(marked)]) == 2
+    assert "no report at" in capsys.readouterr().err
+    assert marked.read_text() == f"{readme.BEGIN}\n{readme.END}\n"

@@ -159,3 +159,17 @@ def test_a_second_runner_on_the_same_folder_is_refused(write_campaign, tmp_path)
             "run", write_campaign("campaign: busy\nsteps:\n  - notebook: STANDIN\n"), "--out", out
         )
         assert proc.returncode == 2 and "another fwbench run" in proc.stderr
+
+
+def test_the_kernel_is_told_its_output_folder_absolutely_under_a_relative_out(tmp_path):
+    """``make run`` passes a relative ``--out``; the kernel starts in the notebook's folder, so a
+    relative FWBENCH_EXECUTED_DIR would name a folder under notebooks/ that does not exist."""
+    notebook = REPO / "tests" / "standin" / "executed_dir"
+    (tmp_path / "campaign.yaml").write_text(f"campaign: where\nsteps:\n  - notebook: {notebook}\n")
+    proc = run_cli("run", "campaign.yaml", "--out", "out", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_dir = only_run_dir(tmp_path / "out", "where")
+    assert (run_dir / "executed_dir" / "a.marker").is_file()
+    con = duckdb.connect(str(tmp_path / "out" / "fwbench.duckdb"), read_only=True)
+    (extra,) = con.execute("select extra from measurements").fetchone()
+    assert json.loads(extra)["executed_dir"] == str((run_dir / "executed_dir").resolve())

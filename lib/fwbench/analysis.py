@@ -33,6 +33,15 @@ SERIES = ["framework", "variant"]
 TEXT_COLUMNS = ["notebook", "cell", "family", "model", "framework", "mode", "device", "device_name"]
 HIGHER_IS_BETTER_UNITS = {"img/s", "TFLOP/s", "GB/s"}
 HIGHER_IS_BETTER_METRICS = {"mfu"}
+# What one throughput sample of a record is, per family: a ratio bootstraps over these unless a
+# configuration ran in three or more trials (then over the trials).
+SAMPLE_SOURCE = {"inference": "blocks", "training": "steps"}
+SAMPLE_SOURCE_TEXT = {
+    "blocks": "per-block throughputs (blocks of enqueued calls, one sync per block)",
+    "steps": "per-step throughputs (every training step synced)",
+    "trials": "trials",
+}
+MIN_TRIALS_AS_SAMPLES = 3
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -96,6 +105,23 @@ def load_measurements(con, campaign: str, run_id: str) -> pd.DataFrame:
         "order by notebook, cell, trial, family, metric, batch_size",
         [campaign, run_id, ANALYSIS_NOTEBOOK],
     ).df()
+    return _tidy(frame)
+
+
+def load_calibration(con) -> pd.DataFrame:
+    """Every ok ceiling 02_calibrate measured, in all runs of all campaigns in the index.
+
+    MFU and the roofline fall back to these where the analysed run did not calibrate its device.
+    """
+    frame = con.execute(
+        "select * from measurements where family = 'calibration' and status = 'ok' "
+        "and value is not null and metric in ('peak_matmul_tflops', 'copy_bandwidth_gbs') "
+        "order by run_id, campaign, notebook, cell, trial, metric"
+    ).df()
+    return _tidy(frame)
+
+
+def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
     frame["extra"] = frame["extra"].map(_parse_json)
     for col in TEXT_COLUMNS + ["precision", "status", "metric", "unit", "error"]:
         frame[col] = frame[col].astype(object).where(frame[col].notna(), "")
@@ -153,20 +179,20 @@ def throughput_samples(meas: pd.DataFrame, family: str = "inference") -> pd.Data
     """Per configuration and framework variant, the samples a ratio bootstraps over.
 
     With three or more trials the trials are the independent samples (their spread is the honest
-    one); otherwise the samples the record carries are: per-block throughputs for inference,
-    per-step images/s for training.
+    one); otherwise the samples the record carries are (``SAMPLE_SOURCE``): per-block throughputs
+    for inference, per-step images/s for training.
     """
     thr = inference_ok(meas, "throughput_img_s", family)
     rows = []
     for key, group in thr.groupby(CONFIG + SERIES, sort=True):
         group = group.sort_values("trial")
-        if len(group) >= 3:
+        if len(group) >= MIN_TRIALS_AS_SAMPLES:
             samples, source = [float(v) for v in group.value], "trials"
         else:
             samples = []
             for r in group.itertuples():
                 samples.extend(float(s) for s in (r.extra.get("samples") or [r.value]))
-            source = "steps" if family == "training" else "blocks"
+            source = SAMPLE_SOURCE[family]
         if len(group) == 1:
             ci = (group.ci_low.iloc[0], group.ci_high.iloc[0])
         else:
@@ -227,7 +253,7 @@ def comparison_matrix(samples: pd.DataFrame) -> pd.DataFrame:
                     "winner": verdict(ratio, low, high),
                     "sample_source": "trials"
                     if "trials" in (jax.sample_source, torch.sample_source)
-                    else "blocks",
+                    else jax.sample_source,
                 }
             )
     return pd.DataFrame(rows)

@@ -122,6 +122,17 @@ def cmd_report(args) -> int:
     return EXIT_OK
 
 
+def cmd_readme(args) -> int:
+    from fwbench.readme import ReadmeError, update_readme
+
+    try:
+        changed = update_readme(args.campaign, Path(args.readme), Path(args.out))
+    except ReadmeError as exc:
+        return _fail(str(exc))
+    print(f"{args.readme}: results block {'rewritten' if changed else 'already up to date'}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fwbench",
@@ -200,6 +211,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--db", help="database path (default: $FWBENCH_DB, else OUT/fwbench.duckdb)"
     )
     report.set_defaults(func=cmd_report)
+
+    readme = sub.add_parser(
+        "readme",
+        help="rewrite README.md's results block from report/<campaign>/",
+        description="Replace the lines between <!-- results:start --> and <!-- results:end --> "
+        "in the README with the run, contention reading, JAX ÷ PyTorch ratios, training and MFU "
+        "read from report/<campaign>/ (content.json, tables/*.csv) beside it. Nothing else in "
+        "the README changes; build the report first with `fwbench report CAMPAIGN`.",
+    )
+    readme.add_argument("campaign", help="campaign whose report to quote, e.g. smoke")
+    readme.add_argument(
+        "--readme", default="README.md", help="file to rewrite (default: README.md)"
+    )
+    readme.add_argument(
+        "--out", default="executed", help="executed-notebook folder to link to (default: executed)"
+    )
+    readme.set_defaults(func=cmd_readme)
     return parser
 
 

@@ -1,15 +1,15 @@
 """``fwbench report CAMPAIGN``: run 20_analysis as a cell of the run, then write report.md/.html.
 
-The analysis notebook is executed by the runner like any other cell, into
-``<out>/<campaign>/<run_id>/20_analysis/`` and the run's manifest, so the report's own computation is
-part of the audit trail. The notebook leaves figures, tables and a ``content.json``; this module only
-lays them out. Everything is sorted and seeded, so rebuilding a report from the same data gives the
-same report.md apart from its "Generated" line.
+The analysis notebook is executed by the runner like any other cell (under the output lock, with its
+contention reading), into ``<out>/<campaign>/<run_id>/20_analysis/`` and the run's manifest, so the
+report's own computation, and the MFU records it emits, are part of the audit trail. The notebook
+leaves figures, tables and a ``content.json``; this module only lays them out. Everything is
+sorted and seeded, so rebuilding a report from the same data gives the same report.md apart from
+its "Generated" line.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -90,8 +90,10 @@ def build_report(
         slug=make_slug(params, ["campaign"], 0, 1),
         parameters=params,
     )
-    result = runner.execute_cell(cell, run_dir, {"run_id": run_id, "campaign": campaign}, timeout)
-    _record_in_manifest(run_dir, cell, result)
+    try:
+        result = runner.execute_into_run(cell, out, run_dir, timeout)
+    except runner.RunnerBusy as exc:
+        raise ReportError(str(exc)) from None
     db.ingest(run_dir, db_path)
     executed = run_dir / result.path
     if result.status != "ok":
@@ -99,24 +101,6 @@ def build_report(
             f"the analysis notebook {result.status}: {error_line(result.error)} (see {executed})"
         )
     return render(report_dir, out=out, analysis_notebook=executed)
-
-
-def _record_in_manifest(run_dir: Path, cell: Cell, result) -> None:
-    # Read just before writing: the manifest may have changed while the notebook ran.
-    path = run_dir / "manifest.json"
-    manifest = json.loads(path.read_text())
-    manifest.setdefault("cells", {})[cell.key] = {
-        "notebook": cell.notebook,
-        "slug": cell.slug,
-        "trial": cell.trial,
-        "parameters": cell.parameters,
-        "status": result.status,
-        "error": result.error,
-        "duration_s": round(result.duration_s, 3),
-        "retried": result.retried,
-        "path": result.path,
-    }
-    runner.write_json_atomic(path, manifest)
 
 
 # --------------------------------------------------------------------------- rendering

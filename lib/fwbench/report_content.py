@@ -33,9 +33,12 @@ class ReportContent:
     limitations: list[str] = field(default_factory=list)
     sections: list[dict] = field(default_factory=list)
 
-    def section(self, title: str, intro: str = "", part: str = "results") -> None:
-        """Start a section; ``part`` is "results" or "failures" (where the report places it)."""
-        self.sections.append({"title": title, "intro": intro, "part": part, "items": []})
+    def section(self, title: str, intro: str = "", part: str = "results", name: str = "") -> None:
+        """Start a section; ``part`` is "results" or "failures" (where the report places it);
+        ``name`` lets other readers of content.json (``fwbench readme``) find it by a stable key."""
+        self.sections.append(
+            {"title": title, "intro": intro, "part": part, "name": name, "items": []}
+        )
 
     def _add(self, item: dict) -> None:
         if not self.sections:
@@ -83,3 +86,8 @@ class ReportContent:
 
 def read(report_dir: Path) -> dict:
     return json.loads((Path(report_dir) / CONTENT_NAME).read_text())
+
+
+def section_by_name(content: dict, name: str) -> dict | None:
+    """The section of a read content.json that the analysis named ``name``, if it made one."""
+    return next((s for s in content["sections"] if s.get("name") == name), None)

@@ -200,7 +200,8 @@ def execute_cell(cell: Cell, run_dir: Path, context: dict, timeout: float | None
         CONTEXT_ENV["notebook"]: cell.notebook,
         CONTEXT_ENV["cell"]: cell.slug,
         "FWBENCH_TRIAL": str(cell.trial),
-        "FWBENCH_EXECUTED_DIR": str(nb_dir),
+        # absolute: the kernel starts in the notebook's folder, not where the runner was started
+        "FWBENCH_EXECUTED_DIR": str(nb_dir.resolve()),
     }
     attempts = [dict(env)]
     if cell.retry_env:
@@ -244,6 +245,52 @@ def execute_cell(cell: Cell, run_dir: Path, context: dict, timeout: float | None
     )
 
 
+def manifest_entry(cell: Cell, result: CellResult | None = None) -> dict:
+    """A cell's entry in manifest.json: pending until ``result`` is known."""
+    entry = {
+        "notebook": cell.notebook,
+        "slug": cell.slug,
+        "trial": cell.trial,
+        "parameters": cell.parameters,
+        "status": "pending",
+    }
+    if result is not None:
+        entry.update(
+            status=result.status,
+            error=result.error,
+            duration_s=round(result.duration_s, 3),
+            retried=result.retried,
+            path=result.path,
+            contention=result.contention,
+        )
+    return entry
+
+
+def record_in_manifest(run_dir: Path, cell: Cell, result: CellResult) -> dict:
+    """Write one cell's result into the run's manifest.json; returns the manifest.
+
+    The one writer of cell entries, used with the output lock held: by the runner after every cell
+    and by ``fwbench report`` for the analysis cell it adds to a finished run.
+    """
+    path = run_dir / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest.setdefault("cells", {})[cell.key] = manifest_entry(cell, result)
+    write_json_atomic(path, manifest)
+    return manifest
+
+
+def execute_into_run(cell: Cell, out: Path, run_dir: Path, timeout: float | None) -> CellResult:
+    """Add one cell to an existing run of ``out``, as the runner runs any other: under the output
+    lock (``RunnerBusy`` if another runner holds it), with its contention reading, and recorded in
+    the manifest."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    context = {"run_id": manifest["run_id"], "campaign": manifest["campaign"]}
+    with output_lock(out):
+        result = execute_cell(cell, run_dir, context, timeout)
+        record_in_manifest(run_dir, cell, result)
+    return result
+
+
 def run_campaign(
     campaign: Campaign,
     out: Path,
@@ -285,13 +332,7 @@ def run_campaign(
         }
         todo = [c for c in cells if c.key not in done]
         for c in todo:
-            manifest["cells"][c.key] = {
-                "notebook": c.notebook,
-                "slug": c.slug,
-                "trial": c.trial,
-                "parameters": c.parameters,
-                "status": "pending",
-            }
+            manifest["cells"][c.key] = manifest_entry(c)
         write_json_atomic(run_dir / "manifest.json", manifest)
         results: dict[str, CellResult] = {}
         bar = tqdm(todo, desc=f"{campaign.name} {run_id}", unit="cell", disable=not show_progress)
@@ -299,15 +340,7 @@ def run_campaign(
             bar.set_postfix_str(cell.key)
             result = execute_cell(cell, run_dir, context, cell.timeout or timeout)
             results[cell.key] = result
-            manifest["cells"][cell.key].update(
-                status=result.status,
-                error=result.error,
-                duration_s=round(result.duration_s, 3),
-                retried=result.retried,
-                path=result.path,
-                contention=result.contention,
-            )
-            write_json_atomic(run_dir / "manifest.json", manifest)
+            manifest = record_in_manifest(run_dir, cell, result)
             if result.status != "ok":
                 tqdm.write(f"  {cell.key}: {result.status}: {(result.error or '').strip()[-300:]}")
             if result.contention and result.contention["shared"]:

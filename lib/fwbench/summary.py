@@ -11,13 +11,17 @@ import json
 import numpy as np
 import pandas as pd
 
+from fwbench import stats
 from fwbench.analysis import (
     DEFAULT_VARIANT,
+    MIN_TRIALS_AS_SAMPLES,
+    SAMPLE_SOURCE_TEXT,
     energy_unavailable_reasons,
     framework_label,
     kind_label,
     model_label,
 )
+from fwbench.meters.contention import SHARED_FRACTION
 
 
 def times(x: float) -> str:
@@ -155,6 +159,25 @@ def shared_machine_sentence(shared: pd.DataFrame, cells: pd.DataFrame) -> str | 
     )
 
 
+def contention_sentence(cells: pd.DataFrame) -> str:
+    """How much of the CPU other processes and the hypervisor took during the run's cells."""
+    columns = {"other_cpu_frac", "steal_frac", "shared_machine"}
+    read = cells.dropna(subset=["other_cpu_frac", "steal_frac"]) if columns <= set(cells) else None
+    if read is None or read.empty:
+        return "This run predates the contention meter: no reading."
+    shared = int(read.shared_machine.fillna(False).astype(bool).sum())
+    verdict = (
+        "none ran on a shared machine"
+        if shared == 0
+        else f"{shared} ran on a shared machine (above {SHARED_FRACTION:.0%})"
+    )
+    return (
+        f"Over the {len(read)} cells with a contention reading, other processes took up to "
+        f"{read.other_cpu_frac.max():.0%} and the hypervisor up to {read.steal_frac.max():.0%} of "
+        f"the CPU time; {verdict}."
+    )
+
+
 def executive_summary(
     matrix, kinds, history, baseline_run_id, failures, retries, training=(), shared_machine=None
 ) -> list[str]:
@@ -256,8 +279,29 @@ def precision_settings(meas: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def methodology(run: dict, meas: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
-    """Bullet points describing how this run was measured, from what the run recorded."""
+def ratio_method(samples: list[pd.DataFrame]) -> str:
+    """How the ratios were bootstrapped, from the sample sources the ratios actually used
+    (``analysis.throughput_samples`` frames, one per family) and the bootstrap's resample count."""
+    used = sorted(
+        {s for frame in samples if not frame.empty for s in frame.sample_source if s != "trials"}
+    )
+    over = " and ".join(SAMPLE_SOURCE_TEXT[s] for s in used) or "the samples each record carries"
+    return (
+        "Ratios are JAX ÷ PyTorch median throughput with a 95% two-sample percentile bootstrap "
+        f"interval ({stats.BOOTSTRAP_RESAMPLES:,} resamples, fixed seed) over the {over}, or over "
+        f"the trials where a configuration has {MIN_TRIALS_AS_SAMPLES} or more; an interval "
+        "containing 1 is reported as a tie. Best modes take each framework's fastest variant "
+        "(PyTorch: eager, torch.compile, max-autotune, with or without channels_last; JAX: jit); "
+        "defaults are PyTorch eager against JAX jit."
+    )
+
+
+def methodology(
+    run: dict, meas: pd.DataFrame, cells: pd.DataFrame, samples: list[pd.DataFrame] = ()
+) -> list[str]:
+    """Bullet points describing how this run was measured, from what the run recorded.
+
+    ``samples``: the ``analysis.throughput_samples`` frames the ratios were computed from."""
     env = run.get("environment") or {}
     packages = env.get("packages") or {}
     devices = sorted({d for d in meas.device_name if d})
@@ -304,13 +348,7 @@ def methodology(run: dict, meas: pd.DataFrame, cells: pd.DataFrame) -> list[str]
         )
     for r in precision_settings(meas).itertuples():
         lines.append(f"Precision {r.precision} on {r.framework}: `{r.settings}`.")
-    lines.append(
-        "Ratios are JAX ÷ PyTorch median throughput with a 95% two-sample percentile bootstrap "
-        "interval (2,000 resamples, fixed seed) over the per-block throughputs, or over the trials "
-        "where a cell has three or more; an interval containing 1 is reported as a tie. Best modes "
-        "take each framework's fastest variant (PyTorch: eager, torch.compile, max-autotune, with "
-        "or without channels_last; JAX: jit); defaults are PyTorch eager against JAX jit."
-    )
+    lines.append(ratio_method(list(samples)))
     return lines
 
 

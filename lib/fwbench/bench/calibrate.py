@@ -1,13 +1,10 @@
 """Device ceilings measured through each framework: peak matmul FLOP/s and copy bandwidth.
 
-The roofline divides by these, so they are measured on the same device, framework and precision
-as the benchmarks, never copied from a datasheet.
+The roofline and MFU (computed by the analysis, 20_analysis) divide by these, so they are measured
+on the same device, framework and precision as the benchmarks, never copied from a datasheet.
 """
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import numpy as np
 
@@ -95,47 +92,3 @@ def measure_ceilings(
         "n": s["n"],
     }
     return {"matmul": matmuls, "copy": copy}
-
-
-def find_ceiling(
-    framework: str, device_name: str, prec: str, db_path=None
-) -> tuple[float | None, str]:
-    """Peak matmul TFLOP/s for MFU: this run's 02_calibrate first, else the latest in the index."""
-    from fwbench.records import RECORDS_MIME
-
-    executed = os.environ.get("FWBENCH_EXECUTED_DIR")
-    if executed:
-        import nbformat
-
-        best = None
-        for path in sorted((Path(executed).parent / "02_calibrate").glob("[!.]*.ipynb")):
-            nb = nbformat.read(str(path), as_version=4)
-            for cell in nb.cells:
-                for out in cell.get("outputs", []):
-                    for row in out.get("data", {}).get(RECORDS_MIME, []):
-                        if (
-                            (row["metric"], row["framework"], row["device_name"], row["precision"])
-                            == ("peak_matmul_tflops", framework, device_name, prec)
-                            and row["value"]
-                            and (best is None or row["value"] > best)
-                        ):
-                            best = row["value"]
-        if best:
-            return best, "02_calibrate of this run"
-    from fwbench import db
-
-    db_path = Path(db_path) if db_path else db.default_db_path()
-    if db_path.exists():
-        try:
-            frame = db.query(
-                "select value, run_id from measurements where metric = 'peak_matmul_tflops' "
-                "and framework = ? and device_name = ? and precision = ? and status = 'ok' "
-                "order by run_id desc, value desc limit 1",
-                db_path,
-                params=[framework, device_name, prec],
-            )
-        except Exception:  # an index being written by a runner; the MFU just stays empty
-            frame = None
-        if frame is not None and len(frame):
-            return float(frame.value[0]), f"02_calibrate of run {frame.run_id[0]}"
-    return None, "no calibration for this device, framework and precision"

@@ -2,7 +2,7 @@
 
 Both sides get the same ported weights (``models.build_pair``) and the same seeded random batches,
 placed on the device before timing and rotated. Each batch size yields latency (every call synced),
-throughput (blocks of enqueued calls), peak memory, energy, compile time and FLOP-based efficiency.
+throughput (blocks of enqueued calls), peak memory, energy, compile time and achieved FLOP/s.
 A batch size that runs out of memory yields an ``oom`` result and the loop goes on.
 """
 
@@ -210,8 +210,12 @@ def run_batch_size(
     return result
 
 
-def add_records(rec, result: BatchResult, ceiling_tflops: float | None, ceiling_note: str) -> None:
-    """Turn one batch size's result into the inference records of DESIGN.md section 4."""
+def add_records(rec, result: BatchResult) -> None:
+    """Turn one batch size's result into the inference records of DESIGN.md section 4.
+
+    MFU is not among them: the analysis divides ``achieved_tflops`` by the peak that 02_calibrate
+    measured, so that a cell never reads another cell's outputs.
+    """
     bs = result.batch_size
     if result.status != "ok":
         rec.add("cell_status", None, "", status=result.status, error=result.error, batch_size=bs)
@@ -248,11 +252,3 @@ def add_records(rec, result: BatchResult, ceiling_tflops: float | None, ceiling_
         achieved = result.flops_per_img * thr["p50"] / 1e12
     flop_extra = {"flops_per_img": result.flops_per_img, "bytes_per_img": result.bytes_per_img}
     rec.add("achieved_tflops", achieved, "TFLOP/s", batch_size=bs, extra=flop_extra)
-    mfu = achieved / ceiling_tflops if (achieved and ceiling_tflops) else None
-    rec.add(
-        "mfu",
-        mfu,
-        "ratio",
-        batch_size=bs,
-        extra={**flop_extra, "ceiling_tflops": ceiling_tflops, "ceiling": ceiling_note},
-    )
