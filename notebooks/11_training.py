@@ -1,19 +1,26 @@
 # %% [markdown]
-# # 11 · Training: step time, compile time, memory, energy, loss-curve parity and convergence
+# # 11 · Training: step time, FLOPs, compile time, memory, energy, parity and convergence
 #
 # **Purpose.** For one model, measure how fast ONE framework trains (each campaign cell is one
 # framework, mode, precision and batch size): per-step time with every step synced (p50/p95 and a
-# 95% interval of the median), images/s, compile time (JAX lowering and XLA compile timed apart;
-# torch.compile's first step minus a steady step), peak memory and energy per step. Then, with
-# `check_parity` and `check_convergence`, run BOTH frameworks in this kernel to show they train
-# the same function:
+# 95% interval of the median), images/s, the FLOPs of one whole step and the FLOP/s achieved
+# (the analysis divides them by the measured peak for training MFU), compile time (JAX lowering
+# and XLA compile timed apart; torch.compile's first step minus a steady step), peak memory and
+# energy per step. Then, with `check_parity` and `check_convergence`, run BOTH frameworks in this
+# kernel to show they train the same function:
 #
-# - **Loss-curve parity** (fp32, TF32 off): from the same ported weights, on the same batches,
-#   `parity_steps` steps of each; every step's loss must agree to 1e-3 relative, and every tensor
-#   after the last step is compared (max|Δ|/max|torch|, reported, with a 2e-2 sanity bound).
-#   Dropout and stochastic depth are off (the frameworks draw different masks; also in the
-#   convergence run unless `stochastic_layers`); BatchNorm trains and its running statistics are
-#   compared too. A failure is recorded with status `failed` and fails the cell.
+# - **Training parity, proven in float64**: from the same ported weights, on the same batches,
+#   with one optimizer description, `parity_steps` steps of each side in float64 (torch
+#   `.double()`, JAX under `jax.enable_x64`). The gate: every step's loss agrees to 1e-9
+#   relative, and every parameter and BatchNorm statistic after the last step to 1e-8
+#   (max|Δ|/max|torch|). Parameters whose exact gradient is zero are left out by a stated rule and
+#   listed (see the parity section). Dropout and stochastic depth are off (the frameworks draw
+#   different masks; also in the convergence run unless `stochastic_layers`); BatchNorm trains and
+#   its running statistics are compared too. A failure is recorded with status `failed` and
+#   fails the cell.
+# - **fp32 parity, measured**: the same run in fp32 (TF32 off), its loss curves and per-tensor
+#   differences recorded with no pass/fail, and the first step at which the losses differ by
+#   more than 1e-3: how fast this CPU's or GPU's rounding grows in this model.
 # - **Convergence**: `epochs` epochs on a labelled dataset (digits, or ImageNet-100 from
 #   `dataset_path`), train loss and validation top-1 of both frameworks on one chart. After the
 #   last epoch both sides recompute their BatchNorm statistics at the final weights (one pass,
@@ -32,9 +39,10 @@
 # **Run it:** `fwbench run params/cpu.yaml --only '11_training/*'` (parity and convergence on
 # CPU), or the training steps of `params/smoke.yaml` / `params/h100.yaml`.
 #
-# **Runtime:** the defaults (ResNet-50, digits at 32×32, batch 16, parity over 20 steps) take about
-# 3 min on a 2-core CPU, most of it XLA compiling the training step; convergence on digits adds
-# 2 to 15 min per model (ViT-B/16 the longest). On an H100 a speed cell takes under a minute.
+# **Runtime:** the defaults (ResNet-50, digits at 32×32, batch 16, parity over 20 steps at 96 px)
+# take about 10 min on a 2-core CPU, most of it the float64 and fp32 parity runs and XLA compiling
+# their steps; convergence on digits adds 2 to 15 min per model (ViT-B/16 the longest). On an
+# H100 a speed cell takes under a minute.
 
 # %% tags=["parameters"]
 model = "resnet50"
@@ -67,14 +75,12 @@ epochs = 3
 steps = 0
 
 # %% [markdown]
-# `lr = None` takes the optimizer's default (SGD 0.005, AdamW 1e-3); `parity_lr = None` uses `lr`
-# for the parity check too. A smaller `parity_lr` suits models whose training is chaotic at the
-# campaign's rate: EfficientNet-B0 in torch fp32 drifts 3% from torch fp64 within 20 steps at
-# SGD 1e-3, so no two fp32 implementations can agree to 1e-3 there; at 1e-4 they do.
-# `parity_optimizer` may differ from `optimizer` for the same reason: Adam turns the rounding
-# noise of a gradient that is zero in exact arithmetic (the bias of a BatchNorm whose output only
-# reaches the loss through another training-mode BatchNorm) into full `lr`-sized steps of random
-# sign, so such tensors cannot agree between any two implementations; SGD leaves them in place.
+# `lr = None` takes the optimizer's default (SGD 0.005, AdamW 1e-3); `parity_lr = None` and
+# `parity_optimizer = "same"` run the parity check with the training's own optimizer and rate,
+# which the float64 gate holds for at every registry model, batch size and seed tried; they stay
+# as switches for a model whose training is chaotic at its campaign's rate (two float64 runs of
+# one framework, 1e-14 apart at the start, drifting apart step after step), where a smaller rate
+# keeps the proof meaningful.
 # `mode = "default"` is each framework's default: torch eager, JAX jit. `channels_last` and
 # `cudnn_benchmark` are torch's best-practice switches for CNNs on a GPU (off by default).
 # `steps` caps the steps per epoch of the convergence run (0 = a full pass over the training
@@ -182,47 +188,74 @@ if measure_speed:
     display(rec.frame()[["metric", "value", "unit", "n", "ci_low", "ci_high", "status"]])
 
 # %% [markdown]
-# ## Loss-curve parity (both frameworks, fp32)
+# ## Training parity (both frameworks): the fp64 proof, and fp32 as a measurement
 # `parity_steps` seeded noise batches (labels drawn from the dataset's classes), torch eager
 # against JAX jit, every residual branch starting at zero, the schedule spanning exactly those
-# steps. Noise rather than the dataset's images because on the flat upsampled digits ResNet-50's
-# training is chaotic and no two fp32 implementations stay together (see
-# `fwbench.training.parity`).
+# steps; first in float64 on both sides (the gate), then the same run in fp32 (curves only).
+# Each choice keeps training itself from being chaotic, measured by two float64 torch runs whose
+# weights start 1e-14 apart (where they drift apart, no two implementations can agree):
+#
+# - CNNs train at no less than 96 px, so their last feature map is 3×3: at 32 px it is 1×1 and
+#   training-mode BatchNorm normalises each channel over the batch alone, which at batch 2 makes
+#   the two runs differ by 1e-6 after one step even at SGD 1e-6 (EfficientNet-B0);
+# - residual branches start at zero: from torchvision's initialisation ResNet-50's runs reach
+#   1e-1 apart within 20 steps, at 96 px too;
+# - noise, not the digits: on the flat upsampled digits ResNet-50's runs drift 1e10-fold.
+#
+# A parameter whose exact gradient is zero (a BatchNorm bias whose output reaches the loss only
+# through a 1x1 convolution and another training-mode BatchNorm: EfficientNet-B0's and
+# MobileNetV3's projection layers) gets rounding noise as its gradient, which Adam-type optimizers
+# normalise into steps of random sign, in float64 too. The parameter gate skips it by a stated
+# rule, its fp64 gradient norm below 1e-12 of the step's largest at every step on both sides,
+# and skips the running means its drift shifts (the BatchNorms right after it); both lists are
+# printed and recorded. The loss gate covers everything.
 
 # %%
-parity = None
+parity = {}
 if check_parity:
     from fwbench.data import rotating_batches
-    from fwbench.training.parity import run_parity
+    from fwbench.training.parity import parity_image_size, run_parity
 
-    parity_data = rotating_batches(parity_steps, batch_size, image_size, seed, data.num_classes)
+    parity_size = parity_image_size(model, image_size)
+    parity_data = rotating_batches(parity_steps, batch_size, parity_size, seed, data.num_classes)
     parity_config = OptimConfig(
         optimizer if parity_optimizer == "same" else parity_optimizer,
         lr=lr if parity_lr is None else parity_lr,
         schedule=schedule,
         total_steps=parity_steps,
     )
-    parity = run_parity(
-        model,
-        parity_data,
-        parity_config,
-        seed=seed,
-        num_classes=data.num_classes,
-        image_size=image_size,
-        devices=kinds,
-    )
-    records.add_parity(
-        rec,
-        parity,
-        batch_size,
-        device=kinds["jax"],
-        device_name=fw_device.device_name("jax", kinds["jax"]),
-    )
-    worst_param, worst_param_err = parity.worst_param
+    for parity_precision in ("fp64", "fp32"):
+        parity[parity_precision] = run_parity(
+            model,
+            parity_data,
+            parity_config,
+            precision=parity_precision,
+            seed=seed,
+            num_classes=data.num_classes,
+            image_size=parity_size,
+            devices=kinds,
+        )
+        records.add_parity(
+            rec,
+            parity[parity_precision],
+            batch_size,
+            device=kinds["jax"],
+            device_name=fw_device.device_name("jax", kinds["jax"]),
+        )
+    proof, measured = parity["fp64"], parity["fp32"]
     print(
-        f"loss max rel {parity.loss_max_rel:.2e} over {parity.steps} steps; "
-        f"worst parameter {worst_param} {worst_param_err:.2e}; "
-        f"worst BN statistic {parity.worst_buffer[0]} {parity.worst_buffer[1]:.2e}"
+        f"fp64 ({'passed' if proof.passed else 'FAILED'}): loss max rel {proof.loss_max_rel:.2e} "
+        f"over {proof.steps} steps; worst parameter {proof.worst_param[0]} "
+        f"{proof.worst_param[1]:.2e}; worst BN statistic {proof.worst_buffer[0]} "
+        f"{proof.worst_buffer[1]:.2e}"
+    )
+    print(f"skipped (exact zero gradient): {sorted(proof.skipped_params) or 'none'}")
+    print(f"skipped statistics (shifted by them): {proof.skipped_statistics or 'none'}")
+    diverged = measured.divergence_step()
+    print(
+        f"fp32 (measured): loss max rel {measured.loss_max_rel:.2e}; losses first differ by "
+        "more than 1e-3 at "
+        + (f"step {diverged}" if diverged is not None else f"no step of {measured.steps}")
     )
     display(figures.parity_chart(analysis.parity_curves(rec.frame())))
 
@@ -279,6 +312,6 @@ rec.emit()
 
 # %%
 # A parity or convergence failure fails the cell, so the campaign's exit status shows it.
-if parity is not None:
-    assert parity.passed, f"fp32 training parity failed: {parity.failures()}"
+if parity:
+    assert parity["fp64"].passed, f"fp64 training parity failed: {parity['fp64'].failures()}"
 assert not convergence_problems, f"convergence failed: {convergence_problems}"

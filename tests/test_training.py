@@ -175,11 +175,12 @@ def test_zero_init_reaches_every_residual_branch_and_nothing_else():
 def test_parity_verdict_flags_a_drifting_loss_and_a_moved_tensor():
     from fwbench.training.parity import ParityResult
 
-    def result(jax_losses, param_err):
+    def result(jax_losses, param_err, precision="fp64"):
         torch_losses = [2.0, 1.9, 1.8]
         rel = [abs(a - b) / b for a, b in zip(jax_losses, torch_losses, strict=True)]
         return ParityResult(
             "resnet50",
+            precision,
             {},
             torch_losses,
             jax_losses,
@@ -190,11 +191,13 @@ def test_parity_verdict_flags_a_drifting_loss_and_a_moved_tensor():
             16,
         )
 
-    assert result([2.0, 1.9, 1.8], 1e-5).passed
-    drift = result([2.0, 1.9, 1.81], 1e-5).failures()
+    assert result([2.0, 1.9, 1.8], 1e-9).passed
+    drift = result([2.0, 1.9, 1.8 + 1e-8], 1e-9).failures()  # 5.6e-9 relative at step 2
     assert len(drift) == 1 and "step 2" in drift[0]
-    assert "fc.weight" in result([2.0, 1.9, 1.8], 0.5).failures()[0]
-    assert not result([2.0, float("nan"), 1.8], 1e-5).passed
+    assert "fc.weight" in result([2.0, 1.9, 1.8], 1e-7).failures()[0]
+    assert not result([2.0, float("nan"), 1.8], 1e-9).passed
+    # fp32 is a measurement: far apart, and still no verdict against it
+    assert result([2.0, 1.9, 1.9], 0.5, precision="fp32").passed
 
 
 def test_convergence_loop_learns_digits_on_both_frameworks():
@@ -261,17 +264,29 @@ steps:
         ("compile_s", "s"),
         ("peak_mem_bytes", "bytes"),
         ("energy_j_per_step", "J"),
+        ("flops_per_step", "FLOP/step"),
+        ("achieved_tflops", "TFLOP/s"),
     ]:
         assert got[("torch", metric)][3] == unit
+    flops = got[("torch", "flops_per_step")]
+    assert flops[2] > 0 and "FlopCounterMode" in json.loads(flops[6])["counter"]
+    assert got[("torch", "achieved_tflops")][2] > 0
     assert got[("torch", "step_time_p50_ms")][2] > 0
     assert got[("torch", "step_time_p95_ms")][5] >= 2
     energy = json.loads(got[("torch", "energy_j_per_step")][6])
     assert got[("torch", "energy_j_per_step")][2] is not None or energy.get("reason")
-    parity = got[("jax", "loss_parity_max_rel")]
-    assert parity[4] == "ok" and parity[2] <= 1e-3 and parity[5] == 3
-    curves = json.loads(parity[6])["losses"]
+    proof = got[("jax", "fp64_loss_parity_max_rel")]
+    assert proof[4] == "ok" and proof[2] <= 1e-9 and proof[5] == 3
+    assert json.loads(proof[6])["image_size"] == 96  # CNNs train for parity at >= 96 px
+    assert got[("jax", "fp64_param_parity_max_rel")][2] <= 1e-8
+    assert got[("jax", "fp64_bn_stats_parity_max_rel")][2] <= 1e-8
+    # fp32: the curves the analysis draws, a measurement without a gate
+    measured = got[("jax", "loss_parity_max_rel")]
+    assert measured[4] == "ok" and measured[5] == 3
+    curves = json.loads(measured[6])["losses"]
     assert len(curves["torch"]) == len(curves["jax"]) == 3
-    assert got[("jax", "param_parity_max_rel")][2] <= 1e-3
+    divergence = json.loads(got[("jax", "fp32_loss_divergence_step")][6])
+    assert divergence["steps_compared"] == 3 and divergence["threshold"] == 1e-3
 
 
 def test_batchnorm_recalibration_averages_the_same_statistics_on_both_sides():

@@ -11,6 +11,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 
+def stats_dtype(dtype):
+    """The dtype normalisation statistics are computed in: ``dtype`` promoted to at least fp32."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
 class TorchBatchNorm(nnx.Module):
     """BatchNorm over the last (channel) axis with torch.nn.BatchNorm2d's training semantics."""
 
@@ -29,10 +34,11 @@ class TorchBatchNorm(nnx.Module):
             mean, var = self.mean[...], self.var[...]
         else:
             axes = tuple(range(x.ndim - 1))
-            # statistics in fp32 even for bf16 activations, as torch's kernels accumulate them
-            x32 = x.astype(jnp.float32)
-            mean = jnp.mean(x32, axis=axes)
-            var = jnp.mean(jnp.square(x32 - mean), axis=axes)
+            # statistics in at least fp32 (bf16 activations are promoted, as torch's kernels
+            # accumulate them); an fp64 model keeps fp64, or the fp64 parity gate would be void
+            xs = x.astype(stats_dtype(x.dtype))
+            mean = jnp.mean(xs, axis=axes)
+            var = jnp.mean(jnp.square(xs - mean), axis=axes)
             count = x.size // x.shape[-1]
             unbiased = var * (count / max(count - 1, 1))
             m = self.momentum

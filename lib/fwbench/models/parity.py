@@ -9,10 +9,16 @@ On a CPU, compilation dominates these checks. ``jit=True`` (the default) compile
 once per model and mode, cheapest for a CNN whose every layer has its own shapes; ``jit=False``
 runs eagerly, compiling each distinct operation once, cheapest for a stack of identical
 transformer layers that XLA would otherwise compile unrolled.
+
+Float64 copies of both models (``torch_float64``, and ``flax_float64`` inside ``float64_on_cpu``)
+compute the same function with rounding near 1e-16: where they agree to 1e-10, the port is right,
+whatever fp32 rounding on a given CPU does.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 from collections.abc import Callable
 
 import jax
@@ -20,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from fwbench import precision
 from fwbench.models import porting
 
 
@@ -70,12 +77,70 @@ def randomize_torch_(model, seed: int = 0) -> None:
                 tensor.add_(0.1 * torch.randn(tensor.shape, generator=gen))
 
 
+@contextlib.contextmanager
+def float64_on_cpu():
+    """JAX with 64-bit types enabled and the CPU as its default device, for the block's duration.
+
+    Scoped rather than global so the rest of a notebook keeps JAX's 32-bit defaults; on the CPU
+    because some accelerators have no (or only emulated) float64.
+    """
+    with jax.enable_x64(True), jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
+def flax_float64(flax_model):
+    """A float64 copy of a Flax model on the CPU; call it inside ``float64_on_cpu()``.
+
+    Without x64 JAX would silently keep float32 where float64 was asked for, so this refuses.
+    """
+    if not jax.config.jax_enable_x64:
+        raise RuntimeError("flax_float64 needs JAX's x64 mode: call it inside float64_on_cpu()")
+    graphdef, state = nnx.split(flax_model)
+    state = jax.device_put(state, jax.devices("cpu")[0])
+    return nnx.merge(graphdef, precision.cast_floating(state, jnp.float64))
+
+
+def torch_float64(torch_model):
+    """A float64 copy of a torch model on the CPU whose backward pass is float64 throughout.
+
+    torch's float64 ``hardsigmoid`` backward multiplies by the float32 constant 1/6, 2.98e-8 off
+    in relative terms: every gradient behind a MobileNetV3 squeeze-excitation gate would carry
+    that error and fail a 1e-8 gate. The copy computes each ``nn.Hardsigmoid`` as relu6(x + 3) / 6
+    from autograd ops: the same function, with an exact float64 backward.
+    """
+    import torch
+
+    class Float64Hardsigmoid(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.relu6(x + 3.0) / 6.0
+
+    model64 = copy.deepcopy(torch_model).to(device="cpu", dtype=torch.float64)
+    for parent in model64.modules():
+        for name, child in parent.named_children():
+            if isinstance(child, torch.nn.Hardsigmoid):
+                setattr(parent, name, Float64Hardsigmoid())
+    return model64
+
+
 def _torch_input(torch_model, x_nchw):
     # follow the model's dtype so a float64 copy of the model can serve as the exact reference
     import torch
 
     dtype = next(torch_model.parameters()).dtype
     return torch.from_numpy(np.array(x_nchw, copy=True)).to(dtype)
+
+
+def flax_float_dtype(flax_model):
+    """The dtype of the Flax model's floating-point parameters (its inputs are cast to it)."""
+    for leaf in jax.tree.leaves(nnx.state(flax_model, nnx.Param)):
+        if jnp.issubdtype(leaf.dtype, jnp.floating):
+            return leaf.dtype
+    raise ValueError("the Flax model has no floating-point parameters")
+
+
+def _flax_input(flax_model, x_nhwc):
+    # follow the model's dtype, as ``_torch_input`` does, so a float64 twin gets float64 inputs
+    return jnp.asarray(x_nhwc, flax_float_dtype(flax_model))
 
 
 def _forward(model, x):
@@ -94,7 +159,7 @@ def torch_logits(torch_model, x_nchw: np.ndarray) -> np.ndarray:
 
 def flax_logits(flax_model, x_nchw: np.ndarray, *, jit: bool = True) -> np.ndarray:
     """The Flax model on the same batch as torch, given in torch's NCHW layout."""
-    x_nhwc = np.ascontiguousarray(np.asarray(x_nchw, np.float32).transpose(0, 2, 3, 1))
+    x_nhwc = _flax_input(flax_model, np.ascontiguousarray(np.asarray(x_nchw).transpose(0, 2, 3, 1)))
     return np.asarray((_jit_forward if jit else _forward)(flax_model, x_nhwc))
 
 
@@ -162,7 +227,7 @@ def flax_grads(
     jit: bool = True,
 ) -> dict[str, np.ndarray]:
     """The Flax counterpart of ``torch_grads``: mean cross-entropy, torch keys and layouts."""
-    x = jnp.asarray(x_nhwc, jnp.float32)
+    x = _flax_input(flax_model, x_nhwc)
     y = jnp.asarray(labels, jnp.int32)
     grad_fn = _jit_cross_entropy_grads if jit else _cross_entropy_grads
     return _in_torch_layout(grad_fn(flax_model, x, y), flax_model, links_fn(flax_model))

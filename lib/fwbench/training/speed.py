@@ -9,6 +9,11 @@ Compile time is measured before the timed region: JAX's lowering and XLA compila
 (AOT), torch.compile's first step minus a steady step. By default the timed step starts from a
 batch already on the device (several rotated); ``include_data`` makes every timed step also pull
 its batch from the dataset and copy it to the device, and the data pipeline's share is reported.
+
+FLOPs of one whole step (forward, backward, optimizer) are counted the same way on both sides,
+matmuls and convolutions only: torch's FlopCounterMode over an eager step, and the convolutions
+and dot products of the jitted step's XLA program (``Trainer.step_flops``); divided by the
+median step time they give the achieved FLOP/s from which the analysis computes training MFU.
 """
 
 from __future__ import annotations
@@ -44,6 +49,10 @@ class SpeedResult:
     data_share: float | None = None  # of step time spent fetching and placing the batch
     warmup_steps: int = 0
     final_loss: float | None = None
+    flops_per_step: float | None = None
+    flop_counter: str = ""
+    achieved_tflops: float | None = None  # flops_per_step / median step time
+    achieved_tflops_ci: tuple[float | None, float | None] = (None, None)
 
 
 def _timed_data(next_batch: Callable[[], tuple], put, sync_input) -> tuple[Callable, list[float]]:
@@ -104,6 +113,15 @@ def measure_training_speed(
             raise
         result.status, result.error = "oom", f"{type(exc).__name__}: {str(exc)[:500]}"
         return result
+    # after the timed steps: counting runs one more step (torch: on a copy), which must not
+    # cost the timing its memory; a counting step that runs out of it leaves the count empty
+    result.flop_counter = trainer.flop_counter
+    try:
+        result.flops_per_step = trainer.step_flops(first[0])
+    except Exception as exc:
+        if not is_oom(exc):
+            raise
+        result.flop_counter += f" (ran out of memory: {type(exc).__name__})"
 
     samples = timing.samples
     result.step_samples_ms = np.round(timing.samples_ms(), 5).tolist()
@@ -113,6 +131,12 @@ def measure_training_speed(
     # images/s falls as time rises, so the interval's ends swap
     lo, hi = timing.summary["median_ci_low"], timing.summary["median_ci_high"]
     result.throughput_ci = (batch_size / hi, batch_size / lo)
+    if result.flops_per_step:
+        result.achieved_tflops = result.flops_per_step / float(np.median(samples)) / 1e12
+        result.achieved_tflops_ci = (
+            result.flops_per_step / hi / 1e12,
+            result.flops_per_step / lo / 1e12,
+        )
     result.peak_mem_bytes, result.peak_mem_source = mem.bytes, mem.source
     steps_in_meter = timing.warmup_iters + len(samples)
     if energy.joules is not None:

@@ -2,7 +2,12 @@
 
 Both trainers take host batches as NCHW float32 numpy (the Flax side transposes to NHWC once,
 on the way to the device) and labels as integers, minimise the mean cross-entropy computed in
-fp32, and apply the matched optimizers of ``fwbench.training.optim``.
+fp32 (fp64 on the fp64 path), and apply the matched optimizers of ``fwbench.training.optim``.
+
+``precision="fp64"`` is the proof path of the parity check, not a speed setting: weights,
+optimizer state, inputs and the loss all in float64 (torch ``.double()``; JAX inside a scoped
+``jax.enable_x64``, entered by every method that traces, places or runs arrays, so the rest of
+the process keeps JAX's 32-bit default). The other precisions compute exactly as before.
 
 - ``TorchTrainer``: eager or ``torch.compile`` of the model's forward (the backward and the
   optimizer stay eager, as the torch.compile tutorials train); ``bf16-mixed`` is
@@ -17,16 +22,19 @@ fp32, and apply the matched optimizers of ``fwbench.training.optim``.
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
 from fwbench import device as fw_device
+from fwbench import flops
 from fwbench.timing import first_call_overhead
 from fwbench.training.optim import OptimConfig, optax_optimizer, torch_optimizer
 
-PRECISIONS = ("fp32", "tf32", "bf16-mixed")
+PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp64")
 MODES = {"torch": ("eager", "compile"), "jax": ("jit",)}
 
 
@@ -45,12 +53,21 @@ def configure_precision(framework: str, precision: str) -> dict:
     """
     from fwbench import precision as fw_precision
 
+    check_precision(precision)
+    settings = fw_precision.configure(framework, "tf32" if precision == "tf32" else "fp32")
+    settings["compute_dtype"] = {"bf16-mixed": "bfloat16", "fp64": "float64"}.get(
+        precision, "float32"
+    )
+    settings["master_weights"] = "float64" if precision == "fp64" else "float32"
+    if precision == "fp64" and framework == "jax":
+        settings["jax_enable_x64"] = "scoped to the trainer (jax.enable_x64)"
+    return settings
+
+
+def check_precision(precision: str) -> str:
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    settings = fw_precision.configure(framework, "tf32" if precision == "tf32" else "fp32")
-    settings["compute_dtype"] = "bfloat16" if precision == "bf16-mixed" else "float32"
-    settings["master_weights"] = "float32"
-    return settings
+    return precision
 
 
 def torch_stochastic_layers(model) -> list:
@@ -97,9 +114,14 @@ class TorchTrainer:
         import torch
 
         mode = resolve_training_mode("torch", mode)
-        self.device, self.precision, self.mode = device, precision, mode
+        self.device, self.precision, self.mode = device, check_precision(precision), mode
+        self.config, self.channels_last = config, channels_last
+        # weights, inputs and the loss: float64 on the fp64 path, float32 otherwise
+        self.dtype = torch.float64 if precision == "fp64" else torch.float32
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
-        self.model = model.to(device=device, memory_format=self.memory_format).train()
+        self.model = model.to(
+            device=device, dtype=self.dtype, memory_format=self.memory_format
+        ).train()
         self.optimizer, self.scheduler = torch_optimizer(self.model.parameters(), config)
         if mode == "compile":
             torch._dynamo.reset()
@@ -117,7 +139,8 @@ class TorchTrainer:
     def put(self, images: np.ndarray, labels: np.ndarray):
         import torch
 
-        x = torch.from_numpy(np.ascontiguousarray(images, np.float32)).to(self.device)
+        host_dtype = np.float64 if self.dtype == torch.float64 else np.float32
+        x = torch.from_numpy(np.ascontiguousarray(images, host_dtype)).to(self.device)
         y = torch.from_numpy(np.asarray(labels, np.int64)).to(self.device)
         return x.contiguous(memory_format=self.memory_format), y
 
@@ -129,7 +152,7 @@ class TorchTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         with self._autocast():
             logits = self.forward(x)
-        loss = F.cross_entropy(logits.float(), y)
+        loss = F.cross_entropy(logits.to(self.dtype), y)
         loss.backward()
         self.optimizer.step()
         self.scheduler.step()
@@ -191,15 +214,58 @@ class TorchTrainer:
         return first_call_overhead(lambda: self.step(batch), self.sync)
 
     def state_dict(self) -> dict[str, np.ndarray]:
+        """Floating-point weights and statistics as float64 numpy (exact for an fp32 model)."""
+        import torch
+
         return {
-            k: v.detach().float().cpu().numpy()
+            k: v.detach().to(torch.float64).cpu().numpy()
             for k, v in self.model.state_dict().items()
             if v.is_floating_point()
         }
 
+    def grad_norms(self) -> dict[str, float]:
+        """The L2 norm of every parameter's gradient from the last ``step``, torch keys."""
+        return {
+            name: float(p.grad.detach().to(self.dtype).norm()) if p.grad is not None else 0.0
+            for name, p in self.model.named_parameters()
+        }
+
+    flop_counter = "torch.utils.flop_counter.FlopCounterMode over one eager step"
+
+    def step_flops(self, batch) -> float:
+        """FLOPs of one whole step (forward, backward, optimizer) as torch's FlopCounterMode counts.
+
+        The step runs eagerly (the counter cannot see inside a torch.compile'd graph) on a copy
+        of the model and its optimizer, so counting moves neither weights nor BatchNorm
+        statistics. The counter sees matmuls and convolutions, forward and backward; the
+        optimizer's elementwise updates count zero, as they do on the JAX side.
+        """
+        self.optimizer.zero_grad(set_to_none=True)  # the next step would; the copy needs room
+        shadow = TorchTrainer(
+            copy.deepcopy(self.model),
+            self.config,
+            device=self.device,
+            precision=self.precision,
+            mode="eager",
+            channels_last=self.channels_last,
+        )
+        return float(flops.torch_flops(lambda: shadow.step(batch)))
+
+
+def _in_precision_scope(method: Callable) -> Callable:
+    """Run a ``JaxTrainer`` method inside the trainer's precision scope (x64 for fp64)."""
+
+    @functools.wraps(method)
+    def scoped(self, *args, **kwargs):
+        with self.precision_scope():
+            return method(self, *args, **kwargs)
+
+    return scoped
+
 
 class JaxTrainer:
     framework = "jax"
+    flop_counter = "convolutions and dot products of the jitted step's StableHLO"
 
     def __init__(
         self,
@@ -209,48 +275,71 @@ class JaxTrainer:
         device: str = "cpu",
         precision: str = "fp32",
         mode: str = "jit",
+        record_grad_norms: bool = False,
     ):
+        """``record_grad_norms`` makes every step also return each parameter's gradient norm
+        (read with ``grad_norms``); the parity check needs them, the timed step does not."""
+        mode = resolve_training_mode("jax", mode)
+        self.device, self.precision, self.mode = device, check_precision(precision), mode
+        self.record_grad_norms = record_grad_norms
+        self.jax_device = fw_device.jax_device(device)
+        self.model = model
+        self._last_grad_norms = None
+        with self.precision_scope():
+            self._build(model, config)
+
+    def precision_scope(self):
+        """x64 enabled for the fp64 path, scoped so the rest of the process keeps 32-bit JAX."""
+        import jax
+
+        return jax.enable_x64(True) if self.precision == "fp64" else contextlib.nullcontext()
+
+    def _build(self, model, config: OptimConfig) -> None:
         import jax
         import jax.numpy as jnp
         import optax
         from flax import nnx
 
-        mode = resolve_training_mode("jax", mode)
-        self.device, self.precision, self.mode = device, precision, mode
-        self.jax_device = fw_device.jax_device(device)
-        self.model = model
+        from fwbench.precision import cast_floating
+
         model.eval()
         eval_graphdef, _, _ = nnx.split(model, nnx.Param, ...)
         model.train()
         graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+        # weights, statistics, inputs and the loss: float64 on the fp64 path, float32 otherwise
+        self.dtype = jnp.float64 if self.precision == "fp64" else jnp.float32
+        if self.precision == "fp64":
+            params, rest = cast_floating(params, self.dtype), cast_floating(rest, self.dtype)
         self.tx = optax_optimizer(config)
         # copies, never aliases: the step donates its inputs, and the module must stay readable
         self.params = jax.device_put(params, self.jax_device, may_alias=False)
         self.rest = jax.device_put(rest, self.jax_device, may_alias=False)
         self.opt_state = jax.device_put(self.tx.init(self.params), self.jax_device, may_alias=False)
-        compute_dtype = jnp.bfloat16 if precision == "bf16-mixed" else jnp.float32
+        compute_dtype = jnp.bfloat16 if self.precision == "bf16-mixed" else self.dtype
+        loss_dtype = self.dtype
+        record_grad_norms = self.record_grad_norms
 
         def cast(tree):
-            if compute_dtype == jnp.float32:
+            if compute_dtype == self.dtype:
                 return tree
-            return jax.tree.map(
-                lambda a: a.astype(compute_dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a,
-                tree,
-            )
+            return cast_floating(tree, compute_dtype)
 
         def train_step(params, rest, opt_state, x, y):
             def loss_fn(params, rest):
                 # fresh Variables (copy=True) belong to this trace, so BatchNorm may update them
                 # here; merging without a copy reuses ones owned by the outer jit trace
                 module = nnx.merge(graphdef, cast(params), rest, copy=True)
-                logits = module(x.astype(compute_dtype)).astype(jnp.float32)
+                logits = module(x.astype(compute_dtype)).astype(loss_dtype)
                 loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
                 _, _, new_rest = nnx.split(module, nnx.Param, ...)
                 return loss, new_rest
 
             (loss, new_rest), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, rest)
             updates, opt_state = self.tx.update(grads, opt_state, params)
-            return optax.apply_updates(params, updates), new_rest, opt_state, loss
+            outputs = (optax.apply_updates(params, updates), new_rest, opt_state, loss)
+            if record_grad_norms:
+                outputs += (jax.tree.map(lambda g: jnp.sqrt(jnp.sum(jnp.square(g))), grads),)
+            return outputs
 
         def predict(params, rest, x):
             logits = nnx.merge(eval_graphdef, cast(params), rest)(x.astype(compute_dtype))
@@ -260,30 +349,52 @@ class JaxTrainer:
         self._jitted = jax.jit(train_step, donate_argnums=(0, 1, 2))
         self._predict = jax.jit(predict)
         self._compiled = {}
+        self._step_flops = {}
 
+    @_in_precision_scope
     def put(self, images: np.ndarray, labels: np.ndarray):
         import jax
 
-        x = np.ascontiguousarray(np.asarray(images, np.float32).transpose(0, 2, 3, 1))
+        host_dtype = np.float64 if self.precision == "fp64" else np.float32
+        x = np.ascontiguousarray(np.asarray(images, host_dtype).transpose(0, 2, 3, 1))
         y = np.asarray(labels, np.int32)
         return jax.device_put(x, self.jax_device), jax.device_put(y, self.jax_device)
 
+    @_in_precision_scope
     def compile(self, batch) -> tuple[float, float]:
-        """AOT-compile the step for this batch shape; returns (lowering s, XLA compile s)."""
+        """AOT-compile the step for this batch shape; returns (lowering s, XLA compile s).
+
+        The program's FLOPs are read from the same lowering (after the timed part), for
+        ``step_flops``.
+        """
         x, y = batch
         t0 = time.perf_counter()
         lowered = self._jitted.lower(self.params, self.rest, self.opt_state, x, y)
         t1 = time.perf_counter()
         self._compiled[(x.shape, x.dtype)] = lowered.compile()
         t2 = time.perf_counter()
+        self._step_flops[(x.shape, x.dtype)] = flops.xla_matmul_conv_flops(lowered.as_text())
         return t1 - t0, t2 - t1
 
+    @_in_precision_scope
+    def step_flops(self, batch) -> float:
+        """FLOPs of one whole step (forward, backward, optimizer): the convolutions and dot
+        products of the XLA program, the op class torch's FlopCounterMode counts."""
+        x, y = batch
+        key = (x.shape, x.dtype)
+        if key not in self._step_flops:
+            lowered = self._jitted.lower(self.params, self.rest, self.opt_state, x, y)
+            self._step_flops[key] = flops.xla_matmul_conv_flops(lowered.as_text())
+        return self._step_flops[key]
+
+    @_in_precision_scope
     def step(self, batch):
         x, y = batch
         fn = self._compiled.get((x.shape, x.dtype), self._jitted)
-        self.params, self.rest, self.opt_state, loss = fn(
-            self.params, self.rest, self.opt_state, x, y
-        )
+        outputs = fn(self.params, self.rest, self.opt_state, x, y)
+        self.params, self.rest, self.opt_state, loss = outputs[:4]
+        if self.record_grad_norms:
+            self._last_grad_norms = outputs[4]
         return loss
 
     def sync(self, _output=None) -> None:
@@ -293,10 +404,34 @@ class JaxTrainer:
     def loss_value(self, output) -> float:
         return float(output)
 
+    def grad_norms(self, links_fn) -> dict[str, float]:
+        """The L2 norm of every parameter's gradient from the last ``step``, torch keys (through
+        the model's weight links); needs ``record_grad_norms``."""
+        from flax import nnx
+
+        if self._last_grad_norms is None:
+            raise RuntimeError("grad_norms needs record_grad_norms=True and one step taken")
+        norm_by_path = {
+            path: float(np.asarray(v.get_value()))
+            for path, v in nnx.to_flat_state(self._last_grad_norms)
+        }
+        path_by_var = {
+            id(node): path
+            for path, node in nnx.iter_graph(self.model)
+            if isinstance(node, nnx.Param)
+        }
+        return {
+            link.key: norm_by_path[path_by_var[id(link.variable)]]
+            for link in links_fn(self.model)
+            if isinstance(link.variable, nnx.Param)
+        }
+
+    @_in_precision_scope
     def predict(self, images: np.ndarray) -> np.ndarray:
         x, _ = self.put(images, np.zeros(len(images), np.int32))
         return np.asarray(self._predict(self.params, self.rest, x))
 
+    @_in_precision_scope
     def recalibrate_bn(self, images: Iterable[np.ndarray]) -> int:
         """``TorchTrainer.recalibrate_bn`` for the Flax twin: the same plain average.
 
@@ -351,6 +486,7 @@ class JaxTrainer:
         self.rest = jax.device_put(rest, self.jax_device, may_alias=False)
         return len(norms)
 
+    @_in_precision_scope
     def sync_model(self):
         """Write the trained parameters and statistics back into the Flax module."""
         from flax import nnx
