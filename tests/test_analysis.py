@@ -566,6 +566,41 @@ def test_training_summary_states_ratio_parity_and_convergence(synthetic):
     assert sentences[2].endswith("ResNet-50 PyTorch 91.0%, JAX 90.0%.")
 
 
+def test_training_summary_quotes_the_fp64_proof_and_the_fp32_measurement():
+    parity = pd.DataFrame(
+        [
+            {
+                "model": "resnet50",
+                "status": "ok",
+                "fp64_loss_parity_max_rel": 3e-15,
+                "fp64_param_parity_max_rel": 2e-12,
+                "fp64_bn_stats_parity_max_rel": 4e-11,
+                "loss_parity_max_rel": 4.7e-3,
+                "fp32_loss_divergence_step": 16.0,
+            },
+            {
+                "model": "efficientnet_b0",
+                "status": "failed",
+                "fp64_loss_parity_max_rel": 2e-6,
+                "fp64_param_parity_max_rel": 1e-5,
+                "fp64_bn_stats_parity_max_rel": 1e-5,
+                "loss_parity_max_rel": 2e-7,
+                "fp32_loss_divergence_step": float("nan"),
+            },
+        ]
+    )
+    sentences = summary.training_sentences(pd.DataFrame(), parity, pd.DataFrame())
+    assert sentences[0] == (
+        "Training parity is proven in float64 for ResNet-50 (same weights, same batches): the "
+        "per-step losses of JAX and PyTorch differ by at most 3.0e-15 relative (gate 1e-9), "
+        "parameters and BatchNorm statistics by at most 4.0e-11 (gate 1e-8)."
+    )
+    assert sentences[1].startswith("Training parity in float64 FAILED for EfficientNet-B0")
+    assert sentences[2].endswith(
+        "ResNet-50 4.7e-03, parting by more than 1e-3 at step 16; EfficientNet-B0 2.0e-07."
+    )
+
+
 def test_training_ratios_are_labelled_as_steps_and_inference_as_blocks(synthetic):
     meas = synthetic["meas"]
     train = analysis.comparison_matrix(analysis.throughput_samples(meas, "training"))

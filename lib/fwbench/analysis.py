@@ -521,7 +521,19 @@ TRAINING_SPEED = [
     "peak_mem_bytes",
     "energy_j_per_step",
 ]
-PARITY_METRICS = ["loss_parity_max_rel", "param_parity_max_rel", "bn_stats_parity_max_rel"]
+# The float64 rows are the gate (their status is the check's); the fp32 rows are measurements of
+# how rounding grows, with the step at which the fp32 losses first part by more than 1e-3.
+FP64_PARITY_METRICS = [
+    "fp64_loss_parity_max_rel",
+    "fp64_param_parity_max_rel",
+    "fp64_bn_stats_parity_max_rel",
+]
+PARITY_METRICS = FP64_PARITY_METRICS + [
+    "loss_parity_max_rel",
+    "param_parity_max_rel",
+    "bn_stats_parity_max_rel",
+    "fp32_loss_divergence_step",
+]
 CONVERGENCE_METRICS = ["val_top1", "val_top1_as_trained", "train_loss_final"]
 
 

@@ -196,6 +196,45 @@ def executive_summary(
     return sentences
 
 
+def _fp64_parity_sentences(parity: pd.DataFrame) -> list[str]:
+    """The float64 proof per model, then what the same steps did in fp32 (a measurement)."""
+    sentences = []
+    proven = parity[parity.fp64_loss_parity_max_rel.notna()]
+    ok = proven[proven.status == "ok"]
+    if not ok.empty:
+        models = ", ".join(model_label(m) for m in sorted(ok.model.unique()))
+        worst_param = ok[["fp64_param_parity_max_rel", "fp64_bn_stats_parity_max_rel"]].max().max()
+        sentences.append(
+            f"Training parity is proven in float64 for {models} (same weights, same batches): "
+            f"the per-step losses of JAX and PyTorch differ by at most "
+            f"{ok.fp64_loss_parity_max_rel.max():.1e} relative "
+            f"(gate 1e-9), parameters and BatchNorm statistics by at most {worst_param:.1e} "
+            "(gate 1e-8)."
+        )
+    for r in proven[proven.status != "ok"].itertuples():
+        sentences.append(
+            f"Training parity in float64 FAILED for {model_label(r.model)} (largest per-step loss "
+            f"difference {r.fp64_loss_parity_max_rel:.1e}): its training speed ratio is not a "
+            "like-for-like comparison."
+        )
+    if "loss_parity_max_rel" in parity:
+        parts = []
+        for r in parity[parity.loss_parity_max_rel.notna()].itertuples():
+            step = getattr(r, "fp32_loss_divergence_step", None)
+            parted = (
+                f", parting by more than 1e-3 at step {int(step)}"
+                if step is not None and pd.notna(step)
+                else ""
+            )
+            parts.append(f"{model_label(r.model)} {r.loss_parity_max_rel:.1e}{parted}")
+        if parts:
+            sentences.append(
+                "The same steps in fp32, a measurement of how rounding grows on this CPU rather "
+                "than a check: largest per-step loss difference " + "; ".join(parts) + "."
+            )
+    return sentences
+
+
 def training_sentences(matrix: pd.DataFrame, parity: pd.DataFrame, convergence: pd.DataFrame):
     """Training speed ratios, then the two fairness checks, as sentences for the summary.
 
@@ -203,7 +242,9 @@ def training_sentences(matrix: pd.DataFrame, parity: pd.DataFrame, convergence: 
     are ``analysis.check_table`` frames.
     """
     sentences = [f"Training: {ratio_sentence(r)}" for r in headline_rows(matrix).itertuples()]
-    if not parity.empty:
+    if not parity.empty and "fp64_loss_parity_max_rel" in parity:
+        sentences += _fp64_parity_sentences(parity)
+    elif not parity.empty:
         ok = parity[parity.status == "ok"]
         if not ok.empty:
             worst = ok.sort_values("loss_parity_max_rel").iloc[-1]
