@@ -54,9 +54,9 @@ def _torch_model(name, seed):
     return model
 
 
-def _inputs(seed):
+def _inputs(seed, size=64):
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((2, 3, 64, 64)).astype(np.float32)
+    x = rng.standard_normal((2, 3, size, size)).astype(np.float32)
     return x, rng.integers(0, 1000, size=2)
 
 
@@ -166,7 +166,9 @@ def test_float64_eval_logits_and_gradients_match(twin):
     torch_model = _torch_model(name, seed=4).eval()
     porting.port_state_dict(links, torch_model.state_dict())
     model.eval()
-    x, labels = _inputs(seed=4)
+    # 32x32: every layer still runs (the deepest map is 1x1, fine in eval mode), and float64
+    # convolutions, which neither framework runs with optimised kernels, cost a quarter
+    x, labels = _inputs(seed=4, size=32)
     # Gradients in eval mode: with batch statistics a BatchNorm bias that feeds (through a 1x1
     # conv) another batch-statistics BatchNorm has a gradient of exactly zero in exact arithmetic,
     # so both sides return rounding noise there and a relative comparison means nothing.

@@ -24,6 +24,7 @@ from fwbench.models.parity import (
     flax_float64,
     flax_grads,
     flax_logits,
+    flax_logits_and_grads,
     float64_on_cpu,
     grad_errors,
     max_rel_err,
@@ -31,6 +32,7 @@ from fwbench.models.parity import (
     torch_float64,
     torch_grads,
     torch_logits,
+    torch_logits_and_grads,
 )
 
 
@@ -119,14 +121,21 @@ def float64_logits_and_grads(
         torch64 = torch_float64(torch_model).eval()
         flax64 = flax_float64(flax_model)
         flax64.eval()
-        result = {
-            "torch_logits": torch_logits(torch64, x_nchw),
-            "jax_logits": flax_logits(flax64, x_nchw),
-        }
-        if labels is not None:
+        if labels is None:
+            result = {
+                "torch_logits": torch_logits(torch64, x_nchw),
+                "jax_logits": flax_logits(flax64, x_nchw),
+            }
+        else:
             x_nhwc = np.ascontiguousarray(np.asarray(x_nchw).transpose(0, 2, 3, 1))
-            result["torch_grads"] = torch_grads(torch64, x_nchw, labels)
-            result["jax_grads"] = flax_grads(flax64, links_fn, x_nhwc, labels)
+            t_logits, t_grads = torch_logits_and_grads(torch64, x_nchw, labels)
+            j_logits, j_grads = flax_logits_and_grads(flax64, links_fn, x_nhwc, labels)
+            result = {
+                "torch_logits": t_logits,
+                "jax_logits": j_logits,
+                "torch_grads": t_grads,
+                "jax_grads": j_grads,
+            }
     jax_arrays = [result["jax_logits"], *result.get("jax_grads", {}).values()]
     result["jax_dtypes"] = sorted({str(a.dtype) for a in jax_arrays})
     return result
