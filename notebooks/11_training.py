@@ -244,8 +244,8 @@ if check_parity:
         )
     proof, measured = parity["fp64"], parity["fp32"]
     print(
-        f"fp64 ({'passed' if proof.passed else 'FAILED'}): loss max rel {proof.loss_max_rel:.2e} "
-        f"over {proof.steps} steps; worst parameter {proof.worst_param[0]} "
+        f"fp64 ({'passed' if proof.passed else 'FAILED'}), {parity_size} px: loss max rel "
+        f"{proof.loss_max_rel:.2e} over {proof.steps} steps; worst parameter {proof.worst_param[0]} "
         f"{proof.worst_param[1]:.2e}; worst BN statistic {proof.worst_buffer[0]} "
         f"{proof.worst_buffer[1]:.2e}"
     )
