@@ -20,12 +20,13 @@ check_compile = True
 # %%
 import pandas as pd
 
-from fwbench import device as fw_device
-from fwbench import environment, setup_checks
-from fwbench.records import Recorder
+from fwbench.families import setup
+from fwbench.measure import device as fw_device
+from fwbench.pipeline import environment
+from fwbench.results.records import Recorder
 
 env = environment.capture()
-checks = setup_checks.check_imports()
+checks = setup.check_imports()
 pd.DataFrame([{"package": k, "version": v} for k, v in env["packages"].items()])
 
 # %% [markdown]
@@ -49,14 +50,14 @@ targets
 
 # %%
 for kind in targets["torch"]:
-    checks.append(setup_checks.check_torch_matmul(kind, matmul_size))
+    checks.append(setup.check_torch_matmul(kind, matmul_size))
     if check_compile:
-        checks.append(setup_checks.check_torch_compile(kind))
+        checks.append(setup.check_torch_compile(kind))
 for kind in targets["jax"]:
     jdev = fw_device.jax_device(kind)
-    checks.append(setup_checks.check_jax_matmul(jdev, kind, matmul_size))
+    checks.append(setup.check_jax_matmul(jdev, kind, matmul_size))
     if check_compile:
-        checks.append(setup_checks.check_xla_compile(jdev, kind))
+        checks.append(setup.check_xla_compile(jdev, kind))
 
 # %%
 rec = Recorder("setup", mode="-", precision="fp32")

@@ -49,17 +49,20 @@ flops_tolerance = 0.03
 # %%
 import pandas as pd
 
-from fwbench import device as fw_device
-from fwbench import precision as fw_precision
-from fwbench import validation
 from fwbench.data import synthetic_batch
+from fwbench.families import validation
+from fwbench.measure import device as fw_device
+from fwbench.measure import precision as fw_precision
 from fwbench.models import get_spec
-from fwbench.records import Recorder
+from fwbench.results.records import Recorder
 
 spec = get_spec(model)
 links_fn = spec.flax_impl().links
 kind = fw_device.resolve_device("torch", device)
-settings = {**fw_precision.configure_torch(precision), **fw_precision.configure_jax(precision)}
+settings = {
+    **fw_precision.configure("torch", precision),
+    **fw_precision.configure("jax", precision),
+}
 torch_model, flax_model = validation.prepare_pair(model, seed, image_size)
 images, labels = synthetic_batch(batch_size, image_size, seed)
 print(f"{model} on {fw_device.device_name('torch', kind)} in {precision}; settings: {settings}")

@@ -31,11 +31,11 @@ timer_check_rounds = 6
 import altair as alt
 import pandas as pd
 
-from fwbench import device as fw_device
-from fwbench import precision as fw_precision
-from fwbench.bench.calibrate import measure_ceilings
-from fwbench.records import Recorder
-from fwbench.timing import StopRule
+from fwbench.families.calibration.ceilings import measure_ceilings
+from fwbench.measure import device as fw_device
+from fwbench.measure import precision as fw_precision
+from fwbench.measure.timing import StopRule
+from fwbench.results.records import Recorder
 
 kind = fw_device.resolve_device(framework, device)
 settings = fw_precision.configure(framework, precision)
@@ -99,7 +99,7 @@ rec.frame()[["metric", "value", "unit", "ci_low", "ci_high"]]
 
 # %%
 if timer_check and framework == "torch" and precision == "fp32":
-    from fwbench.bench.timer_check import check_on_torch_model
+    from fwbench.families.calibration.timer_check import check_on_torch_model
 
     agreement = check_on_torch_model(
         timer_check_model,

@@ -37,15 +37,16 @@ profile = False
 # %%
 import altair as alt
 
-from fwbench import device as fw_device
-from fwbench import precision as fw_precision
-from fwbench.bench import inference as bench
+from fwbench import vocab
+from fwbench.families.inference import bench
+from fwbench.measure import device as fw_device
+from fwbench.measure import precision as fw_precision
+from fwbench.measure.timing import StopRule
 from fwbench.models import build_pair, get_spec
-from fwbench.records import Recorder
-from fwbench.timing import StopRule
+from fwbench.results.records import Recorder
 
 spec = get_spec(model)
-mode = bench.resolve_mode(framework, mode)  # "default": torch eager, JAX jit
+mode = vocab.resolve_mode(framework, mode)  # "default": torch eager, JAX jit
 kind = fw_device.resolve_device(framework, device)
 name = fw_device.device_name(framework, kind)
 settings = fw_precision.configure(framework, precision)
@@ -73,6 +74,12 @@ rec = Recorder(
     device=kind,
     device_name=name,
     precision=precision,
+    extra={
+        "settings": settings,
+        "channels_last": bool(channels_last and spec.kind == "cnn" and framework == "torch"),
+        "image_size": image_size,
+        "stop_rule": {"min_iters": min_iters, "min_seconds": min_seconds, "warmup": warmup},
+    },
 )
 results = []
 for bs in batch_sizes:
@@ -82,14 +89,6 @@ for bs in batch_sizes:
     results.append(result)
     bench.add_records(rec, result)
     print(f"batch {bs}: {result.status}")
-for row in rec.rows:
-    row["extra"] = {
-        **row["extra"],
-        "settings": settings,
-        "channels_last": bool(channels_last and spec.kind == "cnn" and framework == "torch"),
-        "image_size": image_size,
-        "stop_rule": {"min_iters": min_iters, "min_seconds": min_seconds, "warmup": warmup},
-    }
 
 # %% [markdown]
 # ## Results by batch size
@@ -149,7 +148,7 @@ throughput_chart = (
 
 # %%
 if profile:
-    from fwbench.bench.profiling import profile_side
+    from fwbench.families.inference.profiling import profile_side
 
     fitting = [r.batch_size for r in results if r.status == "ok"]
     breakdown = profile_side(side, framework, max(fitting), image_size, seed)

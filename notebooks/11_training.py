@@ -29,7 +29,7 @@
 #   fast-moving weights so far that, as trained, both frameworks predict one class.
 #
 # Both sides: same weights (`fwbench.models.build_pair`), one seeded sampler, augmentation off,
-# mean cross-entropy in fp32, the same optimizer built twice (`fwbench.training.optim`: SGD with
+# mean cross-entropy in fp32, the same optimizer built twice (`fwbench.families.training.optim`: SGD with
 # momentum 0.9 and coupled weight decay, or AdamW with decoupled decay) and the same learning-rate
 # schedule (`schedule`: constant, or cosine from `lr` to 0 over the run, evaluated by one function
 # of the step on both sides). Precision: fp32 = TF32 off on both sides; tf32 = on for both;
@@ -86,21 +86,22 @@ steps = 0
 # `steps` caps the steps per epoch of the convergence run (0 = a full pass over the training
 # split). `stochastic_layers = True` keeps dropout and stochastic depth on in the convergence run;
 # off, both sides train the same deterministic function (each framework would draw its own
-# masks; see `fwbench.training.convergence`). ViT image sizes must be multiples of 16.
+# masks; see `fwbench.families.training.convergence`). ViT image sizes must be multiples of 16.
 
 # %%
 import pandas as pd
 
-from fwbench import analysis, figures
-from fwbench import device as fw_device
+from fwbench.data import batches
+from fwbench.families.training import recording
+from fwbench.families.training import steps as train_steps
+from fwbench.families.training.optim import OptimConfig
+from fwbench.measure import device as fw_device
+from fwbench.measure.timing import StopRule
 from fwbench.models import get_spec
-from fwbench.records import Recorder
-from fwbench.timing import StopRule
-from fwbench.training import batches, records
-from fwbench.training import steps as train_steps
-from fwbench.training.optim import OptimConfig
+from fwbench.report import charts, tables
+from fwbench.results.records import Recorder
 
-figures.use_theme()
+charts.use_theme()
 spec = get_spec(model)
 if spec.kind == "transformer" and image_size % 16:
     raise ValueError(f"{model} needs image_size a multiple of 16, got {image_size}")
@@ -115,15 +116,6 @@ if framework == "torch":
 
     torch.backends.cudnn.benchmark = cudnn_benchmark
     settings["torch.backends.cudnn.benchmark"] = cudnn_benchmark
-rec = Recorder(
-    "training",
-    model=model,
-    framework=framework,
-    mode=mode,
-    device=kind,
-    device_name=name,
-    precision=precision,
-)
 run_info = {
     "dataset": dataset,
     "image_size": image_size,
@@ -132,6 +124,16 @@ run_info = {
     "schedule": schedule,
     "seed": seed,
 }
+rec = Recorder(
+    "training",
+    extra=run_info,
+    model=model,
+    framework=framework,
+    mode=mode,
+    device=kind,
+    device_name=name,
+    precision=precision,
+)
 print(f"{model} · {framework} {mode} · {precision} · {name} · {dataset} {image_size}px")
 settings
 
@@ -144,8 +146,8 @@ settings
 # %%
 speed = None
 if measure_speed:
+    from fwbench.families.training.speed import measure_training_speed
     from fwbench.models import build_pair
-    from fwbench.training.speed import measure_training_speed
 
     torch_model, flax_model = build_pair(
         model, seed=seed, num_classes=data.num_classes, image_size=image_size
@@ -174,16 +176,13 @@ if measure_speed:
         warmup=warmup,
         include_data=include_data,
     )
-    records.add_speed(rec, speed)
-    for row in rec.rows:
-        row["extra"] = {
-            **row["extra"],
-            "settings": settings,
-            "config": config.describe(),
-            "include_data": include_data,
-            "channels_last": settings.get("channels_last", False),
-            **run_info,
-        }
+    with rec.extras(
+        settings=settings,
+        config=config.describe(),
+        include_data=include_data,
+        channels_last=settings.get("channels_last", False),
+    ):
+        recording.add_speed(rec, speed)
     del trainer
     display(rec.frame()[["metric", "value", "unit", "n", "ci_low", "ci_high", "status"]])
 
@@ -214,7 +213,7 @@ if measure_speed:
 parity = {}
 if check_parity:
     from fwbench.data import rotating_batches
-    from fwbench.training.parity import parity_image_size, run_parity
+    from fwbench.families.training.parity import parity_image_size, run_parity
 
     parity_size = parity_image_size(model, image_size)
     parity_data = rotating_batches(parity_steps, batch_size, parity_size, seed, data.num_classes)
@@ -235,7 +234,7 @@ if check_parity:
             image_size=parity_size,
             devices=kinds,
         )
-        records.add_parity(
+        recording.add_parity(
             rec,
             parity[parity_precision],
             batch_size,
@@ -257,7 +256,7 @@ if check_parity:
         "more than 1e-3 at "
         + (f"step {diverged}" if diverged is not None else f"no step of {measured.steps}")
     )
-    display(figures.parity_chart(analysis.parity_curves(rec.frame())))
+    display(charts.parity_chart(tables.parity_curves(rec.frame())))
 
 # %% [markdown]
 # ## Convergence (both frameworks)
@@ -265,7 +264,7 @@ if check_parity:
 # %%
 curves, convergence_problems = None, []
 if check_convergence:
-    from fwbench.training.convergence import run_convergence, steps_per_epoch, verdict
+    from fwbench.families.training.convergence import run_convergence, steps_per_epoch, verdict
 
     per_epoch = steps_per_epoch(data, batch_size, steps)
     conv_config = OptimConfig(optimizer, lr=lr, schedule=schedule, total_steps=epochs * per_epoch)
@@ -282,7 +281,7 @@ if check_convergence:
         stochastic_layers=stochastic_layers,
     )
     convergence_problems = verdict(curves, data.num_classes)
-    records.add_convergence(
+    recording.add_convergence(
         rec,
         curves,
         batch_size,
@@ -303,11 +302,9 @@ if check_convergence:
             ]
         )
     )
-    display(figures.convergence_chart(analysis.convergence_curves(rec.frame())))
+    display(charts.convergence_chart(tables.convergence_curves(rec.frame())))
 
 # %%
-for row in rec.rows:
-    row["extra"] = {**run_info, **row["extra"]}
 rec.emit()
 
 # %%

@@ -36,16 +36,16 @@ import altair as alt
 import pandas as pd
 import torch
 
-from fwbench import device as fw_device
-from fwbench.memory import figures, study
-from fwbench.memory.figures import MB
-from fwbench.memory.measure import peak_source
-from fwbench.records import Recorder
-from fwbench.timing import StopRule
+from fwbench.families.memory import memory_charts, study
+from fwbench.families.memory.footprint import peak_source
+from fwbench.families.memory.memory_charts import MB
+from fwbench.measure import device as fw_device
+from fwbench.measure import precision as fw_precision
+from fwbench.measure.timing import StopRule
+from fwbench.results.records import Recorder
 
 alt.data_transformers.disable_max_rows()
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
+settings = fw_precision.configure("torch", "fp32")
 device_name = fw_device.device_name("torch", device)
 rule = StopRule(min_iters=timing_iters, min_seconds=0.0)
 print(f"torch {torch.__version__} on {device_name}")
@@ -53,7 +53,7 @@ print(f"torch {torch.__version__} on {device_name}")
 # %% [markdown]
 # ## Trace, profile, plan, rewrite and measure, per batch size
 #
-# For every batch size this runs one model through `fwbench.memory.study.run_batch`:
+# For every batch size this runs one model through `fwbench.families.memory.study.run_batch`:
 # the traced graph is profiled (node times are the median of `profile_iters` iterations after
 # one warm-up), the planner is run once to exhaustion to draw the predicted Pareto curve, and
 # once per budget fraction to produce a plan that is rewritten, checked and measured.
@@ -166,6 +166,7 @@ shown.round(2)
 # %%
 rec = Recorder(
     "memory",
+    extra={"settings": settings},
     model=model,
     framework="torch",
     device=device,
@@ -183,13 +184,13 @@ rec.emit()
 
 # %%
 first_fraction = budget_fractions[0] if budget_fractions else None
-frames = [figures.timeline_frame(last.baseline, "no plan")]
+frames = [memory_charts.timeline_frame(last.baseline, "no plan")]
 budget = None
 if first_fraction is not None:
     plan = last.plans[first_fraction]
-    frames.append(figures.timeline_frame(plan.simulation, study.plan_method(first_fraction)))
+    frames.append(memory_charts.timeline_frame(plan.simulation, study.plan_method(first_fraction)))
     budget = plan.budget_bytes
-figures.memory_timeline_chart(pd.concat(frames), last.analysis, budget)
+memory_charts.memory_timeline_chart(pd.concat(frames), last.analysis, budget)
 
 # %% [markdown]
 # ## What the peak is made of, against batch size
@@ -201,11 +202,11 @@ for r in results:
     sims += [(study.plan_method(f), p.simulation) for f, p in r.plans.items()]
     for label, sim in sims:
         for category, nbytes in sim.breakdown_at_peak().items():
-            name = figures.CATEGORY[category]
+            name = memory_charts.CATEGORY[category]
             breakdown.append(
                 {"batch_size": r.batch_size, "plan": label, "category": name, "MB": nbytes / MB}
             )
-figures.breakdown_chart(pd.DataFrame(breakdown))
+memory_charts.breakdown_chart(pd.DataFrame(breakdown))
 
 # %% [markdown]
 # ## Peak memory and iteration time against batch size, with and without the plan
@@ -213,7 +214,7 @@ figures.breakdown_chart(pd.DataFrame(breakdown))
 # %%
 by_batch = summary.assign(peak_MB=summary.peak_bytes / MB)
 keep = by_batch.method.isin(["none", "graph", *map(study.plan_method, budget_fractions)])
-figures.batch_chart(by_batch[keep][["batch_size", "method", "peak_MB", "iter_time_ms"]])
+memory_charts.batch_chart(by_batch[keep][["batch_size", "method", "peak_MB", "iter_time_ms"]])
 
 # %% [markdown]
 # ## The predicted Pareto curve beside every method's measured point (largest batch)
@@ -230,7 +231,7 @@ predicted = pd.DataFrame(last.pareto).assign(
 measured = summary[summary.batch_size == last.batch_size].assign(
     peak_MB=lambda d: d.peak_bytes / MB, added_pct=lambda d: d.overhead_pct
 )[["method", "peak_MB", "added_pct"]]
-figures.pareto_chart(predicted, measured)
+memory_charts.pareto_chart(predicted, measured)
 
 # %% [markdown]
 # ## Reading the result

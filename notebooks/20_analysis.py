@@ -11,7 +11,7 @@
 # report.html. It computes MFU here, from the run's calibration (else the latest of the same device
 # in the index), and emits it as records of its own (metric `mfu`, with the measured row's family
 # and columns), which the index takes in with this notebook. The computations live in
-# `fwbench.analysis`, `fwbench.roofline` and `fwbench.summary`; this notebook only strings them
+# `fwbench.report.tables`, `fwbench.report.roofline` and `fwbench.report.sentences`; this notebook only strings them
 # together and shows them.
 #
 # **Run it:** `fwbench report smoke` (runs this notebook as a cell of the latest smoke run).
@@ -33,25 +33,25 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fwbench import analysis, figures, roofline, summary
-from fwbench import db as fw_db
-from fwbench.campaign import find_repo_root
-from fwbench.meters.contention import SHARED_FRACTION
+from fwbench.measure.meters.contention import SHARED_FRACTION
 from fwbench.models.registry import MODELS
-from fwbench.records import Recorder
-from fwbench.report_content import ReportContent
+from fwbench.pipeline.campaign import find_repo_root
+from fwbench.report import charts, roofline, sentences, tables
+from fwbench.report.sections import ReportContent
+from fwbench.results import db as fw_db
+from fwbench.results.records import Recorder
 
 root = find_repo_root(Path.cwd())
 db_file = Path(db_path) if db_path else fw_db.default_db_path()
 db_file = db_file if db_file.is_absolute() else root / db_file
 con = fw_db.connect(db_file, read_only=True)
-run_id, baseline_run_id = analysis.resolve_runs(con, campaign, run_id, baseline_run_id)
-meas = analysis.load_measurements(con, campaign, run_id)
-cells = analysis.load_cells(con, campaign, run_id)
-run = analysis.load_run(con, campaign, run_id)
-index_calibration = analysis.load_calibration(con)  # MFU's fallback when this run did not calibrate
+run_id, baseline_run_id = tables.resolve_runs(con, campaign, run_id, baseline_run_id)
+meas = tables.load_measurements(con, campaign, run_id)
+cells = tables.load_cells(con, campaign, run_id)
+run = tables.load_run(con, campaign, run_id)
+index_calibration = tables.load_calibration(con)  # MFU's fallback when this run did not calibrate
 if baseline_run_id:
-    baseline = analysis.load_measurements(con, campaign, baseline_run_id)
+    baseline = tables.load_measurements(con, campaign, baseline_run_id)
 else:
     baseline = meas.iloc[0:0]
 con.close()
@@ -63,7 +63,7 @@ content = ReportContent(
     figures_dir=Path(figures_dir) if figures_dir else root / "figures" / campaign,
     report_dir=Path(report_dir) if report_dir else root / "report" / campaign,
 )
-figures.use_theme()
+charts.use_theme()
 kinds = {name: spec.kind for name, spec in MODELS.items()}
 inference = meas[meas.family == "inference"]
 devices = ", ".join(sorted({d for d in inference.device_name if d})) or "no device"
@@ -72,7 +72,7 @@ meas.groupby(["family", "status"]).size().rename("records").to_frame()
 
 
 def sources(rows):
-    return analysis.source_paths(rows, cells)
+    return tables.source_paths(rows, cells)
 
 
 # %% [markdown]
@@ -81,8 +81,8 @@ def sources(rows):
 # is PyTorch eager against JAX jit. An interval that contains 1 is a tie.
 
 # %%
-samples = analysis.throughput_samples(meas)
-matrix = analysis.comparison_matrix(samples)
+samples = tables.throughput_samples(meas)
+matrix = tables.comparison_matrix(samples)
 content.section(
     "Comparison matrix",
     "JAX ÷ PyTorch median throughput (images/s) for every model, device, precision and batch "
@@ -93,7 +93,7 @@ if matrix.empty:
 else:
     display(
         content.figure(
-            figures.ratio_heatmap(matrix),
+            charts.ratio_heatmap(matrix),
             "ratio_matrix",
             "JAX ÷ PyTorch throughput",
             f"Median images/s of JAX divided by PyTorch's, on {devices}; best modes (each framework's "
@@ -125,7 +125,7 @@ if samples.empty:
 else:
     display(
         content.figure(
-            figures.by_batch(samples, "median", "images/s (median)", ci=("ci_low", "ci_high")),
+            charts.by_batch(samples, "median", "images/s (median)", ci=("ci_low", "ci_high")),
             "throughput_scaling",
             "Throughput vs batch size",
             f"Median images/s over timed blocks of pipelined calls with its 95% bootstrap interval, "
@@ -137,7 +137,7 @@ else:
 # ## Latency at batch 1
 
 # %%
-latency = analysis.latency_at_smallest_batch(meas)
+latency = tables.latency_at_smallest_batch(meas)
 content.section(
     "Latency at batch 1",
     "Per-call latency, every call synced and timed alone, at "
@@ -148,7 +148,7 @@ if latency.empty:
 else:
     display(
         content.figure(
-            figures.latency_chart(latency),
+            charts.latency_chart(latency),
             "latency_batch1",
             "Latency percentiles at the smallest batch",
             f"p50, p95 and p99 of per-call latency (each call synchronised and timed alone) on "
@@ -168,7 +168,7 @@ else:
 # ## Memory
 
 # %%
-memory = analysis.memory_table(meas)
+memory = tables.memory_table(meas)
 content.section(
     "Memory",
     "Peak device memory per batch size (torch max_memory_allocated, JAX "
@@ -179,7 +179,7 @@ if memory.empty:
 else:
     display(
         content.figure(
-            figures.by_batch(memory, "peak_mem_gb", "peak memory (GB)"),
+            charts.by_batch(memory, "peak_mem_gb", "peak memory (GB)"),
             "memory_scaling",
             "Peak memory vs batch size",
             f"Peak memory during the timed calls, per framework and mode, on {devices}; GB = 10⁹ "
@@ -188,7 +188,7 @@ else:
     )
     display(
         content.figure(
-            figures.by_batch(memory, "img_s_per_gb", "images/s per GB"),
+            charts.by_batch(memory, "img_s_per_gb", "images/s per GB"),
             "memory_efficiency",
             "Memory efficiency",
             f"Median throughput divided by peak memory (images/s per GB), on {devices}.",
@@ -207,7 +207,7 @@ else:
 # ## Compile time and its break-even
 
 # %%
-compile_table = analysis.metric_table(meas, ["compile_s", "lower_s", "xla_compile_s"])
+compile_table = tables.metric_table(meas, ["compile_s", "lower_s", "xla_compile_s"])
 compile_table = compile_table.dropna(subset=["compile_s"])
 content.section(
     "Compile time and break-even",
@@ -224,7 +224,7 @@ else:
     else:
         display(
             content.figure(
-                figures.by_batch(compiled, "compile_s", "compile time (s)"),
+                charts.by_batch(compiled, "compile_s", "compile time (s)"),
                 "compile_time",
                 "Compile time vs batch size",
                 f"Seconds spent compiling before the first measured call, per compiled mode, on "
@@ -239,7 +239,7 @@ else:
             sources(inference[inference.metric == "compile_s"]),
         )
     )
-    breakeven = analysis.break_even_table(matrix, meas) if not matrix.empty else pd.DataFrame()
+    breakeven = tables.break_even_table(matrix, meas) if not matrix.empty else pd.DataFrame()
     if breakeven.empty:
         content.note("No pair with compile times on both sides, so no break-even.")
     else:
@@ -257,21 +257,21 @@ else:
 # ## Energy per image
 
 # %%
-energy = analysis.energy_table(meas)
+energy = tables.energy_table(meas)
 content.section(
     "Energy per image",
     "Energy counter (NVML total energy on GPUs, RAPL on CPUs) "
     "read around the throughput measurement, divided by the images processed.",
 )
 if energy.empty:
-    reasons = analysis.energy_unavailable_reasons(meas)
+    reasons = tables.energy_unavailable_reasons(meas)
     content.note(
         "No energy was measured in this run" + (f" ({'; '.join(reasons)})." if reasons else ".")
     )
 else:
     display(
         content.figure(
-            figures.by_batch(energy, "energy_j_per_img", "joules per image"),
+            charts.by_batch(energy, "energy_j_per_img", "joules per image"),
             "energy_per_image",
             "Energy per image",
             f"Joules per image over the throughput measurement on {devices}.",
@@ -317,7 +317,7 @@ else:
         curve = roofline.roofline_curve(device_ceilings, on_device.intensity)
         display(
             content.figure(
-                figures.roofline_chart(on_device, curve),
+                charts.roofline_chart(on_device, curve),
                 f"roofline_{i + 1}",
                 f"Roofline: {device_name}",
                 f"Achieved FLOP/s (FLOPs per image from the frameworks' counters × median "
@@ -381,14 +381,14 @@ mfu_records.emit()
 # ## CNN vs Transformer
 
 # %%
-kind_table = analysis.kind_summary(matrix, kinds)
+kind_table = tables.kind_summary(matrix, kinds)
 content.section("CNN vs Transformer", "Where each framework wins, by architecture.")
 if matrix.empty:
     content.note("No comparison to split by architecture.")
 else:
     display(
         content.figure(
-            figures.kind_chart(matrix, kinds),
+            charts.kind_chart(matrix, kinds),
             "cnn_vs_transformer",
             "Who wins, by architecture",
             f"JAX ÷ PyTorch median throughput with 95% bootstrap intervals per model and batch size, "
@@ -416,14 +416,14 @@ content.section(
     "then the proof that both frameworks train the same function: per-step loss parity from the "
     "same weights on the same batches, and convergence on real data.",
 )
-train_samples = analysis.throughput_samples(meas, "training")
-train_matrix = analysis.comparison_matrix(train_samples)
+train_samples = tables.throughput_samples(meas, "training")
+train_matrix = tables.comparison_matrix(train_samples)
 if training.empty:
     content.note("No training records in this run.")
 if not train_matrix.empty:
     display(
         content.figure(
-            figures.ratio_heatmap(train_matrix),
+            charts.ratio_heatmap(train_matrix),
             "training_ratio_matrix",
             "JAX ÷ PyTorch training throughput",
             "Median training images/s of JAX divided by PyTorch's (batch size over the synced "
@@ -439,14 +439,12 @@ if not train_matrix.empty:
             sources(training[training.metric == "throughput_img_s"]),
         )
     )
-train_speed = analysis.metric_table(meas, analysis.TRAINING_SPEED, "training")
+train_speed = tables.metric_table(meas, tables.TRAINING_SPEED, "training")
 if not train_speed.empty:
-    train_memory = analysis.memory_table(meas, "training")
+    train_memory = tables.memory_table(meas, "training")
     display(
         content.figure(
-            figures.by_batch(
-                train_samples, "median", "images/s (median)", ci=("ci_low", "ci_high")
-            ),
+            charts.by_batch(train_samples, "median", "images/s (median)", ci=("ci_low", "ci_high")),
             "training_throughput",
             "Training throughput vs batch size",
             "Median training images/s over synced steps with its 95% bootstrap interval, per "
@@ -456,7 +454,7 @@ if not train_speed.empty:
     if not train_memory.empty:
         display(
             content.figure(
-                figures.by_batch(train_memory, "peak_mem_gb", "peak memory (GB)"),
+                charts.by_batch(train_memory, "peak_mem_gb", "peak memory (GB)"),
                 "training_memory",
                 "Training peak memory vs batch size",
                 "Peak memory over the timed training steps (torch allocator or XLA memory_stats "
@@ -469,14 +467,14 @@ if not train_speed.empty:
             "training_speed",
             "Training step time (p50, p95), images/s, compile time, peak memory and energy per "
             "step (median over trials).",
-            sources(training[training.metric.isin(analysis.TRAINING_SPEED)]),
+            sources(training[training.metric.isin(tables.TRAINING_SPEED)]),
         )
     )
-parity_curves = analysis.parity_curves(meas)
+parity_curves = tables.parity_curves(meas)
 if not parity_curves.empty:
     display(
         content.figure(
-            figures.parity_chart(parity_curves),
+            charts.parity_chart(parity_curves),
             "training_parity",
             "Loss-curve parity",
             "Per-step training loss of PyTorch (eager) and JAX (jit) from the same ported weights "
@@ -486,18 +484,18 @@ if not parity_curves.empty:
     )
     display(
         content.table(
-            analysis.check_table(meas, analysis.PARITY_METRICS),
+            tables.check_table(meas, tables.PARITY_METRICS),
             "training_parity",
             "Largest relative difference, JAX against PyTorch: per-step loss, parameters and "
             "BatchNorm statistics after the last step.",
-            sources(training[training.metric.isin(analysis.PARITY_METRICS)]),
+            sources(training[training.metric.isin(tables.PARITY_METRICS)]),
         )
     )
-convergence = analysis.convergence_curves(meas)
+convergence = tables.convergence_curves(meas)
 if not convergence.empty:
     display(
         content.figure(
-            figures.convergence_chart(convergence),
+            charts.convergence_chart(convergence),
             "training_convergence",
             "Convergence",
             "Train loss per step and validation top-1 per epoch, both frameworks from the same "
@@ -506,15 +504,15 @@ if not convergence.empty:
     )
     display(
         content.table(
-            analysis.check_table(meas, analysis.CONVERGENCE_METRICS),
+            tables.check_table(meas, tables.CONVERGENCE_METRICS),
             "training_convergence",
             "Validation top-1 (%) after the last epoch and mean train loss over the last epoch.",
-            sources(training[training.metric.isin(analysis.CONVERGENCE_METRICS)]),
+            sources(training[training.metric.isin(tables.CONVERGENCE_METRICS)]),
         )
     )
 
 # %%
-memory_family = analysis.family_table(meas, "memory")
+memory_family = tables.family_table(meas, "memory")
 content.section(
     "Memory-saving methods",
     "Peak memory and iteration time per method (e.g. activation checkpointing).",
@@ -533,7 +531,7 @@ else:
     if {"model", "framework", "peak_mem_bytes"} <= set(memory_family.columns):
         display(
             content.figure(
-                figures.by_mode_bars(memory_family, "peak_mem_bytes", "peak memory (bytes)"),
+                charts.by_mode_bars(memory_family, "peak_mem_bytes", "peak memory (bytes)"),
                 "memory_methods",
                 "Peak memory by method",
                 "Peak memory of one training iteration per memory-saving method, per framework.",
@@ -541,7 +539,7 @@ else:
         )
 
 # %%
-validation = analysis.family_table(meas, "validation")
+validation = tables.family_table(meas, "validation")
 content.section(
     "Validation",
     "Both frameworks compute the same function: output and gradient "
@@ -563,9 +561,9 @@ else:
 # ## History: this run against the baseline
 
 # %%
-history = analysis.history_flags(meas, baseline)
+history = tables.history_flags(meas, baseline)
 flagged = history[history.flag != "unchanged"]
-content.section("History", summary.history_sentence(history, baseline_run_id))
+content.section("History", sentences.history_sentence(history, baseline_run_id))
 if not baseline_run_id:
     content.note("No earlier run of this campaign.")
 elif flagged.empty:
@@ -584,8 +582,8 @@ else:
 # ## Failures and workarounds
 
 # %%
-failures = analysis.failures_table(meas, cells)
-retries = analysis.retries_table(cells)
+failures = tables.failures_table(meas, cells)
+retries = tables.retries_table(cells)
 content.section("Failed cells and out-of-memory batch sizes", part="failures")
 if failures.empty:
     content.note("Nothing failed.")
@@ -623,8 +621,8 @@ content.section(
     part="failures",
     name="shared_machine",
 )
-shared = analysis.shared_machine_table(cells)
-content.note(summary.contention_sentence(cells))
+shared = tables.shared_machine_table(cells)
+content.note(sentences.contention_sentence(cells))
 if not shared.empty:
     display(
         content.table(
@@ -640,12 +638,12 @@ if not shared.empty:
 # ## Summary, methodology and limitations
 
 # %%
-training_summary = summary.training_sentences(
+training_summary = sentences.training_sentences(
     train_matrix,
-    analysis.check_table(meas, analysis.PARITY_METRICS),
-    analysis.check_table(meas, analysis.CONVERGENCE_METRICS),
+    tables.check_table(meas, tables.PARITY_METRICS),
+    tables.check_table(meas, tables.CONVERGENCE_METRICS),
 )
-content.summary = summary.executive_summary(
+content.summary = sentences.executive_summary(
     matrix,
     kind_table,
     history,
@@ -653,11 +651,11 @@ content.summary = summary.executive_summary(
     failures,
     retries,
     training_summary,
-    summary.shared_machine_sentence(shared, cells),
+    sentences.shared_machine_sentence(shared, cells),
 )
-content.methodology = summary.methodology(run, meas, cells, [samples, train_samples])
+content.methodology = sentences.methodology(run, meas, cells, [samples, train_samples])
 
-content.limitations = summary.limitations(samples, meas)
+content.limitations = sentences.limitations(samples, meas)
 content_path = content.write()
 display(Markdown("\n".join(f"- {s}" for s in content.summary)))
 print(f"wrote {content_path}")

@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwbench import analysis, db, roofline, summary
-from fwbench.records import RECORDS_MIME, Recorder
+from fwbench.report import roofline, sentences, tables
+from fwbench.results import db
+from fwbench.results.records import RECORDS_MIME, Recorder
 
 CAMPAIGN = "synth"
 BASELINE_RUN, CURRENT_RUN = "20260101T000000Z", "20260102T000000Z"
@@ -359,18 +360,18 @@ def synthetic(tmp_path_factory):
     db_path = tmp / "index.duckdb"
     db.ingest(out, db_path)
     con = db.connect(db_path, read_only=True)
-    run_id, baseline_id = analysis.resolve_runs(con, CAMPAIGN)
+    run_id, baseline_id = tables.resolve_runs(con, CAMPAIGN)
     data = {
         "run_id": run_id,
         "baseline_id": baseline_id,
-        "meas": analysis.load_measurements(con, CAMPAIGN, run_id),
-        "baseline": analysis.load_measurements(con, CAMPAIGN, baseline_id),
-        "cells": analysis.load_cells(con, CAMPAIGN, run_id),
-        "index_calibration": analysis.load_calibration(con),
+        "meas": tables.load_measurements(con, CAMPAIGN, run_id),
+        "baseline": tables.load_measurements(con, CAMPAIGN, baseline_id),
+        "cells": tables.load_cells(con, CAMPAIGN, run_id),
+        "index_calibration": tables.load_calibration(con),
         "current": current,
     }
     con.close()
-    data["matrix"] = analysis.comparison_matrix(analysis.throughput_samples(data["meas"]))
+    data["matrix"] = tables.comparison_matrix(tables.throughput_samples(data["meas"]))
     return data
 
 
@@ -395,7 +396,7 @@ def test_ratio_and_sentence_match_numpy_medians(synthetic, comparison):
     assert row.ratio == pytest.approx(expected, rel=1e-9)
     assert row.ci_low < row.ratio < row.ci_high and row.winner == "jax"
     assert row.torch_variant == ("compile" if comparison == "best" else "eager")
-    sentence = summary.ratio_sentence(row)
+    sentence = sentences.ratio_sentence(row)
     assert sentence.startswith(f"JAX is {expected:.2f}× [")
     assert "ResNet-50 at batch 8 in fp32 on Test CPU 9000" in sentence
 
@@ -404,18 +405,20 @@ def test_pytorch_win_is_said_as_pytorch_faster(synthetic):
     row = matrix_row(synthetic["matrix"], "vit_b_16", 1, "best")
     expected = 1 / expected_ratio(synthetic["current"], "vit_b_16", 1, "best")
     assert row.winner == "torch"
-    assert summary.ratio_sentence(row).startswith(f"PyTorch is {expected:.2f}× [")
+    assert sentences.ratio_sentence(row).startswith(f"PyTorch is {expected:.2f}× [")
 
 
 def test_interval_containing_one_is_a_tie(synthetic):
     row = matrix_row(synthetic["matrix"], "vit_b_16", 8, "best")
     assert row.ratio == pytest.approx(1.0) and row.ci_low <= 1.0 <= row.ci_high
     assert row.winner == "tie"
-    assert summary.ratio_sentence(row).startswith("JAX and PyTorch are tied on ViT-B/16 at batch 8")
+    assert sentences.ratio_sentence(row).startswith(
+        "JAX and PyTorch are tied on ViT-B/16 at batch 8"
+    )
 
 
 def test_regression_against_baseline_is_flagged(synthetic):
-    history = analysis.history_flags(synthetic["meas"], synthetic["baseline"])
+    history = tables.history_flags(synthetic["meas"], synthetic["baseline"])
     thr = history[
         (history.metric == "throughput_img_s")
         & (history.model == "resnet50")
@@ -424,13 +427,13 @@ def test_regression_against_baseline_is_flagged(synthetic):
     ]
     assert thr.flag.tolist() == ["regression"]
     assert thr.change.iloc[0] == pytest.approx(180.0 / BASELINE_CENTER - 1, abs=0.05)
-    text = summary.history_sentence(history, BASELINE_RUN)
+    text = sentences.history_sentence(history, BASELINE_RUN)
     assert "the largest regression is" in text and "of ResNet-50 JAX jit at batch 8" in text
 
 
 def test_history_direction_depends_on_the_metric():
-    assert analysis.higher_is_better("throughput_img_s", "img/s")
-    assert not analysis.higher_is_better("latency_p50_ms", "ms")
+    assert tables.higher_is_better("throughput_img_s", "img/s")
+    assert not tables.higher_is_better("latency_p50_ms", "ms")
 
 
 @pytest.mark.parametrize(
@@ -443,11 +446,11 @@ def test_history_direction_depends_on_the_metric():
     ],
 )
 def test_break_even_images(args, expected):
-    assert analysis.break_even_images(*args) == pytest.approx(expected)
+    assert tables.break_even_images(*args) == pytest.approx(expected)
 
 
 def test_break_even_table_uses_recorded_compile_times(synthetic):
-    table = analysis.break_even_table(synthetic["matrix"], synthetic["meas"])
+    table = tables.break_even_table(synthetic["matrix"], synthetic["meas"])
     row = table[
         (table.model == "resnet50") & (table.batch_size == 8) & (table.comparison == "defaults")
     ].iloc[0]
@@ -483,12 +486,12 @@ def test_roofline_points_use_best_measured_ceilings(synthetic):
 
 
 def test_failures_and_retries(synthetic):
-    failures = analysis.failures_table(synthetic["meas"], synthetic["cells"])
+    failures = tables.failures_table(synthetic["meas"], synthetic["cells"])
     assert sorted(failures.status) == ["failed", "oom"]
     failed = failures[failures.status == "failed"].iloc[0]
     assert failed.error.startswith("XlaRuntimeError: CUDA_ERROR_ILLEGAL_ADDRESS")
     assert failed.path.endswith("framework=jax__mode=jit__model=efficientnet_b0.ipynb")
-    retries = analysis.retries_table(synthetic["cells"])
+    retries = tables.retries_table(synthetic["cells"])
     assert retries[["changed", "final_status"]].values.tolist() == [
         ["XLA_FLAGS=--xla_gpu_autotune_level=0", "ok"]
     ]
@@ -496,15 +499,15 @@ def test_failures_and_retries(synthetic):
 
 def test_cells_run_on_a_shared_machine_are_listed_and_said_first(synthetic):
     cells = synthetic["cells"]
-    shared = analysis.shared_machine_table(cells)
+    shared = tables.shared_machine_table(cells)
     assert shared[
         ["notebook", "other_cpu_frac", "steal_frac", "load_1m_before"]
     ].values.tolist() == [["12_memory", 0.31, 0.02, 0.5]]
     assert shared.path.iloc[0].endswith("12_memory/framework=torch__model=resnet50.ipynb")
-    sentence = summary.shared_machine_sentence(shared, cells)
+    sentence = sentences.shared_machine_sentence(shared, cells)
     assert sentence.startswith(f"1 of {len(cells)} cells ran on a shared machine")
     assert "up to 33%" in sentence
-    sentences = summary.executive_summary(
+    said = sentences.executive_summary(
         synthetic["matrix"],
         pd.DataFrame(),
         pd.DataFrame(),
@@ -513,31 +516,31 @@ def test_cells_run_on_a_shared_machine_are_listed_and_said_first(synthetic):
         pd.DataFrame(),
         shared_machine=sentence,
     )
-    assert sentences[0] == sentence
-    assert summary.shared_machine_sentence(shared.iloc[0:0], cells) is None
+    assert said[0] == sentence
+    assert sentences.shared_machine_sentence(shared.iloc[0:0], cells) is None
 
 
 def test_missing_family_gives_an_empty_table(synthetic):
-    assert analysis.family_table(synthetic["meas"], "validation").empty
-    training = analysis.family_table(synthetic["meas"], "training")
+    assert tables.family_table(synthetic["meas"], "validation").empty
+    training = tables.family_table(synthetic["meas"], "training")
     assert training.step_time_p50_ms.dropna().tolist() == [80.0, 100.0]
 
 
 def test_training_ratio_parity_and_convergence_come_from_the_records(synthetic):
     meas = synthetic["meas"]
-    matrix = analysis.comparison_matrix(analysis.throughput_samples(meas, "training"))
+    matrix = tables.comparison_matrix(tables.throughput_samples(meas, "training"))
     best = matrix[matrix.comparison == "best"].iloc[0]
     assert best.ratio == pytest.approx(100.0 / 80.0, rel=1e-3)
     assert best.ci_low < best.ratio < best.ci_high and best.winner == "jax"
-    parity = analysis.parity_curves(meas)
+    parity = tables.parity_curves(meas)
     assert parity.groupby("framework").loss.apply(list).to_dict() == {
         "jax": [2.3, 2.1, 1.9000004],
         "torch": [2.3, 2.1, 1.9],
     }
-    curves = analysis.convergence_curves(meas)
+    curves = tables.convergence_curves(meas)
     loss = curves[(curves.curve == "train loss") & (curves.framework == "jax")]
     assert loss.epoch.tolist() == [0.5, 1.0, 1.5, 2.0]  # 2 steps per epoch
-    checks = analysis.check_table(meas, analysis.CONVERGENCE_METRICS)
+    checks = tables.check_table(meas, tables.CONVERGENCE_METRICS)
     assert checks[["framework", "val_top1", "status"]].values.tolist() == [
         ["jax", 90.0, "ok"],
         ["torch", 91.0, "ok"],
@@ -545,7 +548,7 @@ def test_training_ratio_parity_and_convergence_come_from_the_records(synthetic):
 
 
 def test_memory_family_keeps_one_row_per_method(synthetic):
-    table = analysis.family_table(synthetic["meas"], "memory")
+    table = tables.family_table(synthetic["meas"], "memory")
     assert table[["mode", "peak_mem_bytes", "iter_time_ms"]].values.tolist() == [
         ["checkpoint", 5e8, 380.0],
         ["none", 9e8, 300.0],
@@ -554,16 +557,16 @@ def test_memory_family_keeps_one_row_per_method(synthetic):
 
 def test_training_summary_states_ratio_parity_and_convergence(synthetic):
     meas = synthetic["meas"]
-    matrix = analysis.comparison_matrix(analysis.throughput_samples(meas, "training"))
-    sentences = summary.training_sentences(
+    matrix = tables.comparison_matrix(tables.throughput_samples(meas, "training"))
+    said = sentences.training_sentences(
         matrix,
-        analysis.check_table(meas, analysis.PARITY_METRICS),
-        analysis.check_table(meas, analysis.CONVERGENCE_METRICS),
+        tables.check_table(meas, tables.PARITY_METRICS),
+        tables.check_table(meas, tables.CONVERGENCE_METRICS),
     )
-    assert sentences[0].startswith("Training: JAX is 1.25×")
-    assert "best modes and defaults" in sentences[0] and len(sentences) == 3
-    assert "at most 2.0e-07 relative (ResNet-50)" in sentences[1]
-    assert sentences[2].endswith("ResNet-50 PyTorch 91.0%, JAX 90.0%.")
+    assert said[0].startswith("Training: JAX is 1.25×")
+    assert "best modes and defaults" in said[0] and len(said) == 3
+    assert "at most 2.0e-07 relative (ResNet-50)" in said[1]
+    assert said[2].endswith("ResNet-50 PyTorch 91.0%, JAX 90.0%.")
 
 
 def test_training_summary_quotes_the_fp64_proof_and_the_fp32_measurement():
@@ -589,21 +592,21 @@ def test_training_summary_quotes_the_fp64_proof_and_the_fp32_measurement():
             },
         ]
     )
-    sentences = summary.training_sentences(pd.DataFrame(), parity, pd.DataFrame())
-    assert sentences[0] == (
+    said = sentences.training_sentences(pd.DataFrame(), parity, pd.DataFrame())
+    assert said[0] == (
         "Training parity is proven in float64 for ResNet-50 (same weights, same batches): the "
         "per-step losses of JAX and PyTorch differ by at most 3.0e-15 relative (gate 1e-9), "
         "parameters and BatchNorm statistics by at most 4.0e-11 (gate 1e-8)."
     )
-    assert sentences[1].startswith("Training parity in float64 FAILED for EfficientNet-B0")
-    assert sentences[2].endswith(
+    assert said[1].startswith("Training parity in float64 FAILED for EfficientNet-B0")
+    assert said[2].endswith(
         "ResNet-50 4.7e-03, parting by more than 1e-3 at step 16; EfficientNet-B0 2.0e-07."
     )
 
 
 def test_training_ratios_are_labelled_as_steps_and_inference_as_blocks(synthetic):
     meas = synthetic["meas"]
-    train = analysis.comparison_matrix(analysis.throughput_samples(meas, "training"))
+    train = tables.comparison_matrix(tables.throughput_samples(meas, "training"))
     assert set(train.sample_source) == {"steps"}
     assert set(synthetic["matrix"].sample_source) == {"blocks"}
 
@@ -611,17 +614,17 @@ def test_training_ratios_are_labelled_as_steps_and_inference_as_blocks(synthetic
 def test_methodology_quotes_the_resample_count_and_the_samples_the_ratios_used(
     synthetic, monkeypatch
 ):
-    from fwbench import stats
+    from fwbench import vocab
 
     meas, cells = synthetic["meas"], synthetic["cells"]
     run = {"run_id": CURRENT_RUN}
-    monkeypatch.setattr(stats, "BOOTSTRAP_RESAMPLES", 3000)
-    inference = analysis.throughput_samples(meas)
-    training = analysis.throughput_samples(meas, "training")
-    both = summary.methodology(run, meas, cells, [inference, training])[-1]
+    monkeypatch.setattr(vocab, "BOOTSTRAP_RESAMPLES", 3000)
+    inference = tables.throughput_samples(meas)
+    training = tables.throughput_samples(meas, "training")
+    both = sentences.methodology(run, meas, cells, [inference, training])[-1]
     assert "(3,000 resamples, fixed seed)" in both
     assert "per-block throughputs" in both and "per-step throughputs" in both
-    only_training = summary.methodology(run, meas, cells, [training])[-1]
+    only_training = sentences.methodology(run, meas, cells, [training])[-1]
     assert "per-step throughputs" in only_training and "per-block" not in only_training
 
 
@@ -695,9 +698,9 @@ def test_no_calibration_anywhere_leaves_mfu_and_roofline_empty_and_says_why(synt
 
 def test_contention_sentence_reads_the_cells(synthetic):
     cells = synthetic["cells"]
-    sentence = summary.contention_sentence(cells)
+    sentence = sentences.contention_sentence(cells)
     assert sentence.startswith(f"Over the {len(cells)} cells with a contention reading")
     assert "up to 31% and the hypervisor up to 2%" in sentence
     assert sentence.endswith("1 ran on a shared machine (above 10%).")
     unread = cells.assign(other_cpu_frac=None, steal_frac=None)
-    assert "predates the contention meter" in summary.contention_sentence(unread)
+    assert "predates the contention meter" in sentences.contention_sentence(unread)

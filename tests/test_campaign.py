@@ -1,7 +1,7 @@
 import pytest
 
-from fwbench.campaign import CampaignError, load_campaign
-from fwbench.notebook_params import read_parameters
+from fwbench.pipeline.campaign import CampaignError, load_campaign
+from fwbench.pipeline.notebook_params import read_parameters
 from tests.conftest import REPO, STANDIN, run_cli
 
 

@@ -6,7 +6,12 @@ import time
 
 import psutil
 
-from fwbench.meters.contention import SHARED_FRACTION, Contention, ContentionMeter, is_shared
+from fwbench.measure.meters.contention import (
+    SHARED_FRACTION,
+    Contention,
+    ContentionMeter,
+    is_shared,
+)
 
 SPIN = "import time\nend = time.perf_counter() + {seconds}\nwhile time.perf_counter() < end: pass"
 

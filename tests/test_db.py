@@ -3,8 +3,8 @@ import json
 import nbformat
 import pytest
 
-from fwbench import db
-from fwbench.records import RECORDS_MIME, Recorder
+from fwbench.results import db
+from fwbench.results.records import RECORDS_MIME, Recorder
 from tests.conftest import run_cli
 
 

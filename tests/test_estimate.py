@@ -2,9 +2,9 @@
 
 import json
 
-from fwbench import db
-from fwbench.campaign import load_campaign
-from fwbench.estimate import duration, estimate, render
+from fwbench.pipeline.campaign import load_campaign
+from fwbench.pipeline.estimate import duration, estimate, render
+from fwbench.results import db
 from tests.conftest import run_cli
 
 CAMPAIGN = """

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from fwbench import flops
+from fwbench.measure import flops
 
 N, SIZE, C_IN, C_OUT, K = 2, 8, 4, 4, 3
 

@@ -6,10 +6,11 @@ tests/test_campaign_report.py.
 
 import pytest
 
-from fwbench.bench import inference as bench
-from fwbench.bench.timer_check import TimerAgreement, compare_with_torch_benchmark
-from fwbench.meters.contention import Contention
-from fwbench.timing import StopRule
+from fwbench import vocab
+from fwbench.families.calibration.timer_check import TimerAgreement, compare_with_torch_benchmark
+from fwbench.families.inference import bench
+from fwbench.measure.meters.contention import Contention
+from fwbench.measure.timing import StopRule
 
 
 def test_our_median_agrees_with_torch_utils_benchmark_on_a_call_of_known_length():
@@ -70,6 +71,6 @@ def test_non_memory_errors_are_not_mistaken_for_oom():
     assert bench.is_oom(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"))
     assert not bench.is_oom(RuntimeError("shape mismatch"))
     with pytest.raises(ValueError, match="not a jax mode"):
-        bench.resolve_mode("jax", "compile")
-    assert bench.resolve_mode("jax", "default") == "jit"
-    assert bench.resolve_mode("torch", "default") == "eager"
+        vocab.resolve_mode("jax", "compile")
+    assert vocab.resolve_mode("jax", "default") == "jit"
+    assert vocab.resolve_mode("torch", "default") == "eager"

@@ -28,8 +28,8 @@ import nbformat
 import psutil
 import pytest
 
-from fwbench.notebook_params import read_notebook
-from fwbench.records import COLUMNS, INTERACTIVE, RECORDS_MIME, context_from_env
+from fwbench.pipeline.notebook_params import read_notebook
+from fwbench.results.records import COLUMNS, INTERACTIVE, RECORDS_MIME, context_from_env
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "tests" / "artifacts"

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from fwbench.memory import analysis, tracer
-from fwbench.memory.functional_adam import AdamConfig, adam_step_, init_adam_state
+from fwbench.families.memory import liveness, tracer
+from fwbench.families.memory.functional_adam import AdamConfig, adam_step_, init_adam_state
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def mlp_step():
     model = nn.Sequential(nn.Linear(4, 8, bias=False), nn.ReLU(), nn.Linear(8, 3, bias=False))
     x, y = torch.randn(2, 4), torch.tensor([0, 2])
     traced = tracer.trace_training_step(model, x, y, nn.functional.cross_entropy)
-    return traced, analysis.analyze(traced)
+    return traced, liveness.analyze(traced)
 
 
 def rank(found, name):
@@ -58,14 +58,14 @@ def test_activations_and_their_uses(mlp_step):
 
 def test_regions_kinds_and_storages(mlp_step):
     traced, found = mlp_step
-    assert found.info["relu"].region == analysis.FORWARD
-    assert found.info["_log_softmax"].region == analysis.LOSS
-    assert found.info["threshold_backward"].region == analysis.BACKWARD
-    assert found.info["addcdiv_"].region == analysis.OPTIMIZER
+    assert found.info["relu"].region == liveness.FORWARD
+    assert found.info["_log_softmax"].region == liveness.LOSS
+    assert found.info["threshold_backward"].region == liveness.BACKWARD
+    assert found.info["addcdiv_"].region == liveness.OPTIMIZER
     kinds = [found.info[n.name].kind for n in found.nodes if n.op == "placeholder"]
     assert kinds == traced.input_kinds
-    assert found.storages["mm_2"].kind == analysis.GRAD_KIND
-    assert found.storages["mm_4"].kind == analysis.GRAD_KIND
+    assert found.storages["mm_2"].kind == liveness.GRAD_KIND
+    assert found.storages["mm_4"].kind == liveness.GRAD_KIND
     # views and in-place ops own nothing: their bytes belong to the storage they alias
     assert found.info["alias"].owner == "relu"
     assert found.info["t"].owner == found.nodes[0].name  # w1.t() is a view of parameter w1

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from fwbench.memory import analysis, planner, simulator, tracer
-from fwbench.memory.profiler import ActivationStats
+from fwbench.families.memory import liveness, planner, simulator, tracer
+from fwbench.families.memory.profiler import ActivationStats
 
 
 def stats(name, srcs, time, size=100):
@@ -39,7 +39,7 @@ def dropout_step():
     model = nn.Sequential(nn.Linear(16, 32), nn.Dropout(0.5), nn.GELU(), nn.Linear(32, 4))
     x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
     traced = tracer.trace_training_step(model, x, y, nn.functional.cross_entropy)
-    return traced, analysis.analyze(traced)
+    return traced, liveness.analyze(traced)
 
 
 def test_dropout_outputs_are_never_candidates(dropout_step):

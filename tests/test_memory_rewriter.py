@@ -2,9 +2,17 @@
 
 import pytest
 
-from fwbench.memory import analysis, measure, planner, profiler, rewriter, simulator, tracer
-from fwbench.memory.models import build_case
-from fwbench.timing import StopRule
+from fwbench.families.memory import (
+    footprint,
+    liveness,
+    planner,
+    profiler,
+    rewriter,
+    simulator,
+    tracer,
+)
+from fwbench.families.memory.cases import build_case
+from fwbench.measure.timing import StopRule
 
 ONE_STEP = StopRule(min_iters=1, min_seconds=0.0)
 
@@ -12,7 +20,7 @@ ONE_STEP = StopRule(min_iters=1, min_seconds=0.0)
 def traced_case(name, batch_size, **kwargs):
     case = build_case(name, batch_size, num_classes=10, **kwargs)
     traced = tracer.trace_training_step(case.model, case.batch, case.targets, case.loss_fn)
-    return traced, analysis.analyze(traced)
+    return traced, liveness.analyze(traced)
 
 
 def test_resnet50_recomputing_all_but_convolutions_keeps_the_step_identical():
@@ -62,8 +70,8 @@ def test_encoder_plan_is_equivalent_and_never_replays_dropout(encoder_plan):
 
 def test_encoder_plan_cuts_measured_peak_as_simulated(encoder_plan):
     traced, _, baseline, plan, rewritten = encoder_plan
-    original = measure.measure_graph("graph", traced, traced.graph_module, "cpu", ONE_STEP)
-    planned = measure.measure_graph("mu_two", traced, rewritten, "cpu", ONE_STEP)
+    original = footprint.measure_graph("graph", traced, traced.graph_module, "cpu", ONE_STEP)
+    planned = footprint.measure_graph("mu_two", traced, rewritten, "cpu", ONE_STEP)
     assert planned.peak_bytes < 0.85 * original.peak_bytes
     assert abs(baseline.peak_bytes - original.peak_bytes) <= 0.10 * original.peak_bytes
     assert abs(plan.predicted_peak_bytes - planned.peak_bytes) <= 0.10 * planned.peak_bytes
@@ -74,5 +82,5 @@ def test_static_simulation_without_profile_is_within_ten_percent():
     # of what the allocator saw on an activation-heavy step
     traced, found = traced_case("bert_encoder", 8, seq_len=64, encoder_size="tiny")
     predicted = simulator.simulate(found).peak_bytes
-    measured = measure.measure_graph("graph", traced, traced.graph_module, "cpu", ONE_STEP)
+    measured = footprint.measure_graph("graph", traced, traced.graph_module, "cpu", ONE_STEP)
     assert abs(predicted - measured.peak_bytes) <= 0.10 * measured.peak_bytes

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from fwbench import device, environment
-from fwbench.meters import measure_energy, measure_peak_memory
+from fwbench.measure import device
+from fwbench.measure.meters import measure_energy, measure_peak_memory
+from fwbench.pipeline import environment
 
 HAS_CUDA = False
 try:
@@ -99,7 +100,7 @@ def test_the_timed_region_waits_for_the_device_sync(monkeypatch, kind, backend):
     every latency sample, so removing the sync from ``torch_sync`` or from the timer fails."""
     import time
 
-    from fwbench.timing import StopRule, measure_latency
+    from fwbench.measure.timing import StopRule, measure_latency
 
     waits = []
 

@@ -20,7 +20,7 @@ import torch
 from flax import nnx
 from torchvision.ops import StochasticDepth as StochasticDepthTorch
 
-from fwbench.models import parity, porting, registry
+from fwbench.models import equivalence, porting, registry
 from fwbench.models.flax_efficientnet import StochasticDepth
 
 jax.config.update("jax_default_matmul_precision", "highest")
@@ -50,7 +50,7 @@ def twin(request):
 def _torch_model(name, seed):
     torch.manual_seed(seed)
     model = registry.get_spec(name).torch_model()
-    parity.randomize_torch_(model, seed)
+    equivalence.randomize_torch_(model, seed)
     return model
 
 
@@ -158,7 +158,7 @@ def test_eval_logits_match(twin, seed):
         reference = torch_model(torch.from_numpy(x)).numpy()
     logits = _forward(model, jnp.asarray(x.transpose(0, 2, 3, 1)))
     assert np.abs(reference).max() > 1e-2  # randomised statistics keep the logits non-trivial
-    assert parity.max_rel_err(logits, reference) <= LOGIT_TOL
+    assert equivalence.max_rel_err(logits, reference) <= LOGIT_TOL
 
 
 def test_float64_eval_logits_and_gradients_match(twin):
@@ -172,17 +172,19 @@ def test_float64_eval_logits_and_gradients_match(twin):
     # Gradients in eval mode: with batch statistics a BatchNorm bias that feeds (through a 1x1
     # conv) another batch-statistics BatchNorm has a gradient of exactly zero in exact arithmetic,
     # so both sides return rounding noise there and a relative comparison means nothing.
-    torch64 = parity.torch_float64(torch_model)
+    torch64 = equivalence.torch_float64(torch_model)
     reference = torch64(torch.from_numpy(x).double()).detach().numpy()
-    reference_grads = parity.torch_grads(torch64, x, labels)
-    with parity.float64_on_cpu():
-        model64 = parity.flax_float64(model)
+    reference_grads = equivalence.torch_grads(torch64, x, labels)
+    with equivalence.float64_on_cpu():
+        model64 = equivalence.flax_float64(model)
         logits, grads = _logits_and_grads(model64, jnp.asarray(x.transpose(0, 2, 3, 1)), labels)
         links64 = registry.get_spec(name).flax_impl().links(model64)
     # float64 on both sides, or these bounds would not be reachable (fp32 gives ~1e-7)
     assert logits.dtype == reference.dtype == np.float64
-    assert parity.max_rel_err(logits, reference) <= FP64_LOGIT_TOL
-    errors = parity.grad_errors(_grads_in_torch_layout(model64, links64, grads), reference_grads)
+    assert equivalence.max_rel_err(logits, reference) <= FP64_LOGIT_TOL
+    errors = equivalence.grad_errors(
+        _grads_in_torch_layout(model64, links64, grads), reference_grads
+    )
     worst = max(errors, key=errors.get)
     assert errors[worst] <= FP64_GRAD_TOL, (worst, errors[worst])
 
@@ -205,11 +207,13 @@ def test_train_mode_logits_and_running_stats_match(twin):
         reference = torch_model(torch.from_numpy(x)).numpy()
     logits = _forward(model, jnp.asarray(x.transpose(0, 2, 3, 1)))
 
-    assert parity.max_rel_err(logits, reference) <= TRAIN_TOL
+    assert equivalence.max_rel_err(logits, reference) <= TRAIN_TOL
     exported, after = porting.export_state_dict(links), torch_model.state_dict()
     stat_keys = [k for k in exported if k.endswith(("running_mean", "running_var"))]
     assert all(not np.array_equal(after[k], before[k]) for k in stat_keys)  # one update happened
-    assert max(parity.max_rel_err(exported[k], after[k].numpy()) for k in stat_keys) <= TRAIN_TOL
+    assert (
+        max(equivalence.max_rel_err(exported[k], after[k].numpy()) for k in stat_keys) <= TRAIN_TOL
+    )
 
 
 def test_dropout_and_stochastic_depth_rates_are_torchvisions(twin):

@@ -25,7 +25,7 @@ import torch
 import torchvision
 from flax import nnx
 
-from fwbench.models import build_pair, flax_resnet, flax_vit, get_spec, parity, porting
+from fwbench.models import build_pair, equivalence, flax_resnet, flax_vit, get_spec, porting
 
 jax.config.update("jax_default_matmul_precision", "highest")
 
@@ -45,7 +45,7 @@ def _abstract_twin(build, links_fn, state_dict):
     """A Flax model built without running its initialisers, then filled from ``state_dict``."""
     flax_model = nnx.eval_shape(build)
     links = links_fn(flax_model)
-    assert parity.unlinked_variables(flax_model, links) == []
+    assert equivalence.unlinked_variables(flax_model, links) == []
     porting.port_state_dict(links, state_dict)
     return flax_model
 
@@ -53,10 +53,10 @@ def _abstract_twin(build, links_fn, state_dict):
 @functools.cache
 def _built(name: str):
     torch_model, flax_model = build_pair(name, seed=0, image_size=SMALL_SIZE[name])
-    assert parity.unlinked_variables(flax_model, _links(name, flax_model)) == []
+    assert equivalence.unlinked_variables(flax_model, _links(name, flax_model)) == []
     # torchvision leaves BN at mean 0 / var 1 and zeroes the ViT head: randomised, a swapped
     # mean/var or a transposed head cannot match by accident
-    parity.randomize_torch_(torch_model, seed=0)
+    equivalence.randomize_torch_(torch_model, seed=0)
     return torch_model, flax_model, copy.deepcopy(torch_model.state_dict())
 
 
@@ -110,7 +110,7 @@ def test_eval_logits_match(name):
     torch_model, flax_model = _pair(name)
     for seed in (0, 1):
         x = _batch(name, seed)[0]
-        err, logits = parity.compare_logits(torch_model, flax_model, x, jit=JIT[name])
+        err, logits = equivalence.compare_logits(torch_model, flax_model, x, jit=JIT[name])
         assert np.abs(logits).std() > 0.1  # a constant reference would make any output "match"
         assert err <= LOGIT_TOL, err
 
@@ -119,13 +119,13 @@ def test_eval_logits_match(name):
 def test_float64_eval_logits_match(name):
     torch_model, flax_model = _pair(name)
     x = _batch(name, seed=0)[0]
-    with parity.float64_on_cpu():
-        flax64 = parity.flax_float64(flax_model)
-        got = parity.flax_logits(flax64, x, jit=JIT[name])
-    expected = parity.torch_logits(parity.torch_float64(torch_model), x)
+    with equivalence.float64_on_cpu():
+        flax64 = equivalence.flax_float64(flax_model)
+        got = equivalence.flax_logits(flax64, x, jit=JIT[name])
+    expected = equivalence.torch_logits(equivalence.torch_float64(torch_model), x)
     # float64 on both sides, or the bound below would not be reachable (fp32 gives ~1e-7)
     assert got.dtype == expected.dtype == np.float64
-    assert parity.max_rel_err(got, expected) <= FP64_LOGIT_TOL
+    assert equivalence.max_rel_err(got, expected) <= FP64_LOGIT_TOL
 
 
 # Float64, whole network, in train mode: for ResNet the harder case (BatchNorm on batch
@@ -137,21 +137,21 @@ def test_float64_train_mode_gradients_match_for_every_parameter(name):
     torch_model, flax_model = _pair(name)
     x, labels = _batch(name, seed=2)
     links_fn = get_spec(name).flax_impl().links
-    with parity.float64_on_cpu():
-        flax64 = parity.flax_float64(flax_model)
+    with equivalence.float64_on_cpu():
+        flax64 = equivalence.flax_float64(flax_model)
         flax64.train()
-        got = parity.flax_grads(flax64, links_fn, _nhwc(x), labels, jit=JIT[name])
+        got = equivalence.flax_grads(flax64, links_fn, _nhwc(x), labels, jit=JIT[name])
     links = links_fn(flax64)
-    torch64 = parity.torch_float64(torch_model).train()
-    expected = parity.torch_grads(torch64, x, labels)
+    torch64 = equivalence.torch_float64(torch_model).train()
+    expected = equivalence.torch_grads(torch64, x, labels)
     assert {g.dtype for g in got.values()} == {np.dtype(np.float64)}
-    errors = parity.grad_errors(got, expected)
+    errors = equivalence.grad_errors(got, expected)
     worst = max(errors, key=errors.get)
     assert errors[worst] <= FP64_GRAD_TOL, (worst, errors[worst])
 
     exported = porting.export_state_dict(links)
     stats = [k for k in exported if k.endswith(("running_mean", "running_var"))]
-    stat_errors = {k: parity.max_rel_err(exported[k], torch64.state_dict()[k]) for k in stats}
+    stat_errors = {k: equivalence.max_rel_err(exported[k], torch64.state_dict()[k]) for k in stats}
     assert max(stat_errors.values(), default=0.0) <= FP64_GRAD_TOL, stat_errors
     if stats:  # the step moved the statistics on both sides
         assert not np.allclose(exported[stats[0]], torch_model.state_dict()[stats[0]].numpy())
@@ -164,14 +164,14 @@ def test_resnet_train_mode_logits_and_running_stats_match():
     flax_model.train()
     x, _ = _batch("resnet50", seed=4)
     before = np.asarray(flax_model.bn1.mean[...]).copy()
-    flax_logits = parity.flax_logits(flax_model, x)  # exactly one forward: stats move once
-    torch_logits = parity.torch_logits(torch_model, x)
-    exact_logits = parity.torch_logits(exact, x)
+    flax_logits = equivalence.flax_logits(flax_model, x)  # exactly one forward: stats move once
+    torch_logits = equivalence.torch_logits(torch_model, x)
+    exact_logits = equivalence.torch_logits(exact, x)
     # train-mode fp32 logits carry ~1e-4 of rounding on both sides (batch statistics amplify it);
     # the Flax side must be about as close to the fp64 answer as torch's own fp32 result is
-    err = parity.max_rel_err(flax_logits, torch_logits)
-    flax_exact_err = parity.max_rel_err(flax_logits, exact_logits)
-    torch_exact_err = parity.max_rel_err(torch_logits, exact_logits)
+    err = equivalence.max_rel_err(flax_logits, torch_logits)
+    flax_exact_err = equivalence.max_rel_err(flax_logits, exact_logits)
+    torch_exact_err = equivalence.max_rel_err(torch_logits, exact_logits)
     assert err <= 5e-4, err
     assert flax_exact_err <= 3 * torch_exact_err + 1e-6, (flax_exact_err, torch_exact_err)
 
@@ -180,7 +180,7 @@ def test_resnet_train_mode_logits_and_running_stats_match():
     for key, value in torch_model.state_dict().items():
         if key.endswith(("running_mean", "running_var")):
             # the deepest statistics inherit the logits' amplified rounding, hence not 1e-5
-            assert parity.max_rel_err(exported[key], value.numpy()) <= 1e-4, key
+            assert equivalence.max_rel_err(exported[key], value.numpy()) <= 1e-4, key
 
 
 def test_bottleneck_train_mode_gradients_and_running_stats_match():
@@ -193,7 +193,7 @@ def test_bottleneck_train_mode_gradients_and_running_stats_match():
             torch.nn.Conv2d(256, 512, 1, stride=2, bias=False), torch.nn.BatchNorm2d(512)
         ),
     )
-    parity.randomize_torch_(block, seed=5)
+    equivalence.randomize_torch_(block, seed=5)
     flax_block = _abstract_twin(
         lambda: flax_resnet.Bottleneck(256, 128, 2, rngs=nnx.Rngs(0)),
         flax_resnet.bottleneck_links,
@@ -207,23 +207,23 @@ def test_bottleneck_train_mode_gradients_and_running_stats_match():
     x = rng.standard_normal((BATCH, 256, 8, 8), dtype=np.float32)
     weights = rng.standard_normal((BATCH, 512, 4, 4), dtype=np.float32)  # a loss using every output
     (block(torch.from_numpy(x)) * torch.from_numpy(weights)).sum().backward()
-    expected = parity.torch_param_grads(block)
-    got = parity.flax_param_grads(
+    expected = equivalence.torch_param_grads(block)
+    got = equivalence.flax_param_grads(
         lambda m: jnp.sum(m(_nhwc(x)) * _nhwc(weights)), flax_block, links
     )
-    errors = parity.grad_errors(got, expected)
+    errors = equivalence.grad_errors(got, expected)
     assert max(errors.values()) <= GRAD_TOL, errors
 
     exported = porting.export_state_dict(links)
     for key, value in block.state_dict().items():
         if key.endswith(("running_mean", "running_var")):
-            assert parity.max_rel_err(exported[key], value.numpy()) <= 1e-5, key
+            assert equivalence.max_rel_err(exported[key], value.numpy()) <= 1e-5, key
 
 
 def test_resnet_batchnorm_keeps_running_stats_in_eval_mode():
     _, flax_model = _pair("resnet50")
     before = np.asarray(flax_model.bn1.mean[...]).copy()
-    parity.flax_logits(flax_model, _batch("resnet50", seed=6)[0])
+    equivalence.flax_logits(flax_model, _batch("resnet50", seed=6)[0])
     np.testing.assert_array_equal(np.asarray(flax_model.bn1.mean[...]), before)
 
 
@@ -251,11 +251,11 @@ def test_vit_dropout_is_active_in_train_mode_only():
     nnx.reseed(flax_model, default=0, dropout=0)  # the abstract build left the streams keyless
     x = _batch("vit_b_16", seed=7)[0]
     flax_model.eval()
-    evaluated = parity.flax_logits(flax_model, x, jit=False)
-    np.testing.assert_array_equal(evaluated, parity.flax_logits(without_dropout, x, jit=False))
+    evaluated = equivalence.flax_logits(flax_model, x, jit=False)
+    np.testing.assert_array_equal(evaluated, equivalence.flax_logits(without_dropout, x, jit=False))
     flax_model.train()
-    first = parity.flax_logits(flax_model, x, jit=False)
-    second = parity.flax_logits(flax_model, x, jit=False)
+    first = equivalence.flax_logits(flax_model, x, jit=False)
+    second = equivalence.flax_logits(flax_model, x, jit=False)
     assert not np.allclose(first, second)
     assert not np.allclose(first, evaluated)
 
@@ -265,7 +265,7 @@ def test_parity_check_catches_swapped_batchnorm_statistics():
     bn = flax_model.stages[2][0].bn2
     mean, var = np.asarray(bn.mean[...]), np.asarray(bn.var[...])
     bn.mean[...], bn.var[...] = var, np.abs(mean)  # kept positive: the error must not be a NaN
-    err, _ = parity.compare_logits(torch_model, flax_model, _batch("resnet50", seed=8)[0])
+    err, _ = equivalence.compare_logits(torch_model, flax_model, _batch("resnet50", seed=8)[0])
     assert 1e-3 < err < np.inf
 
 
@@ -277,7 +277,7 @@ def test_parity_check_catches_a_misordered_qkv_split():
     qb, kb, vb = np.split(np.asarray(attn.in_proj.bias[...]), 3)
     attn.in_proj.bias[...] = np.concatenate([kb, qb, vb])
     x = _batch("vit_b_16", seed=9)[0]
-    err, _ = parity.compare_logits(torch_model, flax_model, x, jit=False)
+    err, _ = equivalence.compare_logits(torch_model, flax_model, x, jit=False)
     assert err > 1e-3
 
 
@@ -288,6 +288,6 @@ def test_saved_weights_load_through_build_pair(tmp_path):
     # a different seed: every weight must come from the file, none from initialisation
     torch_model, flax_model = build_pair("vit_b_16", seed=10, state_dict=state_dict, image_size=32)
     x, _ = _batch("vit_b_16", seed=10)
-    err, logits = parity.compare_logits(torch_model, flax_model, x, jit=False)
+    err, logits = equivalence.compare_logits(torch_model, flax_model, x, jit=False)
     assert err <= LOGIT_TOL, err
-    np.testing.assert_array_equal(logits, parity.torch_logits(source, x))
+    np.testing.assert_array_equal(logits, equivalence.torch_logits(source, x))

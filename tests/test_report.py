@@ -13,7 +13,9 @@ import nbformat
 import pandas as pd
 import pytest
 
-from fwbench import cli, readme, report, runner
+from fwbench import cli
+from fwbench.pipeline import runner
+from fwbench.report import readme, render
 from tests.conftest import run_cli
 from tests.test_analysis import (
     CAMPAIGN,
@@ -48,12 +50,12 @@ def built(tmp_path_factory):
     out, current = build_synthetic(tmp)
     dirs = {"report_dir": tmp / "report" / CAMPAIGN, "figures_dir": tmp / "figures" / CAMPAIGN}
     db_path = tmp / "index.duckdb"  # absent: build_report ingests first
-    first = report.build_report(CAMPAIGN, out=out, db_path=db_path, **dirs).read_text()
+    first = render.build_report(CAMPAIGN, out=out, db_path=db_path, **dirs).read_text()
     # what a report of another run left behind: a table and a figure this run does not make
     stale = [dirs["report_dir"] / "tables" / "gone.csv", dirs["figures_dir"] / "gone.png"]
     for path in stale:
         path.write_text("from an earlier report")
-    second = report.build_report(CAMPAIGN, out=out, db_path=db_path, **dirs)
+    second = render.build_report(CAMPAIGN, out=out, db_path=db_path, **dirs)
     return {
         "out": out,
         "db": db_path,
@@ -150,7 +152,7 @@ def test_analysis_notebook_joins_the_audit_trail(built):
 
 def test_rebuilding_gives_the_same_report(built):
     def strip(text):
-        return [ln for ln in text.splitlines() if not ln.startswith(report.GENERATED_PREFIX)]
+        return [ln for ln in text.splitlines() if not ln.startswith(render.GENERATED_PREFIX)]
 
     assert strip(built["first"]) == strip(built["text"])
 
@@ -189,8 +191,8 @@ def test_a_report_waits_for_no_runner_holding_the_output_folder(built):
     dirs = {"report_dir": built["report_dir"], "figures_dir": built["figures_dir"]}
     before = (built["out"] / CAMPAIGN / CURRENT_RUN / "manifest.json").read_text()
     with runner.output_lock(built["out"]):
-        with pytest.raises(report.ReportError, match="another fwbench run is using"):
-            report.build_report(CAMPAIGN, out=built["out"], db_path=built["db"], **dirs)
+        with pytest.raises(render.ReportError, match="another fwbench run is using"):
+            render.build_report(CAMPAIGN, out=built["out"], db_path=built["db"], **dirs)
     assert (built["out"] / CAMPAIGN / CURRENT_RUN / "manifest.json").read_text() == before
 
 

@@ -8,7 +8,7 @@ import time
 import duckdb
 import nbformat
 
-from fwbench.records import RECORDS_MIME
+from fwbench.results.records import RECORDS_MIME
 from tests.conftest import REPO, run_cli
 
 HEALTHY_AND_ABORT = """
@@ -146,7 +146,7 @@ def test_sigkill_leaves_no_result_that_looks_real(write_campaign, tmp_path):
 
 
 def test_a_second_runner_on_the_same_folder_is_refused(write_campaign, tmp_path):
-    from fwbench.runner import RunnerBusy, output_lock
+    from fwbench.pipeline.runner import RunnerBusy, output_lock
 
     out = tmp_path / "out"
     with output_lock(out):

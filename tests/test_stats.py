@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from fwbench.stats import bootstrap_ci, ratio_ci, summarize
+from fwbench.measure.stats import bootstrap_ci, ratio_ci, summarize
 
 
 def test_percentiles_are_ordered_on_skewed_data():

@@ -1,12 +1,17 @@
 import numpy as np
 import pytest
 
-import fwbench.timing
-from fwbench.timing import StopRule, first_call_overhead, measure_latency, measure_throughput
+import fwbench.measure.timing
+from fwbench.measure.timing import (
+    StopRule,
+    first_call_overhead,
+    measure_latency,
+    measure_throughput,
+)
 
 
 class FakeClock:
-    """Stands in for the ``time`` module inside fwbench.timing.
+    """Stands in for the ``time`` module inside fwbench.measure.timing.
 
     These tests check the timers' logic (what span they time, when they stop, when warm-up ends).
     On a host whose hypervisor steals CPU time a 4 ms sleep has read 7 ms and a 5 ms one failed to
@@ -29,7 +34,7 @@ CLOCK = FakeClock()
 @pytest.fixture(autouse=True)
 def fake_clock(monkeypatch):
     CLOCK.now = 0.0
-    monkeypatch.setattr(fwbench.timing, "time", CLOCK)
+    monkeypatch.setattr(fwbench.measure.timing, "time", CLOCK)
 
 
 def busy_wait(seconds: float):
@@ -112,7 +117,7 @@ def test_throughput_syncs_once_per_block():
 
 
 def test_warmup_gives_up_on_a_machine_that_never_settles_and_says_so(monkeypatch):
-    timing = fwbench.timing
+    timing = fwbench.measure.timing
     monkeypatch.setattr(timing, "MAX_WARMUP_SECONDS", 0.2)
     calls = {"n": 0}
 

@@ -8,9 +8,10 @@ import pytest
 import torch
 from flax import nnx
 
+from fwbench.data import batches
+from fwbench.families.training import convergence, optim, steps
 from fwbench.models.layers import TorchBatchNorm
-from fwbench.records import RECORDS_MIME
-from fwbench.training import batches, convergence, optim, steps
+from fwbench.results.records import RECORDS_MIME
 from tests.conftest import REPO, run_cli
 
 steps.configure_precision("torch", "fp32")
@@ -161,7 +162,7 @@ def test_stochastic_layers_are_switched_off_on_both_sides_for_parity():
 def test_zero_init_reaches_every_residual_branch_and_nothing_else():
     import torchvision
 
-    from fwbench.training.parity import zero_init_residual_
+    from fwbench.families.training.parity import zero_init_residual_
 
     for name, branches in (("resnet50", 16), ("efficientnet_b0", 9), ("mobilenet_v3_small", 6)):
         model = getattr(torchvision.models, name)(num_classes=10)
@@ -173,7 +174,7 @@ def test_zero_init_reaches_every_residual_branch_and_nothing_else():
 
 
 def test_parity_verdict_flags_a_drifting_loss_and_a_moved_tensor():
-    from fwbench.training.parity import ParityResult
+    from fwbench.families.training.parity import ParityResult
 
     def result(jax_losses, param_err, precision="fp64"):
         torch_losses = [2.0, 1.9, 1.8]

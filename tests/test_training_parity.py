@@ -12,10 +12,10 @@ import pytest
 import torch
 from flax import nnx
 
+from fwbench.families.training import optim, parity, recording, steps
 from fwbench.models import porting
 from fwbench.models.layers import TorchBatchNorm
-from fwbench.records import Recorder
-from fwbench.training import optim, parity, records, steps
+from fwbench.results.records import Recorder
 
 
 class TorchProjNet(torch.nn.Module):
@@ -212,8 +212,8 @@ def test_parity_records_keep_fp32_curves_and_add_fp64_gate_rows():
         "proj", "fp32", {}, [2.0, 1.9], [2.0, 1.91], [0.0, 5.3e-3], {"w": 0.1}, {}, 0, 0
     )
     rec = Recorder("training", model="proj")
-    records.add_parity(rec, fp64, batch_size=4)
-    records.add_parity(rec, fp32, batch_size=4)
+    recording.add_parity(rec, fp64, batch_size=4)
+    recording.add_parity(rec, fp32, batch_size=4)
     rows = {r["metric"]: r for r in rec.rows}
     assert rows["fp64_loss_parity_max_rel"]["precision"] == "fp64"
     assert rows["fp64_loss_parity_max_rel"]["status"] == "ok"
@@ -231,7 +231,7 @@ def test_parity_records_keep_fp32_curves_and_add_fp64_gate_rows():
     assert rows["fp32_loss_divergence_step"]["extra"]["diverged"] is True
     failed = parity.ParityResult("proj", "fp64", {}, [2.0], [2.1], [0.05], {}, {}, 0, 0)
     rec = Recorder("training", model="proj")
-    records.add_parity(rec, failed, batch_size=4)
+    recording.add_parity(rec, failed, batch_size=4)
     assert {r["status"] for r in rec.rows} == {"failed"}
 
 

@@ -15,8 +15,9 @@ import pytest
 import torch
 from flax import nnx
 
-from fwbench import precision, validation
-from fwbench.models import parity, porting
+from fwbench.families import validation
+from fwbench.measure import precision
+from fwbench.models import equivalence, porting
 from fwbench.models.layers import TorchBatchNorm, stats_dtype
 from tests.conftest import REPO, run_cli
 
@@ -32,8 +33,8 @@ FP32_FLAGS = {
 @pytest.fixture(autouse=True)
 def fp32_afterwards():
     yield
-    precision.configure_torch("fp32")
-    precision.configure_jax("fp32")
+    precision.configure("torch", "fp32")
+    precision.configure("jax", "fp32")
 
 
 class TinyTorch(torch.nn.Module):
@@ -71,7 +72,7 @@ def tiny():
     """(torch model, Flax twin, NCHW batch, labels), eval mode, randomised weights."""
     torch.manual_seed(0)
     torch_model = TinyTorch()
-    parity.randomize_torch_(torch_model, seed=0)
+    equivalence.randomize_torch_(torch_model, seed=0)
     flax_model = nnx.eval_shape(lambda: TinyFlax(nnx.Rngs(0)))  # the port fills every weight
     porting.port_state_dict(tiny_links(flax_model), torch_model.state_dict())
     torch_model.eval()
@@ -92,7 +93,7 @@ def test_float64_logits_and_grads_agree_in_float64(tiny):
     assert table.fp64_jax_vs_torch.max() <= 1e-12
     # the originals are untouched: the notebook goes on to use them in fp32
     assert next(torch_model.parameters()).dtype == torch.float32
-    assert parity.flax_float_dtype(flax_model) == jnp.float32
+    assert equivalence.flax_float_dtype(flax_model) == jnp.float32
     # and the fp32 pair is measurably further from float64 than the gate allows
     g_torch32, g_jax32 = validation.fp32_grads(
         torch_model, flax_model, tiny_links, x, labels, "fp32"
@@ -121,12 +122,12 @@ def test_a_flax_copy_left_in_float32_is_reported_and_fails_the_gate(tiny, monkey
 def test_the_flax_float64_copy_refuses_to_run_without_x64(tiny):
     _, flax_model, _, _ = tiny
     with pytest.raises(RuntimeError, match="x64"):
-        parity.flax_float64(flax_model)
+        equivalence.flax_float64(flax_model)
 
 
 def test_the_torch_float64_copy_has_an_exact_hardsigmoid_backward():
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Hardsigmoid())
-    model64 = parity.torch_float64(model)
+    model64 = equivalence.torch_float64(model)
     assert isinstance(model[1], torch.nn.Hardsigmoid)  # the original keeps torch's module
     assert model[0].weight.dtype == torch.float32
     assert all(p.dtype == torch.float64 for p in model64.parameters())
@@ -145,9 +146,9 @@ def test_batchnorm_statistics_keep_float64_and_promote_bf16_to_float32():
     x = rng.standard_normal((4, 3, 3, 2)) * 1e-3 + 1.0  # a large mean: fp32 statistics round
     mean, var = x.mean(axis=(0, 1, 2)), x.var(axis=(0, 1, 2))
     expected = (x - mean) / np.sqrt(var + 1e-5)
-    with parity.float64_on_cpu():
+    with equivalence.float64_on_cpu():
         assert stats_dtype(jnp.float64) == jnp.float64
-        bn = parity.flax_float64(TorchBatchNorm(2))
+        bn = equivalence.flax_float64(TorchBatchNorm(2))
         y = np.asarray(bn(jnp.asarray(x)))
         assert bn.mean[...].dtype == jnp.float64
     assert y.dtype == np.float64
@@ -163,12 +164,12 @@ def test_logits_at_reduced_precision_leave_the_models_weights_as_they_were(tiny)
     assert validation.max_rel_err(jax_logits, torch_logits) < 0.1  # bf16, but the same function
     for key, value in torch_model.state_dict().items():
         assert value.dtype == before[key].dtype and torch.equal(value, before[key]), key
-    assert parity.flax_float_dtype(flax_model) == jnp.float32
+    assert equivalence.flax_float_dtype(flax_model) == jnp.float32
 
 
 def test_fp32_reference_runs_with_tf32_off_and_restores_the_requested_precision(monkeypatch):
-    precision.configure_torch("tf32")
-    precision.configure_jax("tf32")
+    precision.configure("torch", "tf32")
+    precision.configure("jax", "tf32")
     seen = []
 
     def spy(torch_model, flax_model, x_nchw, kind, prec):
@@ -188,8 +189,8 @@ def test_fp32_reference_runs_with_tf32_off_and_restores_the_requested_precision(
 
 
 def test_fp32_reference_restores_the_requested_precision_when_it_fails(monkeypatch):
-    precision.configure_torch("tf32")
-    precision.configure_jax("tf32")
+    precision.configure("torch", "tf32")
+    precision.configure("jax", "tf32")
 
     def broken(*args):
         raise MemoryError("out of memory")

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fwbench import db
+from fwbench.results import db
 
 EXIT_OK, EXIT_CELL_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -20,8 +20,8 @@ def _fail(message: str) -> int:
 
 
 def cmd_run(args) -> int:
-    from fwbench.campaign import CampaignError, load_campaign
-    from fwbench.runner import RunnerBusy, run_campaign
+    from fwbench.pipeline.campaign import CampaignError, load_campaign
+    from fwbench.pipeline.runner import RunnerBusy, run_campaign
 
     try:
         campaign = load_campaign(args.params)
@@ -57,7 +57,7 @@ def cmd_run(args) -> int:
         f"{counts['measurements']} records in {db_path}"
     )
     if campaign.report and not args.only:
-        from fwbench.report import ReportError, build_report
+        from fwbench.report.render import ReportError, build_report
 
         try:
             print(build_report(campaign.name, out=out, db_path=db_path, run_id=run_dir.name))
@@ -69,7 +69,7 @@ def cmd_run(args) -> int:
 
 def _print_estimate(campaign, cells, db_path: Path) -> None:
     """Per-step durations from earlier runs in the index, to stderr beside the cell list."""
-    from fwbench import estimate
+    from fwbench.pipeline import estimate
 
     if not db_path.exists():
         print(
@@ -110,7 +110,7 @@ def cmd_query(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from fwbench.report import ReportError, build_report
+    from fwbench.report.render import ReportError, build_report
 
     out = Path(args.out)
     db_path = Path(args.db) if args.db else db.default_db_path(out)
@@ -123,7 +123,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_readme(args) -> int:
-    from fwbench.readme import ReadmeError, update_readme
+    from fwbench.report.readme import ReadmeError, update_readme
 
     try:
         changed = update_readme(args.campaign, Path(args.readme), Path(args.out))

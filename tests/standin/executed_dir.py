@@ -12,7 +12,7 @@ label = "a"
 import os
 from pathlib import Path
 
-from fwbench.records import Recorder
+from fwbench.results.records import Recorder
 
 folder = os.environ["FWBENCH_EXECUTED_DIR"]
 (Path(folder) / f"{label}.marker").write_text("written by the stand-in notebook\n")

@@ -14,7 +14,7 @@ label = "a"
 import os
 import time
 
-from fwbench.records import Recorder
+from fwbench.results.records import Recorder
 
 if behaviour == "raise":
     raise RuntimeError(f"stand-in asked to fail with x={x}")

@@ -19,6 +19,7 @@ class ModelSpec:
     gmacs: float  # torchvision's published GMACs at 224x224 (FLOPs ~ 2 x MACs)
     image_size: int  # native input size
     flax_module: str  # module with build_flax(num_classes, *, rngs) and links(model)
+    label: str  # how tables, charts and sentences name it
 
     def size_kwargs(self, image_size: int | None) -> dict:
         """Builder kwargs for a non-native input size; only a ViT's architecture depends on it."""
@@ -40,13 +41,35 @@ class ModelSpec:
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
-        ModelSpec("resnet50", "cnn", 25_557_032, 4.089, 224, "fwbench.models.flax_resnet"),
-        ModelSpec("vit_b_16", "transformer", 86_567_656, 17.564, 224, "fwbench.models.flax_vit"),
         ModelSpec(
-            "mobilenet_v3_small", "cnn", 2_542_856, 0.057, 224, "fwbench.models.flax_mobilenet_v3"
+            "resnet50", "cnn", 25_557_032, 4.089, 224, "fwbench.models.flax_resnet", "ResNet-50"
         ),
         ModelSpec(
-            "efficientnet_b0", "cnn", 5_288_548, 0.39, 224, "fwbench.models.flax_efficientnet"
+            "vit_b_16",
+            "transformer",
+            86_567_656,
+            17.564,
+            224,
+            "fwbench.models.flax_vit",
+            "ViT-B/16",
+        ),
+        ModelSpec(
+            "mobilenet_v3_small",
+            "cnn",
+            2_542_856,
+            0.057,
+            224,
+            "fwbench.models.flax_mobilenet_v3",
+            "MobileNetV3-S",
+        ),
+        ModelSpec(
+            "efficientnet_b0",
+            "cnn",
+            5_288_548,
+            0.39,
+            224,
+            "fwbench.models.flax_efficientnet",
+            "EfficientNet-B0",
         ),
     )
 }

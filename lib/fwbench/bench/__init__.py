@@ -1,1 +1,0 @@
-"""Benchmark families: calibration ceilings and inference (training and memory live beside)."""

@@ -1,0 +1,1 @@
+"""One room per notebook family: the logic each notebook drives, tested on its own."""

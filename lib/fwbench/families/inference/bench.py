@@ -1,0 +1,241 @@
+"""Inference benchmark for one model on one framework: what notebooks/10_inference.py runs.
+
+Both sides get the same ported weights (``models.build_pair``) and the same seeded random batches,
+placed on the device before timing and rotated. Each batch size yields latency (every call synced),
+throughput (blocks of enqueued calls), peak memory, energy, compile time and achieved FLOP/s.
+A batch size that runs out of memory yields an ``oom`` result and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fwbench import vocab
+from fwbench.measure import device as fw_device
+from fwbench.measure import flops, precision
+from fwbench.measure.meters import measure_energy, measure_peak_memory
+from fwbench.measure.timing import (
+    StopRule,
+    first_call_overhead,
+    measure_latency,
+    measure_throughput,
+)
+
+N_ROTATING_BATCHES = 3
+
+
+@dataclass
+class BatchResult:
+    batch_size: int
+    status: str = "ok"
+    error: str | None = None
+    latency: dict = field(default_factory=dict)  # fwbench.measure.stats.summarize of ms
+    latency_ms: np.ndarray | None = None
+    throughput_img_s: np.ndarray | None = None  # one value per block
+    throughput: dict = field(default_factory=dict)
+    peak_mem_bytes: int | None = None
+    peak_mem_source: str = ""
+    energy_j_per_img: float | None = None
+    energy_note: str = ""
+    compile_s: float | None = None
+    lower_s: float | None = None
+    xla_compile_s: float | None = None
+    flops_per_img: float | None = None
+    bytes_per_img: float | None = None
+    warmup_stable: bool = True
+
+
+def is_oom(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}"
+    markers = ("OutOfMemory", "out of memory", "RESOURCE_EXHAUSTED", "can't allocate memory")
+    return isinstance(exc, MemoryError) or any(m in text for m in markers)
+
+
+class TorchSide:
+    def __init__(self, model, device: str, prec: str, mode: str, channels_last: bool):
+        import torch
+
+        mode = vocab.resolve_mode("torch", mode)
+        self.device, self.mode = device, mode
+        self.dtype = precision.torch_dtype(prec)
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        model = model.to(device=device, dtype=self.dtype, memory_format=self.memory_format).eval()
+        self.model = model
+        if mode == "eager":
+            self.forward_fn = model
+        else:
+            compile_mode = "max-autotune" if mode == "compile-max-autotune" else "default"
+            torch._dynamo.reset()
+            self.forward_fn = torch.compile(model, mode=compile_mode)
+
+    def inputs(self, batches: list[np.ndarray]):
+        import torch
+
+        return [
+            torch.from_numpy(b)
+            .to(device=self.device, dtype=self.dtype)
+            .contiguous(memory_format=self.memory_format)
+            for b in batches
+        ]
+
+    def __call__(self, x):
+        import torch
+
+        with torch.inference_mode():
+            return self.forward_fn(x)
+
+    def sync(self, _out):
+        fw_device.torch_sync(self.device)
+
+    def prepare(self, x, result: BatchResult) -> None:
+        """Count FLOPs and, for torch.compile, time the first call minus a steady call."""
+        result.flops_per_img = flops.torch_forward_flops(self.model, x) / x.shape[0]
+        if self.mode == "eager":
+            result.compile_s = 0.0
+            return
+        result.compile_s = first_call_overhead(lambda: self(x), self.sync)
+
+
+class JaxSide:
+    def __init__(self, flax_model, device: str, prec: str):
+        import jax
+        from flax import nnx
+
+        self.device = device
+        self.jax_device = fw_device.jax_device(device)
+        self.dtype = precision.jax_dtype(prec)
+        graphdef, state = nnx.split(flax_model)
+        self.state = jax.device_put(precision.cast_floating(state, self.dtype), self.jax_device)
+
+        def forward(state, x):
+            return nnx.merge(graphdef, state)(x)
+
+        self.jitted = jax.jit(forward)
+        self.compiled = {}
+
+    def inputs(self, batches: list[np.ndarray]):
+        import jax
+
+        return [
+            jax.device_put(np.ascontiguousarray(b.transpose(0, 2, 3, 1)), self.jax_device).astype(
+                self.dtype
+            )
+            for b in batches
+        ]
+
+    def __call__(self, x):
+        return self.compiled[x.shape](self.state, x)
+
+    def sync(self, out):
+        fw_device.jax_sync(out)
+
+    def prepare(self, x, result: BatchResult) -> None:
+        """AOT: lowering and XLA compilation timed apart; FLOPs and bytes from cost analysis."""
+        t0 = time.perf_counter()
+        lowered = self.jitted.lower(self.state, x)
+        t1 = time.perf_counter()
+        compiled = lowered.compile()
+        t2 = time.perf_counter()
+        self.compiled[x.shape] = compiled
+        result.lower_s, result.xla_compile_s = t1 - t0, t2 - t1
+        result.compile_s = t2 - t0
+        cost = flops.xla_cost(compiled)
+        result.flops_per_img = cost["flops"] / x.shape[0] or None
+        result.bytes_per_img = cost["bytes_accessed"] / x.shape[0] or None
+
+
+def run_batch_size(
+    side,
+    batch_size: int,
+    image_size: int,
+    rule: StopRule,
+    *,
+    warmup: int,
+    block_size: int,
+    seed: int,
+    energy_device_index: int = 0,
+) -> BatchResult:
+    """Measure one batch size; an out-of-memory error becomes an ``oom`` result."""
+    from fwbench.data import synthetic_batch
+    from fwbench.measure.stats import summarize
+
+    result = BatchResult(batch_size)
+    framework = "jax" if isinstance(side, JaxSide) else "torch"
+    try:
+        host = [
+            synthetic_batch(batch_size, image_size, seed + i)[0] for i in range(N_ROTATING_BATCHES)
+        ]
+        inputs = side.inputs(host)
+        del host
+        side.prepare(inputs[0], result)
+        with measure_peak_memory(framework, side.device, getattr(side, "jax_device", None)) as mem:
+            lat = measure_latency(side, inputs, side.sync, rule, warmup=warmup)
+            with measure_energy(side.device, energy_device_index) as energy:
+                # the latency loop above warmed this function up until its times settled; one
+                # call re-fills the pipeline, a second stability search would only cost time
+                thr = measure_throughput(
+                    side, inputs, side.sync, rule, block_size=block_size, warmup=1, max_warmup=1
+                )
+    except Exception as exc:
+        if not is_oom(exc):
+            raise
+        result.status, result.error = "oom", f"{type(exc).__name__}: {str(exc)[:500]}"
+        return result
+    result.warmup_stable = lat.warmup_stable
+    result.latency_ms = lat.samples_ms()
+    result.latency = lat.summary_ms()
+    result.throughput_img_s = batch_size * block_size / thr.samples
+    result.throughput = summarize(result.throughput_img_s)
+    result.peak_mem_bytes, result.peak_mem_source = mem.bytes, mem.source
+    if energy.joules is not None:
+        calls = block_size * len(thr.samples) + thr.warmup_iters  # every call inside the meter
+        result.energy_j_per_img = energy.joules / (batch_size * calls)
+    result.energy_note = energy.source if energy.joules is not None else energy.reason
+    return result
+
+
+def add_records(rec, result: BatchResult) -> None:
+    """Turn one batch size's result into the inference records of DESIGN.md section 4.
+
+    MFU is not among them: the analysis divides ``achieved_tflops`` by the peak that 02_calibrate
+    measured, so that a cell never reads another cell's outputs.
+    """
+    bs = result.batch_size
+    if result.status != "ok":
+        rec.add("cell_status", None, "", status=result.status, error=result.error, batch_size=bs)
+        return
+    rec.add_summary(
+        "latency",
+        result.latency,
+        "ms",
+        samples=np.round(result.latency_ms, 5).tolist(),
+        extra={"warmup_stable": result.warmup_stable},
+        batch_size=bs,
+    )
+    thr = result.throughput
+    rec.add(
+        "throughput_img_s",
+        thr["p50"],
+        "img/s",
+        n=thr["n"],
+        ci_low=thr["median_ci_low"],
+        ci_high=thr["median_ci_high"],
+        batch_size=bs,
+        extra={"samples": np.round(result.throughput_img_s, 3).tolist(), "noisy": thr["noisy"]},
+    )
+    rec.add_compile_and_memory(result, batch_size=bs)
+    rec.add(
+        "energy_j_per_img",
+        result.energy_j_per_img,
+        "J",
+        batch_size=bs,
+        extra={"source_or_reason": result.energy_note},
+    )
+    achieved = None
+    if result.flops_per_img:
+        achieved = result.flops_per_img * thr["p50"] / 1e12
+    flop_extra = {"flops_per_img": result.flops_per_img, "bytes_per_img": result.bytes_per_img}
+    rec.add("achieved_tflops", achieved, "TFLOP/s", batch_size=bs, extra=flop_extra)

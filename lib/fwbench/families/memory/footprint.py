@@ -1,0 +1,161 @@
+"""Peak memory and iteration time of one training step, measured the same way for every method.
+
+"Measured peak" means, on every method alike:
+
+- GPU: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` around one step;
+- CPU: the bytes held by the step's inputs (parameters, buffers, optimizer state, the batch)
+  plus the highest running total of the CPU allocator's own events during the step, read from
+  ``torch.profiler`` with ``profile_memory=True``. The allocator sees every tensor, including
+  kernel workspaces and the buffers torch.compile's generated code allocates outside the
+  dispatcher, so eager, checkpointed, compiled and traced steps are all measured alike. It is not
+  the process RSS, which also counts the allocator's cached pages and the framework itself.
+
+Methods: ``none`` (eager), ``graph`` (the traced step unmodified), ``mu_two@<fraction>`` (the
+traced step rewritten by the planner), ``checkpoint_every_block`` (``torch.utils.checkpoint``
+around every block) and ``compile_budget_<b>`` (torch.compile with the partitioner's activation
+memory budget ``b``). Eager baselines use ``torch.optim.Adam(foreach=False)``, the same
+per-tensor update the traced step runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+from torch.utils.checkpoint import checkpoint
+
+from fwbench.families.memory import torch_internals
+from fwbench.families.memory.cases import ModelCase
+from fwbench.families.memory.profiler import storage_bytes
+from fwbench.measure.timing import StopRule, measure_latency
+
+
+@dataclass
+class Measurement:
+    method: str
+    peak_bytes: int
+    iter_ms: list[float]
+    summary: dict
+    source: str
+
+
+def _sync(device: str) -> Callable[[object], None]:
+    if device == "cuda":
+        return lambda _: torch.cuda.synchronize()
+    return lambda _: None
+
+
+def measure_peak(step: Callable[[], object], persistent: list[torch.Tensor], device: str) -> int:
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated())
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    return storage_bytes(persistent) + torch_internals.cpu_allocation_trace(prof).peak()
+
+
+def peak_source(device: str) -> str:
+    if device == "cuda":
+        return "torch.cuda.max_memory_allocated"
+    return "inputs + CPU allocator peak (torch.profiler profile_memory)"
+
+
+def measure(
+    method: str,
+    step: Callable[[], object],
+    persistent: Callable[[], list[torch.Tensor]],
+    device: str,
+    rule: StopRule,
+    warmup: int = 1,
+) -> Measurement:
+    """Warm up (compiles, allocates optimizer state), time ``step``, then measure one step's peak."""
+    sync = _sync(device)
+    timing = measure_latency(lambda _: step(), [None], sync, rule, warmup=warmup, max_warmup=warmup)
+    peak = measure_peak(step, persistent(), device)
+    samples_ms = [float(s) for s in timing.samples_ms()]
+    return Measurement(method, peak, samples_ms, timing.summary_ms(), peak_source(device))
+
+
+def measure_graph(method: str, traced, graph_module, device: str, rule: StopRule) -> Measurement:
+    """A traced (and possibly rewritten) step, run by fx's generated code, not the interpreter."""
+    return measure(
+        method, lambda: traced.run(traced.inputs, graph_module), lambda: traced.inputs, device, rule
+    )
+
+
+class EagerStep:
+    """One eager training step with ``torch.optim.Adam(foreach=False)``."""
+
+    def __init__(self, case: ModelCase, module: torch.nn.Module | None = None, lr: float = 1e-3):
+        self.case = case
+        self.module = case.model if module is None else module
+        self.optimizer = torch.optim.Adam(case.model.parameters(), lr=lr, foreach=False)
+
+    def __call__(self):
+        loss = self.case.loss_fn(self.module(self.case.batch), self.case.targets)
+        loss.backward()
+        self.optimizer.step()
+        # Gradients are dropped at the end, not the start, of a step: memory that existed before
+        # the profiler started could not be seen being released.
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    def persistent(self) -> list[torch.Tensor]:
+        model = self.case.model
+        state = [
+            t
+            for s in self.optimizer.state.values()
+            for t in s.values()
+            if isinstance(t, torch.Tensor)
+        ]
+        return [*model.parameters(), *model.buffers(), *state, self.case.batch, self.case.targets]
+
+
+@contextlib.contextmanager
+def checkpoint_every_block(blocks: list[torch.nn.Module]):
+    """Run every block under ``torch.utils.checkpoint`` (non-reentrant) while the context is open."""
+    for block in blocks:
+        block.forward = functools.partial(
+            checkpoint, type(block).forward.__get__(block), use_reentrant=False
+        )
+    try:
+        yield
+    finally:
+        for block in blocks:
+            del block.forward
+
+
+def measure_baselines(
+    case: ModelCase,
+    device: str,
+    rule: StopRule,
+    *,
+    compile_budgets: list[float] = (),
+    compile_backend: str = "inductor",
+) -> list[Measurement]:
+    results = []
+    eager = EagerStep(case)
+    results.append(measure("none", eager, eager.persistent, device, rule))
+    del eager
+    with checkpoint_every_block(case.blocks):
+        eager = EagerStep(case)
+        results.append(measure("checkpoint_every_block", eager, eager.persistent, device, rule))
+        del eager
+    for budget in compile_budgets:
+        torch.compiler.reset()
+        with torch_internals.activation_memory_budget(budget):
+            compiled = torch.compile(case.model, backend=compile_backend)
+            eager = EagerStep(case, module=compiled)
+            results.append(
+                measure(f"compile_budget_{budget:.1f}", eager, eager.persistent, device, rule)
+            )
+        del eager, compiled
+    torch.compiler.reset()
+    return results

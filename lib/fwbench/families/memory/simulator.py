@@ -1,0 +1,180 @@
+"""Memory simulator (μ-TWO Algorithm G): the memory a plan would use at every step of the graph.
+
+Every storage is an interval of positions in execution order: from the node that allocates it to
+the last node that reads any alias of it; graph inputs span the whole step. While a node runs,
+memory is what was live before it plus what the node itself adds: its outputs and any workspace
+its kernel allocates. The profile measures that per-node increment, so the simulator adds exactly
+what was seen; without a profile it falls back to the node's own output bytes.
+
+A plan recomputes some activations. Each such activation is freed after its last forward use and
+rebuilt by a replay block (its recomputation closure) placed just before its first backward use;
+the block's temporaries live only inside the block, and the tensors it reads (its sources) stay
+alive until the block has run. The rewriter builds exactly these blocks, in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from fwbench.families.memory.liveness import KINDS, Closure, GraphAnalysis, recompute_closure
+from fwbench.families.memory.profiler import Profile
+
+
+@dataclass
+class ReplayBlock:
+    activation: str
+    before_rank: int  # the block runs right before this node (the first backward use)
+    closure: Closure
+
+
+@dataclass
+class Simulation:
+    labels: list[str]  # node names in execution order; replayed nodes as "name@recompute"
+    ranks: np.ndarray  # the original rank each position runs at or just before
+    total: np.ndarray  # bytes while each position runs
+    by_kind: dict[str, np.ndarray]  # live bytes per storage kind before each position runs
+    peak_bytes: int
+    peak_index: int
+    added_ms: float  # replay time the plan adds to an iteration
+
+    def breakdown_at_peak(self) -> dict[str, int]:
+        """Bytes per kind at the peak; what the running node adds is counted as OTHER."""
+        parts = {k: int(v[self.peak_index]) for k, v in self.by_kind.items()}
+        parts["OTHER"] += int(self.total[self.peak_index]) - sum(parts.values())
+        return parts
+
+
+def replay_schedule(analysis: GraphAnalysis, plan: Iterable[str]) -> list[ReplayBlock]:
+    """Replay blocks for ``plan`` in the order the rewritten graph runs them."""
+    plan = set(plan)
+    retained = set(analysis.activations) - plan
+    blocks = []
+    for name in plan:
+        act = analysis.activations[name]
+        closure = recompute_closure(analysis, name, retained)
+        if closure.blocker is not None:
+            raise ValueError(f"activation {name} cannot be recomputed: {closure.blocker}")
+        blocks.append(ReplayBlock(name, act.first_backward_use, closure))
+    blocks.sort(key=lambda b: (b.before_rank, analysis.activations[b.activation].created))
+    return blocks
+
+
+def _node_increment(analysis: GraphAnalysis, profile: Profile | None) -> np.ndarray:
+    names = [n.name for n in analysis.nodes]
+    if profile is not None and profile.node_peak_bytes:
+        return np.array(
+            [
+                max(profile.node_peak_bytes.get(n, 0) - profile.node_active_bytes.get(n, 0), 0)
+                for n in names
+            ],
+            dtype=np.int64,
+        )
+    increment = np.zeros(len(names), dtype=np.int64)
+    for s in analysis.storages.values():
+        if s.created >= 0:
+            increment[s.created] += s.nbytes
+    return increment
+
+
+def simulate(
+    analysis: GraphAnalysis, plan: Iterable[str] = (), profile: Profile | None = None
+) -> Simulation:
+    blocks = replay_schedule(analysis, plan)
+    increment = _node_increment(analysis, profile)
+    node_ms = profile.node_ms if profile is not None else {}
+
+    # Positions: the original nodes at integer ranks, replayed nodes in between.
+    pos_rank, pos_key, labels, pos_increment = [], [], [], []
+    for n in analysis.nodes:
+        r = analysis.info[n.name].rank
+        pos_rank.append(r)
+        pos_key.append((r, 0))
+        labels.append(n.name)
+        pos_increment.append(increment[r])
+    replay_pos: list[dict[str, tuple[int, int]]] = []
+    seq = 0
+    added_ms = 0.0
+    for block in blocks:
+        where = {}
+        for n in block.closure.nodes:
+            seq += 1
+            key = (block.before_rank, -1_000_000 + seq)  # sorts right before the backward use
+            where[n.name] = key
+            pos_rank.append(block.before_rank)
+            pos_key.append(key)
+            labels.append(f"{n.name}@recompute")
+            pos_increment.append(increment[analysis.info[n.name].rank])
+            added_ms += node_ms.get(n.name, 0.0)
+        replay_pos.append(where)
+
+    order = sorted(range(len(pos_key)), key=pos_key.__getitem__)
+    keys = [pos_key[i] for i in order]
+    index_of = {k: i for i, k in enumerate(keys)}
+    n_pos = len(keys)
+
+    intervals: list[tuple[int, int, int, str]] = []  # (start index, last index, bytes, kind)
+    last_index = n_pos - 1
+    extended: dict[str, int] = {}
+    for block, where in zip(blocks, replay_pos, strict=True):
+        block_nodes = block.closure.nodes
+        for n in block_nodes:
+            for a in n.all_input_nodes:
+                owner = analysis.info[a.name].owner
+                if a.name in where or owner is None:
+                    continue
+                extended[owner] = max(extended.get(owner, -1), index_of[where[n.name]])
+        owned = {}
+        for n in block_nodes:
+            owner = analysis.info[n.name].owner
+            if owner is not None and owner in where and owner not in owned:
+                owned[owner] = index_of[where[owner]]
+        for owner, start in owned.items():
+            if owner == block.activation:
+                end = index_of[(analysis.activations[owner].last_backward_use, 0)]
+            else:
+                users = [
+                    index_of[where[u.name]]
+                    for n in block_nodes
+                    if analysis.info[n.name].owner == owner
+                    for u in n.users
+                    if u.name in where
+                ]
+                end = max([start, *users])
+            intervals.append((start, end, analysis.storages[owner].nbytes, "ACT"))
+
+    planned = {b.activation for b in blocks}
+    for s in analysis.storages.values():
+        if s.created < 0:
+            start, end = -1, last_index
+        else:
+            start = index_of[(s.created, 0)]
+            last = (
+                analysis.activations[s.owner].last_forward_use if s.owner in planned else s.last_use
+            )
+            end = max(index_of[(last, 0)], extended.get(s.owner, -1))
+        intervals.append((start, end, s.nbytes, s.kind))
+
+    by_kind = {}
+    for kind in KINDS:
+        diff = np.zeros(n_pos + 1, dtype=np.int64)
+        for start, end, nbytes, k in intervals:
+            if k == kind:
+                # live before a position once created at an earlier one, until its last reader ran
+                diff[start + 1] += nbytes
+                diff[end + 1] -= nbytes
+        by_kind[kind] = np.cumsum(diff)[:n_pos]
+    live_before = sum(by_kind.values())
+    total = live_before + np.array([pos_increment[i] for i in order], dtype=np.int64)
+    peak_index = int(np.argmax(total))
+    return Simulation(
+        labels=[labels[i] for i in order],
+        ranks=np.array([pos_rank[i] for i in order]),
+        total=total,
+        by_kind=by_kind,
+        peak_bytes=int(total[peak_index]),
+        peak_index=peak_index,
+        added_ms=added_ms,
+    )

@@ -1,0 +1,171 @@
+"""Timers that follow DESIGN.md section 5.
+
+Warm-up runs until compilation/autotuning is over and times are stable. Measurement then continues
+until BOTH a minimum number of calls and a minimum duration are reached (MLPerf's rule), so a fast
+call is not measured for a blink and a slow one not for three samples.
+
+- Latency: every call synced and timed alone.
+- Throughput: calls enqueued back to back, one sync per block, so the device pipeline stays full.
+Inputs rotate over several pre-placed batches so caches never see the same tensor twice in a row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fwbench.measure.stats import summarize
+
+# Warm-up is over when the median of the last STABLE_WINDOW calls is within STABLE_TOLERANCE of the
+# window before it; a first XLA compile or cudnn.benchmark autotune makes the early calls far slower.
+STABLE_WINDOW = 5
+STABLE_TOLERANCE = 0.10
+# On a noisy machine times may never settle; past this much warm-up, measure anyway and say so.
+MAX_WARMUP_SECONDS = 30.0
+
+
+@dataclass
+class StopRule:
+    min_iters: int = 20
+    min_seconds: float = 1.0
+    max_seconds: float | None = None  # a safety cap; None = no cap
+
+    def done(self, iters: int, elapsed: float) -> bool:
+        if self.max_seconds is not None and elapsed >= self.max_seconds and iters >= 1:
+            return True
+        return iters >= self.min_iters and elapsed >= self.min_seconds
+
+
+# the entries of ``fwbench.measure.stats.summarize`` that are times (the others are counts and ratios)
+TIME_KEYS = ("p50", "p90", "p95", "p99", "mean", "std", "min", "median_ci_low", "median_ci_high")
+
+
+@dataclass
+class Timing:
+    samples: np.ndarray  # seconds per call (latency) or per block (throughput)
+    warmup_iters: int
+    warmup_seconds: float
+    summary: dict = field(default_factory=dict)
+    warmup_stable: bool = True
+
+    def samples_ms(self) -> np.ndarray:
+        return self.samples * 1e3
+
+    def summary_ms(self) -> dict:
+        """``summary`` with its times in milliseconds."""
+        return {k: (v * 1e3 if k in TIME_KEYS else v) for k, v in self.summary.items()}
+
+
+def first_call_overhead(call: Callable[[], object], sync: Callable[[object], None]) -> float:
+    """Seconds the first call costs beyond a steady one (the median of the next three).
+
+    That excess is what a lazy compiler (torch.compile) spends on its first call.
+    """
+    t0 = time.perf_counter()
+    sync(call())
+    first = time.perf_counter() - t0
+    steady = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        sync(call())
+        steady.append(time.perf_counter() - t0)
+    return max(first - float(np.median(steady)), 0.0)
+
+
+def warm_up(
+    call: Callable[[int], object],
+    sync: Callable[[object], None],
+    min_warmup: int,
+    max_warmup: int,
+    max_seconds: float | None = None,
+) -> tuple[int, float, bool]:
+    """Run ``call`` at least ``min_warmup`` times and until call times stop drifting.
+
+    Returns (calls, seconds, stable); stable is False when the call or time cap ended it.
+    """
+    max_seconds = MAX_WARMUP_SECONDS if max_seconds is None else max_seconds
+    times: list[float] = []
+    start = time.perf_counter()
+    i = 0
+    while i < max(min_warmup, 1) or (
+        i < max_warmup and not _stable(times) and time.perf_counter() - start < max_seconds
+    ):
+        t0 = time.perf_counter()
+        sync(call(i))
+        times.append(time.perf_counter() - t0)
+        i += 1
+    return i, time.perf_counter() - start, bool(_stable(times) or i <= max(min_warmup, 1))
+
+
+def _stable(times: Sequence[float]) -> bool:
+    if len(times) < 2 * STABLE_WINDOW:
+        return False
+    recent = np.median(times[-STABLE_WINDOW:])
+    before = np.median(times[-2 * STABLE_WINDOW : -STABLE_WINDOW])
+    return abs(recent - before) <= STABLE_TOLERANCE * before
+
+
+def measure_latency(
+    fn: Callable[[object], object],
+    inputs: Sequence[object],
+    sync: Callable[[object], None],
+    rule: StopRule,
+    *,
+    warmup: int = 5,
+    max_warmup: int = 50,
+) -> Timing:
+    """Seconds per call, each call synced and timed alone."""
+
+    def call(i: int):
+        return fn(inputs[i % len(inputs)])
+
+    warm_iters, warm_s, stable = warm_up(call, sync, warmup, max_warmup)
+    samples = []
+    start = time.perf_counter()
+    i = 0
+    while not rule.done(i, time.perf_counter() - start):
+        t0 = time.perf_counter()
+        # go on from where warm-up stopped so the rotation never repeats a batch at the seam
+        sync(call(warm_iters + i))
+        samples.append(time.perf_counter() - t0)
+        i += 1
+    data = np.asarray(samples)
+    return Timing(data, warm_iters, warm_s, summarize(data), stable)
+
+
+def measure_throughput(
+    fn: Callable[[object], object],
+    inputs: Sequence[object],
+    sync: Callable[[object], None],
+    rule: StopRule,
+    *,
+    block_size: int = 10,
+    warmup: int = 5,
+    max_warmup: int = 50,
+) -> Timing:
+    """Seconds per block of ``block_size`` enqueued calls with one sync at the end of the block.
+
+    ``rule.min_iters`` counts calls, not blocks. Divide items per call x block_size by a block's
+    time for items/s; ``summary`` is over block times.
+    """
+
+    def call(i: int):
+        return fn(inputs[i % len(inputs)])
+
+    warm_iters, warm_s, stable = warm_up(call, sync, warmup, max_warmup)
+    samples = []
+    start = time.perf_counter()
+    calls = 0
+    while not rule.done(calls, time.perf_counter() - start) or len(samples) < 2:
+        t0 = time.perf_counter()
+        out = None
+        for j in range(block_size):
+            out = call(warm_iters + calls + j)
+        sync(out)
+        samples.append(time.perf_counter() - t0)
+        calls += block_size
+    data = np.asarray(samples)
+    return Timing(data, warm_iters, warm_s, summarize(data), stable)

@@ -1,6 +1,0 @@
-"""Memory and energy meters (DESIGN.md section 5)."""
-
-from fwbench.meters.energy import EnergyReading, measure_energy
-from fwbench.meters.memory import PeakMemory, measure_peak_memory
-
-__all__ = ["EnergyReading", "PeakMemory", "measure_energy", "measure_peak_memory"]

@@ -1,0 +1,1 @@
+"""How a campaign runs: the campaign file, notebook parameters, the runner and its manifest, the environment it records."""

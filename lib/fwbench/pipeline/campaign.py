@@ -1,0 +1,284 @@
+"""Campaign files: parse, expand grids into cells, and validate every cell before anything runs.
+
+A campaign file (DESIGN.md section 3) lists steps; each step names a notebook, parameters shared by
+its cells and a grid whose cartesian product gives one cell each. Every cell's keys and values are
+checked against the notebook's ``parameters`` cell here, because papermill only warns on unknown keys.
+
+A step may name an environment variable in ``when_env``: it runs only where that variable is set
+and not empty, and its string parameters may use ``${NAME}`` (e.g. a dataset folder that only
+some machines have). Parameters named ``*_path`` that are not empty must exist.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from fwbench import vocab
+from fwbench.pipeline.notebook_params import NotebookParameter, read_parameters
+
+STEP_KEYS = {"notebook", "params", "grid", "trials", "retry_env", "timeout", "when_env"}
+CAMPAIGN_KEYS = {"campaign", "description", "steps", "report"}
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class CampaignError(ValueError):
+    """Bad input in a campaign file: reported as one message, exit status 2, nothing written."""
+
+
+@dataclass
+class Cell:
+    notebook: str  # notebook name, e.g. "10_inference"
+    notebook_path: Path
+    slug: str  # "framework=jax__model=resnet50" (+ "__trial=2")
+    parameters: dict
+    trial: int = 0
+    retry_env: dict = field(default_factory=dict)
+    timeout: float | None = None
+    step: int = 0  # 1-based position of the step that made the cell in the campaign file
+
+    @property
+    def key(self) -> str:
+        return f"{self.notebook}/{self.slug}"
+
+
+@dataclass
+class Campaign:
+    name: str
+    path: Path
+    cells: list[Cell]
+    report: bool = False
+    raw: dict = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # why steps were left out (``when_env``)
+
+    def select(self, pattern: str | None) -> list[Cell]:
+        if not pattern:
+            return list(self.cells)
+        return [
+            c
+            for c in self.cells
+            if fnmatch.fnmatch(c.key, pattern) or fnmatch.fnmatch(c.slug, pattern)
+        ]
+
+
+def find_repo_root(start: Path) -> Path:
+    """The nearest folder at or above ``start`` that holds ``notebooks/``; else the cwd."""
+    for folder in [start, *start.parents]:
+        if (folder / "notebooks").is_dir():
+            return folder
+    return Path.cwd()
+
+
+def resolve_notebook(name: str, campaign_path: Path) -> Path:
+    if "/" in name:
+        path = (campaign_path.parent / name).resolve()
+        if path.suffix == "":
+            path = path.with_suffix(".py")
+    else:
+        path = find_repo_root(campaign_path.parent) / "notebooks" / f"{name}.py"
+    if not path.is_file():
+        raise CampaignError(f"{campaign_path}: notebook {name!r} not found (looked for {path})")
+    return path
+
+
+def _slug_value(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return "-".join(_slug_value(v) for v in value)
+    text = str(value)
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "none"
+
+
+def make_slug(parameters: dict, keys: list[str], trial: int, trials: int) -> str:
+    parts = [f"{k}={_slug_value(parameters[k])}" for k in sorted(keys)]
+    if trials > 1:
+        parts.append(f"trial={trial}")
+    return "__".join(parts) or "default"
+
+
+def _load_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise CampaignError(f"campaign file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise CampaignError(f"{path}: malformed YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise CampaignError(
+            f"{path}: a campaign file must be a mapping with 'campaign' and 'steps'"
+        )
+    return data
+
+
+def _check_step(path: Path, i: int, step) -> None:
+    where = f"{path}: step {i + 1}"
+    if not isinstance(step, dict) or "notebook" not in step:
+        raise CampaignError(f"{where}: each step needs a 'notebook' key")
+    unknown = set(step) - STEP_KEYS
+    if unknown:
+        raise CampaignError(
+            f"{where}: unknown step keys {sorted(unknown)}; allowed {sorted(STEP_KEYS)}"
+        )
+    for key in ("params", "grid", "retry_env"):
+        if key in step and not isinstance(step[key] or {}, dict):
+            raise CampaignError(f"{where}: '{key}' must be a mapping")
+    for key, values in (step.get("grid") or {}).items():
+        if not isinstance(values, list) or not values:
+            raise CampaignError(f"{where}: grid '{key}' must be a non-empty list")
+    trials = step.get("trials", 1)
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        raise CampaignError(f"{where}: 'trials' must be a positive integer")
+    when_env = step.get("when_env")
+    if when_env is not None and not (isinstance(when_env, str) and ENV_NAME_RE.match(when_env)):
+        raise CampaignError(f"{where}: 'when_env' must name one environment variable")
+
+
+def _expand_env(path: Path, i: int, values: dict) -> dict:
+    """``${NAME}`` in string values, from the environment; an unset name is an error."""
+
+    def expand(value):
+        if not isinstance(value, str):
+            return value
+        for name in re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", value):
+            if not os.environ.get(name):
+                raise CampaignError(
+                    f"{path}: step {i + 1} uses ${{{name}}} but {name} is not set; "
+                    f"set it, or guard the step with 'when_env: {name}'"
+                )
+            value = value.replace(f"${{{name}}}", os.environ[name])
+        return value
+
+    return {
+        k: [expand(v) for v in vs] if isinstance(vs, list) else expand(vs)
+        for k, vs in values.items()
+    }
+
+
+def _varying_step_params(steps: list[dict]) -> dict[str, set[str]]:
+    """Per notebook, the step-level parameters whose values differ between its steps.
+
+    They go into the slug too, so two steps of one notebook never write the same cell name.
+    """
+    by_notebook: dict[str, list[dict]] = {}
+    for step in steps:
+        by_notebook.setdefault(step["notebook"], []).append(step.get("params") or {})
+    varying = {}
+    for name, params_list in by_notebook.items():
+        keys = set().union(*params_list)
+        varying[name] = {k for k in keys if len({repr(p.get(k)) for p in params_list}) > 1}
+    return varying
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    """Parse, expand and validate a campaign file; raise ``CampaignError`` on any bad input."""
+    path = Path(path)
+    data = _load_yaml(path)
+    unknown = set(data) - CAMPAIGN_KEYS
+    if unknown:
+        raise CampaignError(f"{path}: unknown top-level keys {sorted(unknown)}")
+    name = data.get("campaign")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise CampaignError(f"{path}: 'campaign' must be a name of letters, digits, '_', '.', '-'")
+    steps = data.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise CampaignError(f"{path}: 'steps' must be a non-empty list")
+    for i, step in enumerate(steps):
+        _check_step(path, i, step)
+    varying = _varying_step_params(steps)
+
+    cells: list[Cell] = []
+    skipped: list[str] = []
+    declared_cache: dict[Path, dict[str, NotebookParameter]] = {}
+    for i, step in enumerate(steps):
+        nb_name = str(step["notebook"])
+        when_env = step.get("when_env")
+        if when_env and not os.environ.get(when_env):
+            skipped.append(f"step {i + 1} ({nb_name}): {when_env} is not set")
+            continue
+        nb_path = resolve_notebook(nb_name, path)
+        if nb_path not in declared_cache:
+            try:
+                declared_cache[nb_path] = read_parameters(nb_path)
+            except ValueError as exc:
+                raise CampaignError(str(exc)) from None
+        declared = declared_cache[nb_path]
+        params = _expand_env(path, i, dict(step.get("params") or {}))
+        grid = _expand_env(path, i, dict(step.get("grid") or {}))
+        clash = set(params) & set(grid)
+        if clash:
+            raise CampaignError(f"{path}: step {i + 1}: {sorted(clash)} both in params and grid")
+        trials = step.get("trials", 1)
+        keys = sorted(grid)
+        slug_keys = keys + sorted(varying[nb_name] - set(keys))
+        short_name = Path(nb_name).stem
+        for combo in itertools.product(*(grid[k] for k in keys)):
+            cell_params = {**params, **dict(zip(keys, combo, strict=True))}
+            _validate(path, short_name, declared, cell_params)
+            _check_mode(path, short_name, {k: p.default for k, p in declared.items()} | cell_params)
+            for trial in range(1, trials + 1):
+                cells.append(
+                    Cell(
+                        notebook=short_name,
+                        notebook_path=nb_path,
+                        slug=make_slug(
+                            {k: p.default for k, p in declared.items()} | cell_params,
+                            slug_keys,
+                            trial,
+                            trials,
+                        ),
+                        parameters=cell_params,
+                        trial=trial if trials > 1 else 0,
+                        retry_env={k: str(v) for k, v in (step.get("retry_env") or {}).items()},
+                        timeout=step.get("timeout"),
+                        step=i + 1,
+                    )
+                )
+    seen: set[str] = set()
+    for cell in cells:
+        if cell.key in seen:
+            raise CampaignError(f"{path}: two cells would both be written as {cell.key}")
+        seen.add(cell.key)
+    if not cells:
+        raise CampaignError(f"{path}: every step was skipped ({'; '.join(skipped)})")
+    return Campaign(
+        name=name,
+        path=path,
+        cells=cells,
+        report=bool(data.get("report")),
+        raw=data,
+        skipped=skipped,
+    )
+
+
+def _validate(path: Path, notebook: str, declared: dict[str, NotebookParameter], cell: dict):
+    for key, value in cell.items():
+        if key not in declared:
+            raise CampaignError(
+                f"{path}: notebook {notebook} has no parameter {key!r}; "
+                f"its parameters are: {', '.join(sorted(declared))}"
+            )
+        problem = declared[key].check(value)
+        if problem:
+            raise CampaignError(f"{path}: notebook {notebook}, parameter {key!r}: {problem}")
+        if key.endswith("_path") and isinstance(value, str) and value:
+            if not Path(value).expanduser().exists():
+                raise CampaignError(
+                    f"{path}: notebook {notebook}, parameter {key!r}: {value} does not exist"
+                )
+
+
+def _check_mode(path: Path, notebook: str, parameters: dict) -> None:
+    # e.g. ``framework: jax, mode: compile`` is bad input before anything runs, not a failed cell
+    if notebook not in vocab.NOTEBOOK_MODES or not {"framework", "mode"} <= set(parameters):
+        return
+    modes, what = vocab.NOTEBOOK_MODES[notebook]
+    try:
+        vocab.resolve_mode(parameters["framework"], parameters["mode"], modes, what)
+    except ValueError as exc:
+        raise CampaignError(f"{path}: notebook {notebook}: {exc}") from None

@@ -1,0 +1,152 @@
+"""Capture everything about the software and hardware that a number depends on."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import platform
+import socket
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+from fwbench.measure.device import cpu_model_name
+
+PACKAGES = (
+    "torch",
+    "torchvision",
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "numpy",
+    "papermill",
+    "duckdb",
+)
+ENV_VARS = ("XLA_FLAGS", "XLA_PYTHON_CLIENT_PREALLOCATE", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def git_sha(cwd: str | os.PathLike | None = None) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def package_versions() -> dict:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def pip_freeze_hash() -> str:
+    """A hash of every installed distribution and version: equal hashes, equal environments."""
+    dists = sorted(
+        f"{d.metadata['Name']}=={d.version}".lower() for d in importlib.metadata.distributions()
+    )
+    return hashlib.sha256("\n".join(dists).encode()).hexdigest()[:16]
+
+
+def torch_settings() -> dict:
+    """torch's CUDA build and precision switches; imports torch only if it is installed."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    info = {
+        "torch_cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "torch_num_threads": torch.get_num_threads(),
+    }
+    return info
+
+
+def jax_settings() -> dict:
+    try:
+        import jax
+    except ImportError:
+        return {}
+    return {
+        "jax_default_matmul_precision": jax.config.jax_default_matmul_precision,
+        "jax_backend": jax.default_backend(),
+        "jax_devices": [str(d) for d in jax.devices()],
+    }
+
+
+def gpu_info() -> list[dict]:
+    """Name, driver, clocks and power limit of each NVIDIA GPU, read (never set) through NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as exc:
+        return [{"unavailable": f"NVML: {exc}"}]
+    gpus = []
+    driver = pynvml.nvmlSystemGetDriverVersion()
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+
+        def read(fn, *args, handle=h):
+            try:
+                return fn(handle, *args)
+            except pynvml.NVMLError:
+                return None
+
+        gpus.append(
+            {
+                "index": i,
+                "name": read(pynvml.nvmlDeviceGetName),
+                "driver": driver,
+                "sm_clock_mhz": read(pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_SM),
+                "sm_clock_max_mhz": read(pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_SM),
+                "mem_clock_max_mhz": read(pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_MEM),
+                "power_limit_w": (read(pynvml.nvmlDeviceGetPowerManagementLimit) or 0) / 1000.0,
+                "memory_total_bytes": getattr(read(pynvml.nvmlDeviceGetMemoryInfo), "total", None),
+            }
+        )
+    return gpus
+
+
+def capture(repo_dir: str | os.PathLike | None = None, *, frameworks: bool = True) -> dict:
+    """The environment of this process. ``frameworks=False`` skips importing torch and JAX."""
+    repo_dir = Path(repo_dir) if repo_dir else Path.cwd()
+    env = {
+        "captured_at": now_iso(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_model": cpu_model_name(),
+        "cpu_count": os.cpu_count(),
+        "git_sha": git_sha(repo_dir),
+        "packages": package_versions(),
+        "pip_freeze_hash": pip_freeze_hash(),
+        "env_vars": {k: os.environ.get(k) for k in ENV_VARS},
+        "gpus": gpu_info(),
+    }
+    if frameworks:
+        env["torch"] = torch_settings()
+        env["jax"] = jax_settings()
+    return env

@@ -1,0 +1,121 @@
+"""How long a campaign will take, from how long the same notebooks took before (``--dry-run``).
+
+A GPU lease or a Slurm allocation has a hard time limit, so a user must know before starting
+whether a campaign fits. The only honest source is history: the ``cells`` table of the index
+holds the wall-clock duration of every executed notebook. A cell's estimate is the median
+duration of earlier ok cells of the same notebook with the same parameters, else of the same
+notebook in the same campaign, else of the same notebook anywhere (a cruder guess, said so);
+a notebook never run before has no estimate, and the total says how many cells it leaves out.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from fwbench.pipeline.campaign import Campaign, Cell
+
+# Which earlier cells an estimate rests on, best first; the label travels into the printout.
+# Another campaign may have run on other hardware (a CPU smoke run says little of a GPU cell).
+BASES = ("same parameters", "same campaign", "other campaigns, maybe other hardware")
+
+
+@dataclass
+class StepEstimate:
+    step: int
+    notebook: str
+    cells: int
+    seconds: float | None  # None when no cell of the step has a history
+    unknown: int  # cells without an estimate
+    basis: str  # e.g. "median of 8 earlier cells, same campaign"
+
+
+def _history(db_path: Path):
+    from fwbench.results import db
+
+    return db.query(
+        "select c.campaign, c.notebook, c.parameters, c.duration_s from cells c "
+        "where c.status = 'ok' and c.duration_s is not null",
+        db_path,
+    )
+
+
+def _canonical(parameters) -> str:
+    if isinstance(parameters, str):
+        parameters = json.loads(parameters or "{}")
+    return json.dumps(parameters or {}, sort_keys=True, default=str)
+
+
+def cell_estimate(cell: Cell, campaign: str, history) -> tuple[float | None, str, int]:
+    """(median seconds, basis, how many earlier cells) for one cell; (None, ...) without history."""
+    same_notebook = history[history.notebook == cell.notebook]
+    candidates = {
+        BASES[0]: same_notebook[
+            (same_notebook.campaign == campaign)
+            & (same_notebook.parameters.map(_canonical) == _canonical(cell.parameters))
+        ],
+        BASES[1]: same_notebook[same_notebook.campaign == campaign],
+        BASES[2]: same_notebook,
+    }
+    for basis in BASES:
+        rows = candidates[basis]
+        if len(rows):
+            return float(rows.duration_s.median()), basis, len(rows)
+    return None, "never run", 0
+
+
+def estimate(campaign: Campaign, cells: list[Cell], db_path: Path) -> list[StepEstimate]:
+    """One estimate per step of ``campaign`` among ``cells``; raises FileNotFoundError without index."""
+    history = _history(db_path)
+    steps: dict[int, list[Cell]] = {}
+    for cell in cells:
+        steps.setdefault(cell.step, []).append(cell)
+    out = []
+    for step, members in sorted(steps.items()):
+        seconds, unknown, bases, counts = 0.0, 0, set(), 0
+        for cell in members:
+            value, basis, n = cell_estimate(cell, campaign.name, history)
+            if value is None:
+                unknown += 1
+                continue
+            seconds += value
+            bases.add(basis)
+            counts = max(counts, n)
+        worst = max(bases, key=BASES.index) if bases else None
+        out.append(
+            StepEstimate(
+                step=step,
+                notebook=members[0].notebook,
+                cells=len(members),
+                seconds=seconds if len(members) > unknown else None,
+                unknown=unknown,
+                basis=f"median of up to {counts} earlier cells, {worst}" if worst else "never run",
+            )
+        )
+    return out
+
+
+def duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+def render(estimates: list[StepEstimate]) -> list[str]:
+    """Lines for the terminal: one per step, then the total and what it leaves out."""
+    lines = []
+    for est in estimates:
+        guess = "no estimate" if est.seconds is None else f"~{duration(est.seconds)}"
+        partial = f" ({est.unknown} of them never run)" if est.unknown and est.seconds else ""
+        lines.append(
+            f"step {est.step} {est.notebook}: {est.cells} cell{'s' if est.cells != 1 else ''}, "
+            f"{guess}{partial} [{est.basis}]"
+        )
+    known = sum(e.seconds for e in estimates if e.seconds is not None)
+    unknown = sum(e.unknown for e in estimates)
+    tail = f", plus {unknown} cells never run before" if unknown else ""
+    lines.append(f"estimated total: ~{duration(known)}{tail} (kernel start-up included)")
+    return lines

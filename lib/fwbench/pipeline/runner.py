@@ -1,0 +1,352 @@
+"""Execute a campaign: each cell in a fresh kernel via papermill, results written atomically.
+
+Layout: ``<out>/<campaign>/<run_id>/<notebook>/<slug>.ipynb`` plus ``<run_id>/manifest.json``.
+A cell's notebook is first executed into a hidden ``.partial`` file and renamed into place only once
+its status is known, so a runner killed at any moment (even SIGKILL) never leaves a notebook that
+``--resume`` or ``ingest`` could mistake for a result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import nbformat
+from tqdm.auto import tqdm
+
+from fwbench.measure.meters.contention import ContentionMeter
+from fwbench.pipeline import environment
+from fwbench.pipeline.campaign import Campaign, Cell
+from fwbench.pipeline.notebook_params import read_notebook
+from fwbench.results.records import CONTEXT_ENV
+from fwbench.vocab import ANSI_RE, ENV_EXECUTED_DIR, ENV_KERNEL, ENV_PREFIX, ENV_TRIAL
+
+ERROR_TAIL_CHARS = 2000
+LOCK_NAME = ".fwbench-run.lock"
+# The measurement rules want JAX's allocator to report real usage, not a preallocated pool.
+KERNEL_ENV_DEFAULTS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+
+class RunnerBusy(RuntimeError):
+    """Another ``fwbench run`` holds the output folder."""
+
+
+@dataclass
+class CellResult:
+    status: str  # ok / failed / timeout
+    error: str | None
+    duration_s: float
+    retried: bool = False
+    path: str | None = None
+    contention: dict | None = (
+        None  # ContentionMeter's reading, see fwbench.measure.meters.contention
+    )
+
+
+def _load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages, where the platform has them."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def shared_machine_warning(contention: dict) -> str:
+    return (
+        f"ran on a shared machine: other processes took {contention['other_cpu_frac']:.0%} and "
+        f"the hypervisor {contention['steal_frac']:.0%} of the CPU time; its timings are not "
+        "comparable with an idle run's"
+    )
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def kernel_name() -> str:
+    """The project's registered kernel when present (``make`` installs it), else plain python3."""
+    wanted = os.environ.get(ENV_KERNEL)
+    if wanted:
+        return wanted
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    return "fwbench" if "fwbench" in KernelSpecManager().find_kernel_specs() else "python3"
+
+
+@contextlib.contextmanager
+def output_lock(out: Path):
+    """An exclusive lock on the output folder, refused at once rather than waited for."""
+    out.mkdir(parents=True, exist_ok=True)
+    fh = open(out / LOCK_NAME, "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise RunnerBusy(
+            f"another fwbench run is using {out}; wait for it or use a different --out"
+        ) from None
+    try:
+        yield
+    finally:
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
+
+
+@contextlib.contextmanager
+def patched_environ(values: dict):
+    """Kernels inherit the runner's environment at start, so set the cell's context around it."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update({k: str(v) for k, v in values.items()})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def write_json_atomic(path: Path, data) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def write_notebook_atomic(nb, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    nbformat.write(nb, str(tmp))
+    os.replace(tmp, path)
+
+
+def latest_run_dir(out: Path, campaign: str) -> Path | None:
+    root = out / campaign
+    runs = (
+        sorted(p for p in root.glob("*") if (p / "manifest.json").is_file())
+        if root.is_dir()
+        else []
+    )
+    return runs[-1] if runs else None
+
+
+def _error_text(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception_only(type(exc), exc))
+    # papermill's execution error carries the notebook's own traceback, which says more
+    tb = getattr(exc, "traceback", None)
+    if tb:
+        text = "\n".join(tb) if isinstance(tb, list) else str(tb)
+    return ANSI_RE.sub("", text)[-ERROR_TAIL_CHARS:]
+
+
+def _classify(exc: BaseException) -> str:
+    name = type(exc).__name__
+    if "Timeout" in name or isinstance(exc, TimeoutError):
+        return "timeout"
+    return "failed"
+
+
+def _kernel_died(exc: BaseException) -> bool:
+    return type(exc).__name__ == "DeadKernelError" or "Kernel died" in str(exc)
+
+
+def _execute_attempts(source_nb, partial: Path, cell: Cell, attempts: list[dict], kname, timeout):
+    """Run the notebook; a dead kernel is tried again with the next attempt's environment.
+
+    Returns (status, error, retried, the environment of the last attempt).
+    """
+    import papermill as pm
+
+    status, error, retried, used_env = "ok", None, False, attempts[0]
+    for n, attempt_env in enumerate(attempts):
+        used_env, retried = attempt_env, n > 0
+        with patched_environ(attempt_env):
+            try:
+                pm.execute_notebook(
+                    source_nb,
+                    str(partial),
+                    parameters=cell.parameters,
+                    kernel_name=kname,
+                    execution_timeout=timeout,
+                    progress_bar=False,
+                    cwd=str(cell.notebook_path.parent),
+                )
+                status, error = "ok", None
+            except Exception as exc:  # a crash is data: record it and go on
+                status, error = _classify(exc), _error_text(exc)
+                if _kernel_died(exc) and n + 1 < len(attempts):
+                    continue
+        break
+    return status, error, retried, used_env
+
+
+def execute_cell(cell: Cell, run_dir: Path, context: dict, timeout: float | None) -> CellResult:
+    """Run one cell (and its retry, if its kernel died and the step names a retry_env)."""
+    nb_dir = run_dir / cell.notebook
+    nb_dir.mkdir(parents=True, exist_ok=True)
+    final = nb_dir / f"{cell.slug}.ipynb"
+    partial = nb_dir / f".{cell.slug}.partial.ipynb"
+    kname = kernel_name()
+    source_nb = read_notebook(cell.notebook_path, kname)
+    env = {
+        **{k: v for k, v in KERNEL_ENV_DEFAULTS.items() if k not in os.environ},
+        CONTEXT_ENV["run_id"]: context["run_id"],
+        CONTEXT_ENV["campaign"]: context["campaign"],
+        CONTEXT_ENV["notebook"]: cell.notebook,
+        CONTEXT_ENV["cell"]: cell.slug,
+        ENV_TRIAL: str(cell.trial),
+        # absolute: the kernel starts in the notebook's folder, not where the runner was started
+        ENV_EXECUTED_DIR: str(nb_dir.resolve()),
+    }
+    attempts = [dict(env)]
+    if cell.retry_env:
+        attempts.append({**env, **cell.retry_env})
+    # A busy machine slows CPU timings (torch's OpenMP threads by up to 10x on two shared cores),
+    # so every executed notebook says how loaded the machine was around it: the load average, and
+    # the share of CPU time other processes and the hypervisor took while it ran.
+    load_before = _load_average()
+    start = time.perf_counter()
+    contention = ContentionMeter()
+    with contention:
+        status, error, retried, used_env = _execute_attempts(
+            source_nb, partial, cell, attempts, kname, timeout
+        )
+    duration = time.perf_counter() - start
+    nb = nbformat.read(str(partial), as_version=4) if partial.exists() else source_nb
+    nb.metadata["fwbench"] = {
+        **context,
+        "notebook": cell.notebook,
+        "cell": cell.slug,
+        "trial": cell.trial,
+        "parameters": cell.parameters,
+        "status": status,
+        "error": error,
+        "duration_s": round(duration, 3),
+        "retried": retried,
+        "retry_env": cell.retry_env if retried else {},
+        "kernel_env": {k: v for k, v in used_env.items() if not k.startswith(ENV_PREFIX)},
+        "load_average": {"before": load_before, "after": _load_average(), "cpus": os.cpu_count()},
+        "contention": contention.result.as_dict() if contention.result else None,
+    }
+    write_notebook_atomic(nb, final)
+    partial.unlink(missing_ok=True)
+    return CellResult(
+        status,
+        error,
+        duration,
+        retried,
+        str(final.relative_to(run_dir)),
+        nb.metadata["fwbench"]["contention"],
+    )
+
+
+def manifest_entry(cell: Cell, result: CellResult | None = None) -> dict:
+    """A cell's entry in manifest.json: pending until ``result`` is known."""
+    entry = {
+        "notebook": cell.notebook,
+        "slug": cell.slug,
+        "trial": cell.trial,
+        "parameters": cell.parameters,
+        "status": "pending",
+    }
+    if result is not None:
+        entry.update(
+            status=result.status,
+            error=result.error,
+            duration_s=round(result.duration_s, 3),
+            retried=result.retried,
+            path=result.path,
+            contention=result.contention,
+        )
+    return entry
+
+
+def record_in_manifest(run_dir: Path, cell: Cell, result: CellResult) -> dict:
+    """Write one cell's result into the run's manifest.json; returns the manifest.
+
+    The one writer of cell entries, used with the output lock held: by the runner after every cell
+    and by ``fwbench report`` for the analysis cell it adds to a finished run.
+    """
+    path = run_dir / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest.setdefault("cells", {})[cell.key] = manifest_entry(cell, result)
+    write_json_atomic(path, manifest)
+    return manifest
+
+
+def execute_into_run(cell: Cell, out: Path, run_dir: Path, timeout: float | None) -> CellResult:
+    """Add one cell to an existing run of ``out``, as the runner runs any other: under the output
+    lock (``RunnerBusy`` if another runner holds it), with its contention reading, and recorded in
+    the manifest."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    context = {"run_id": manifest["run_id"], "campaign": manifest["campaign"]}
+    with output_lock(out):
+        result = execute_cell(cell, run_dir, context, timeout)
+        record_in_manifest(run_dir, cell, result)
+    return result
+
+
+def run_campaign(
+    campaign: Campaign,
+    out: Path,
+    *,
+    resume: bool = False,
+    only: str | None = None,
+    timeout: float | None = None,
+    show_progress: bool = True,
+) -> tuple[Path, dict[str, CellResult]]:
+    """Execute the selected cells; returns the run folder and each cell's result by key."""
+    cells = campaign.select(only)
+    with output_lock(out):
+        run_dir = latest_run_dir(out, campaign.name) if resume else None
+        manifest = json.loads((run_dir / "manifest.json").read_text()) if run_dir else None
+        if run_dir is None:
+            run_id = new_run_id()
+            run_dir = out / campaign.name / run_id
+            while run_dir.exists():  # two runs started within one second
+                time.sleep(1)
+                run_id = new_run_id()
+                run_dir = out / campaign.name / run_id
+            run_dir.mkdir(parents=True)
+            manifest = {
+                "campaign": campaign.name,
+                "run_id": run_id,
+                "campaign_file": str(campaign.path),
+                "campaign_spec": campaign.raw,
+                "started_at": environment.now_iso(),
+                "finished_at": None,
+                "environment": environment.capture(campaign.path.parent, frameworks=False),
+                "cells": {},
+            }
+        run_id = manifest["run_id"]
+        context = {"run_id": run_id, "campaign": campaign.name}
+        done = {
+            key
+            for key, c in manifest["cells"].items()
+            if c.get("status") == "ok" and (run_dir / c.get("path", "")).is_file()
+        }
+        todo = [c for c in cells if c.key not in done]
+        for c in todo:
+            manifest["cells"][c.key] = manifest_entry(c)
+        write_json_atomic(run_dir / "manifest.json", manifest)
+        results: dict[str, CellResult] = {}
+        bar = tqdm(todo, desc=f"{campaign.name} {run_id}", unit="cell", disable=not show_progress)
+        for cell in bar:
+            bar.set_postfix_str(cell.key)
+            result = execute_cell(cell, run_dir, context, cell.timeout or timeout)
+            results[cell.key] = result
+            manifest = record_in_manifest(run_dir, cell, result)
+            if result.status != "ok":
+                tqdm.write(f"  {cell.key}: {result.status}: {(result.error or '').strip()[-300:]}")
+            if result.contention and result.contention["shared"]:
+                tqdm.write(f"  {cell.key}: {shared_machine_warning(result.contention)}")
+        bar.close()
+        manifest["finished_at"] = environment.now_iso()
+        write_json_atomic(run_dir / "manifest.json", manifest)
+    return run_dir, results

@@ -1,0 +1,1 @@
+"""The report: tables, roofline, sentences, charts and sections built from the index, and their rendering."""

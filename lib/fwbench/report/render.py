@@ -1,0 +1,299 @@
+"""``fwbench report CAMPAIGN``: run 20_analysis as a cell of the run, then write report.md/.html.
+
+The analysis notebook is executed by the runner like any other cell (under the output lock, with its
+contention reading), into ``<out>/<campaign>/<run_id>/20_analysis/`` and the run's manifest, so the
+report's own computation, and the MFU records it emits, are part of the audit trail. The notebook
+leaves figures, tables and a ``content.json``; this module only lays them out. Everything is
+sorted and seeded, so rebuilding a report from the same data gives the same report.md apart from
+its "Generated" line.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from fwbench.pipeline import runner
+from fwbench.pipeline.campaign import Cell, find_repo_root, make_slug
+from fwbench.pipeline.environment import now_iso
+from fwbench.report import sections
+from fwbench.report.tables import error_line, resolve_runs
+from fwbench.results import db
+
+NOTEBOOK = "20_analysis"
+MAX_TABLE_ROWS = 60
+GENERATED_PREFIX = "Generated: "
+PARTS = (("results", "Results"), ("failures", "Failures and workarounds"))
+
+
+class ReportError(ValueError):
+    """Bad input to ``fwbench report`` (unknown campaign or run) or an analysis that failed."""
+
+
+def repo_root() -> Path:
+    """The checkout holding notebooks/ (the package is installed editable from lib/)."""
+    here = Path(__file__).resolve().parents[2]
+    if (here / "notebooks" / f"{NOTEBOOK}.py").is_file():
+        return here
+    return find_repo_root(Path.cwd())
+
+
+def build_report(
+    campaign: str,
+    out: Path,
+    db_path: Path,
+    run_id: str | None = None,
+    *,
+    baseline_run_id: str | None = None,
+    report_dir: Path | None = None,
+    figures_dir: Path | None = None,
+    timeout: float | None = None,
+) -> Path:
+    """Execute the analysis for one run of ``campaign`` and assemble its report; returns report.md."""
+    out, db_path = Path(out), Path(db_path)
+    if not db_path.exists():
+        if not (out / campaign).is_dir():
+            raise ReportError(
+                f"no runs of campaign {campaign!r}: {out / campaign} does not exist and there is "
+                f"no index at {db_path}"
+            )
+        try:
+            db.ingest(out, db_path)
+        except db.IngestError as exc:
+            raise ReportError(str(exc)) from None
+    con = db.connect(db_path, read_only=True)
+    try:
+        run_id, baseline = resolve_runs(con, campaign, run_id or "", baseline_run_id or "")
+    except LookupError as exc:
+        raise ReportError(str(exc)) from None
+    finally:
+        con.close()
+    run_dir = out / campaign / run_id
+    if not (run_dir / "manifest.json").is_file():
+        raise ReportError(f"the index knows run {run_id} but {run_dir} is missing; pass its --out")
+
+    root = repo_root()
+    report_dir = Path(report_dir or root / "report" / campaign).resolve()
+    figures_dir = Path(figures_dir or root / "figures" / campaign).resolve()
+    params = {
+        "campaign": campaign,
+        "run_id": run_id,
+        "baseline_run_id": baseline,
+        "db_path": str(db_path.resolve()),
+        "figures_dir": str(figures_dir),
+        "report_dir": str(report_dir),
+    }
+    cell = Cell(
+        notebook=NOTEBOOK,
+        notebook_path=root / "notebooks" / f"{NOTEBOOK}.py",
+        slug=make_slug(params, ["campaign"], 0, 1),
+        parameters=params,
+    )
+    try:
+        result = runner.execute_into_run(cell, out, run_dir, timeout)
+    except runner.RunnerBusy as exc:
+        raise ReportError(str(exc)) from None
+    db.ingest(run_dir, db_path)
+    executed = run_dir / result.path
+    if result.status != "ok":
+        raise ReportError(
+            f"the analysis notebook {result.status}: {error_line(result.error)} (see {executed})"
+        )
+    return render(report_dir, out=out, analysis_notebook=executed)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def fmt(value) -> str:
+    """Numbers for reading: thousands separated, 3 to 4 significant digits, ∞ for never."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value).replace("|", "\\|").replace("\n", " ")
+    if isinstance(value, float) and math.isinf(value):
+        return "∞" if value > 0 else "-∞"
+    if isinstance(value, int) or float(value).is_integer():
+        return f"{int(value):,}" if abs(value) >= 10_000 else str(int(value))
+    magnitude = abs(value)
+    if magnitude >= 1000:
+        return f"{value:,.0f}"
+    if magnitude >= 100:
+        return f"{value:.1f}"
+    if magnitude >= 0.01:
+        return f"{value:.3f}"
+    return f"{value:.3g}"
+
+
+def markdown_table(frame: pd.DataFrame, limit: int = MAX_TABLE_ROWS) -> str:
+    if frame.empty:
+        return "_(no rows)_"
+    shown = frame.head(limit)
+    lines = [
+        "| " + " | ".join(map(str, shown.columns)) + " |",
+        "|" + "|".join("---" for _ in shown.columns) + "|",
+    ]
+    for row in shown.itertuples(index=False):
+        lines.append("| " + " | ".join(fmt(v) for v in row) + " |")
+    if len(frame) > limit:
+        lines.append(f"\n_… {len(frame) - limit} more rows in the CSV._")
+    return "\n".join(lines)
+
+
+def _rel(path: Path, start: Path) -> str:
+    return Path(os.path.relpath(Path(path).resolve(), Path(start).resolve())).as_posix()
+
+
+def _sources_block(sources: list[str], out: Path, report_dir: Path) -> str:
+    if not sources:
+        return ""
+    links = "\n".join(f"- [{s}]({_rel(out / s, report_dir)})" for s in sources)
+    return (
+        f"<details><summary>Executed notebooks behind this table ({len(sources)})</summary>\n\n"
+        f"{links}\n\n</details>"
+    )
+
+
+def _section_markdown(section: dict, content: dict, out: Path, report_dir: Path, counters: dict):
+    parts = [f"### {section['title']}"]
+    if section.get("intro"):
+        parts.append(section["intro"])
+    figures_dir = Path(content["figures_dir"])
+    for item in section["items"]:
+        if item["kind"] == "note":
+            parts.append(item["text"])
+        elif item["kind"] == "figure":
+            counters["figure"] += 1
+            base = _rel(figures_dir / item["name"], report_dir)
+            parts.append(
+                f"![{item['title']}]({base}.svg)\n\n"
+                f"*Figure {counters['figure']}. {item['caption']}* "
+                f"([interactive]({base}.html), [PNG]({base}.png))"
+            )
+        elif item["kind"] == "table":
+            counters["table"] += 1
+            name = item["name"]
+            frame = pd.read_csv(report_dir / sections.TABLES_DIR / f"{name}.csv")
+            tables = sections.TABLES_DIR
+            parts.append(
+                f"**Table {counters['table']}.** {item['caption']} "
+                f"([CSV]({tables}/{name}.csv), [LaTeX]({tables}/{name}.tex))"
+            )
+            parts.append(markdown_table(frame))
+            block = _sources_block(item["sources"], out, report_dir)
+            if block:
+                parts.append(block)
+    return parts
+
+
+def markdown_report(
+    content: dict, out: Path, report_dir: Path, analysis_notebook: Path, generated_at: str
+) -> str:
+    campaign, run_id = content["campaign"], content["run_id"]
+    baseline = content["baseline_run_id"]
+    analysis_link = _rel(analysis_notebook, report_dir)
+    parts = [
+        f"# fwbench report: {campaign}",
+        f"Run `{run_id}` of campaign `{campaign}`"
+        + (f", compared with the earlier run `{baseline}`" if baseline else "")
+        + f". Rebuild with `fwbench report {campaign}`; every number below comes from the executed "
+        f"notebooks linked under its table, through the analysis notebook "
+        f"[{NOTEBOOK}]({analysis_link}).",
+        f"{GENERATED_PREFIX}{generated_at}",
+        "## Executive summary",
+        "\n".join(f"- {s}" for s in content["summary"]),
+        "## Methodology",
+        "\n".join(f"- {s}" for s in content["methodology"]),
+    ]
+    counters = {"figure": 0, "table": 0}
+    all_sources: set[str] = set()
+    for part, heading in PARTS:
+        sections = [s for s in content["sections"] if s.get("part", "results") == part]
+        if not sections:
+            continue
+        parts.append(f"## {heading}")
+        for section in sections:
+            parts.extend(_section_markdown(section, content, out, report_dir, counters))
+            for item in section["items"]:
+                all_sources.update(item.get("sources", []))
+    parts.append("## Limitations")
+    parts.append("\n".join(f"- {s}" for s in content["limitations"]))
+    parts.append("## Executed notebooks")
+    listing = [f"- [{s}]({_rel(out / s, report_dir)})" for s in sorted(all_sources)]
+    listing.append(f"- [{NOTEBOOK} (this report's analysis)]({analysis_link})")
+    parts.append("\n".join(listing))
+    return "\n\n".join(parts) + "\n"
+
+
+HTML_TEMPLATE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>
+body {{ font-family: -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; max-width: 1100px;
+       margin: 2rem auto; padding: 0 1rem; line-height: 1.5; color: #222; }}
+table {{ border-collapse: collapse; margin: 0.5rem 0 1rem; font-size: 0.85rem; display: block;
+         overflow-x: auto; }}
+th, td {{ border: 1px solid #ddd; padding: 0.25rem 0.5rem; text-align: right; }}
+th {{ background: #f4f4f4; }}
+td:first-child, th:first-child {{ text-align: left; }}
+img {{ max-width: 100%; border: 1px solid #eee; }}
+code {{ background: #f4f4f4; padding: 0 0.2rem; }}
+details {{ margin-bottom: 1rem; font-size: 0.85rem; }}
+h2 {{ border-bottom: 1px solid #ddd; padding-bottom: 0.2rem; margin-top: 2.5rem; }}
+</style>
+</head>
+<body>
+{body}
+</body>
+</html>
+"""
+
+
+def html_report(markdown_text: str, title: str) -> str:
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark", {"html": True}).enable("table").render(markdown_text)
+    return HTML_TEMPLATE.format(title=title, body=body)
+
+
+def prune_stale(content: dict, report_dir: Path) -> list[Path]:
+    """Delete the tables and figures an earlier report left that this one did not write.
+
+    A report of another run may have made a table this one has no rows for; left in place, it
+    would sit beside this report as if it were part of it.
+    """
+    written = {"table": set(), "figure": set()}
+    for section in content["sections"]:
+        for item in section["items"]:
+            if item["kind"] in written:
+                written[item["kind"]].add(item["name"])
+    candidates = [
+        (Path(report_dir) / sections.TABLES_DIR, (".csv", ".tex"), written["table"]),
+        (Path(content["figures_dir"]), (".png", ".svg", ".html"), written["figure"]),
+    ]
+    removed = []
+    for folder, suffixes, keep in candidates:
+        for path in sorted(folder.glob("*")) if folder.is_dir() else []:
+            if path.suffix in suffixes and path.stem not in keep:
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+def render(report_dir: Path, *, out: Path, analysis_notebook: Path) -> Path:
+    """Write report.md and report.html from the notebook's content.json; returns report.md."""
+    report_dir = Path(report_dir)
+    content = sections.read(report_dir)
+    prune_stale(content, report_dir)
+    text = markdown_report(content, Path(out), report_dir, analysis_notebook, now_iso())
+    md_path = report_dir / "report.md"
+    md_path.write_text(text)
+    title = f"fwbench report: {content['campaign']}"
+    (report_dir / "report.html").write_text(html_report(text, title))
+    return md_path

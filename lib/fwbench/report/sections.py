@@ -1,0 +1,93 @@
+"""What the analysis notebook hands to the report: figures, tables and sentences, in order.
+
+The notebook adds sections as it goes; each figure is saved under figures/<campaign>/ and each table
+as CSV and LaTeX under report/<campaign>/tables/. ``write`` leaves a ``content.json`` that
+``fwbench.report.render`` turns into report.md and report.html. Tables keep the executed notebooks they
+came from, so the report can link every number to its evidence.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from fwbench.report import charts
+
+CONTENT_NAME = "content.json"
+TABLES_DIR = "tables"
+LATEX_FLOAT = "%.4g"
+
+
+@dataclass
+class ReportContent:
+    campaign: str
+    run_id: str
+    baseline_run_id: str
+    figures_dir: Path
+    report_dir: Path
+    summary: list[str] = field(default_factory=list)
+    methodology: list[str] = field(default_factory=list)
+    limitations: list[str] = field(default_factory=list)
+    sections: list[dict] = field(default_factory=list)
+
+    def section(self, title: str, intro: str = "", part: str = "results", name: str = "") -> None:
+        """Start a section; ``part`` is "results" or "failures" (where the report places it);
+        ``name`` lets other readers of content.json (``fwbench readme``) find it by a stable key."""
+        self.sections.append(
+            {"title": title, "intro": intro, "part": part, "name": name, "items": []}
+        )
+
+    def _add(self, item: dict) -> None:
+        if not self.sections:
+            raise ValueError("start a section before adding figures, tables or notes")
+        self.sections[-1]["items"].append(item)
+
+    def note(self, text: str) -> None:
+        self._add({"kind": "note", "text": text})
+
+    def figure(self, chart, name: str, title: str, caption: str):
+        charts.save(chart, self.figures_dir, name, title, caption)
+        self._add({"kind": "figure", "name": name, "title": title, "caption": caption})
+        return chart
+
+    def table(
+        self, frame: pd.DataFrame, name: str, caption: str, sources: list[str] = ()
+    ) -> pd.DataFrame:
+        tables = self.report_dir / TABLES_DIR
+        tables.mkdir(parents=True, exist_ok=True)
+        frame = frame.reset_index(drop=True)
+        frame.to_csv(tables / f"{name}.csv", index=False)
+        latex = frame.to_latex(
+            index=False,
+            escape=True,
+            na_rep="",
+            float_format=LATEX_FLOAT,
+            caption=caption,
+            label=f"tab:{name}",
+        )
+        (tables / f"{name}.tex").write_text(latex)
+        self._add(
+            {"kind": "table", "name": name, "caption": caption, "sources": sorted(set(sources))}
+        )
+        return frame
+
+    def write(self) -> Path:
+        self.report_dir.mkdir(parents=True, exist_ok=True)
+        data = asdict(self)
+        data["figures_dir"] = str(self.figures_dir)
+        data["report_dir"] = str(self.report_dir)
+        path = self.report_dir / CONTENT_NAME
+        path.write_text(json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+        return path
+
+
+def read(report_dir: Path) -> dict:
+    return json.loads((Path(report_dir) / CONTENT_NAME).read_text())
+
+
+def section_by_name(content: dict, name: str) -> dict | None:
+    """The section of a read content.json that the analysis named ``name``, if it made one."""
+    return next((s for s in content["sections"] if s.get("name") == name), None)

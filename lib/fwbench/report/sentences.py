@@ -1,0 +1,416 @@
+"""Sentences generated from the numbers: the executive summary and the methodology of a report.
+
+Nothing here is written by hand about results: each sentence is a template filled from a row of
+the comparison matrix (or another analysis table), so the text cannot drift from the data.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from fwbench import vocab
+from fwbench.measure.meters.contention import SHARED_FRACTION
+from fwbench.report.tables import (
+    MIN_TRIALS_AS_SAMPLES,
+    SAMPLE_SOURCE_TEXT,
+    energy_unavailable_reasons,
+)
+from fwbench.vocab import (
+    DEFAULT_MODE,
+    framework_label,
+    kind_label,
+    model_label,
+)
+
+
+def times(x: float) -> str:
+    return f"{x:.2f}×"
+
+
+def interval(low: float, high: float) -> str:
+    return f"[{low:.2f}, {high:.2f}]"
+
+
+def ratio_sentence(row) -> str:
+    """One comparison-matrix row as a sentence; a ratio whose interval holds 1 is a tie."""
+    where = (
+        f"on {model_label(row.model)} at batch {row.batch_size} in {row.precision} "
+        f"on {row.device_name or row.device}"
+    )
+    label = "best modes" if row.comparison == "best" else "defaults"
+    if (row.jax_variant, row.torch_variant) == (DEFAULT_MODE["jax"], DEFAULT_MODE["torch"]):
+        label = "best modes and defaults" if row.comparison == "best" else label
+    modes = f"{label}: JAX {row.jax_variant} vs PyTorch {row.torch_variant}"
+    if row.winner == "tie":
+        return (
+            f"JAX and PyTorch are tied {where} ({modes}; JAX ÷ PyTorch throughput "
+            f"{times(row.ratio)} {interval(row.ci_low, row.ci_high)}, an interval that contains 1)."
+        )
+    if row.winner == "jax":
+        factor, low, high, fast, slow = row.ratio, row.ci_low, row.ci_high, "JAX", "PyTorch"
+    else:
+        factor, low, high = 1.0 / row.ratio, 1.0 / row.ci_high, 1.0 / row.ci_low
+        fast, slow = "PyTorch", "JAX"
+    return f"{fast} is {times(factor)} {interval(low, high)} faster than {slow} {where} ({modes})."
+
+
+def headline_rows(matrix: pd.DataFrame) -> pd.DataFrame:
+    """Per model, device and precision, the largest batch size both frameworks measured.
+
+    The defaults row is left out where the best variants are the defaults: one sentence, not two.
+    """
+    if matrix.empty:
+        return matrix
+    largest = matrix.groupby(["model", "device_name", "precision"]).batch_size.transform("max")
+    rows = matrix[matrix.batch_size == largest]
+    key = ["model", "device_name", "precision", "batch_size"]
+    best = rows[rows.comparison == "best"][[*key, "jax_variant", "torch_variant"]]
+    joined = rows.merge(best, on=key, how="left", suffixes=("", "_best"))
+    joined.index = rows.index
+    repeat = (
+        (joined.comparison == "defaults")
+        & (joined.jax_variant == joined.jax_variant_best)
+        & (joined.torch_variant == joined.torch_variant_best)
+    )
+    rows = rows[~repeat]
+    order = {"best": 0, "defaults": 1}
+    return (
+        rows.assign(_order=rows.comparison.map(order))
+        .sort_values(["model", "device_name", "precision", "_order"])
+        .drop(columns="_order")
+    )
+
+
+def tally_sentence(matrix: pd.DataFrame, comparison: str) -> str:
+    rows = matrix[matrix.comparison == comparison]
+    counts = rows.winner.value_counts()
+    label = "best modes" if comparison == "best" else "defaults (PyTorch eager vs JAX jit)"
+    return (
+        f"Over all {len(rows)} configurations compared with {label}, JAX is faster in "
+        f"{counts.get('jax', 0)}, PyTorch in {counts.get('torch', 0)}, and "
+        f"{counts.get('tie', 0)} are ties."
+    )
+
+
+def kind_sentences(kinds: pd.DataFrame) -> list[str]:
+    out = []
+    for r in kinds[kinds.comparison == "best"].itertuples() if not kinds.empty else []:
+        lead = "JAX leads" if r.geomean_ratio > 1 else "PyTorch leads"
+        factor = r.geomean_ratio if r.geomean_ratio > 1 else 1.0 / r.geomean_ratio
+        out.append(
+            f"On {kind_label(r.kind)}s (best modes), {lead} by a geometric mean of {times(factor)} "
+            f"(JAX ÷ PyTorch from {times(r.min_ratio)} to {times(r.max_ratio)}; JAX wins "
+            f"{r.jax_wins}, PyTorch wins {r.torch_wins}, ties {r.ties})."
+        )
+    return out
+
+
+def history_sentence(history: pd.DataFrame, baseline_run_id: str) -> str:
+    if not baseline_run_id:
+        return "This is the campaign's first run, so there is no earlier run to compare with."
+    if history.empty:
+        return f"No metric with an interval was measured in both this run and {baseline_run_id}."
+    counts = history.flag.value_counts()
+    regressions = history[history.flag == "regression"]
+    text = (
+        f"Against run {baseline_run_id}, {counts.get('regression', 0)} of {len(history)} "
+        f"comparable metrics regressed and {counts.get('improvement', 0)} improved "
+        "(95% intervals that do not overlap)"
+    )
+    if not regressions.empty:
+        # log scale, so that halving a throughput weighs as much as doubling a latency
+        size = np.abs(np.log1p(regressions.change))
+        worst = (
+            regressions.assign(size=size)
+            .sort_values(["size", "metric"], ascending=[False, True])
+            .iloc[0]
+        )
+        text += (
+            f"; the largest regression is {worst.metric} of {model_label(worst.model)} "
+            f"{framework_label(worst.framework)} {worst.variant} at batch {worst.batch_size} "
+            f"({worst.change:+.0%})"
+        )
+    return text + "."
+
+
+def failure_sentence(failures: pd.DataFrame, retries: pd.DataFrame) -> str:
+    if failures.empty and retries.empty:
+        return "Every cell ran to completion; no batch size ran out of memory."
+    counts = failures.status.value_counts()
+    parts = [f"{n} {status}" for status, n in sorted(counts.items())]
+    text = f"Not every measurement succeeded: {', '.join(parts) or 'none failed'}"
+    if not retries.empty:
+        rescued = int((retries.final_status == "ok").sum())
+        cells = "cell was" if len(retries) == 1 else "cells were"
+        text += f"; {len(retries)} {cells} retried with a changed environment ({rescued} rescued)"
+    return text + " (see Failures and workarounds)."
+
+
+def shared_machine_sentence(shared: pd.DataFrame, cells: pd.DataFrame) -> str | None:
+    """A warning when some cells ran while the machine was shared; None when none did."""
+    if shared.empty:
+        return None
+    worst = (shared.other_cpu_frac.fillna(0) + shared.steal_frac.fillna(0)).max()
+    return (
+        f"{len(shared)} of {len(cells)} cells ran on a shared machine (other processes and the "
+        f"hypervisor took up to {worst:.0%} of the CPU time): their timings are not comparable with "
+        "an idle run's; they are listed under Failures."
+    )
+
+
+def contention_sentence(cells: pd.DataFrame) -> str:
+    """How much of the CPU other processes and the hypervisor took during the run's cells."""
+    columns = {"other_cpu_frac", "steal_frac", "shared_machine"}
+    read = cells.dropna(subset=["other_cpu_frac", "steal_frac"]) if columns <= set(cells) else None
+    if read is None or read.empty:
+        return "This run predates the contention meter: no reading."
+    shared = int(read.shared_machine.fillna(False).astype(bool).sum())
+    verdict = (
+        "none ran on a shared machine"
+        if shared == 0
+        else f"{shared} ran on a shared machine (above {SHARED_FRACTION:.0%})"
+    )
+    return (
+        f"Over the {len(read)} cells with a contention reading, other processes took up to "
+        f"{read.other_cpu_frac.max():.0%} and the hypervisor up to {read.steal_frac.max():.0%} of "
+        f"the CPU time; {verdict}."
+    )
+
+
+def executive_summary(
+    matrix, kinds, history, baseline_run_id, failures, retries, training=(), shared_machine=None
+) -> list[str]:
+    """``training``: the sentences of ``training_sentences``, placed after the inference ones.
+    ``shared_machine``: the sentence of ``shared_machine_sentence``, placed first when present."""
+    sentences = [shared_machine] if shared_machine else []
+    sentences += [ratio_sentence(r) for r in headline_rows(matrix).itertuples()]
+    if not matrix.empty:
+        sentences += [tally_sentence(matrix, c) for c in ("best", "defaults")]
+    else:
+        sentences.append("No inference configuration was measured on both frameworks in this run.")
+    sentences += kind_sentences(kinds)
+    sentences += list(training)
+    sentences.append(history_sentence(history, baseline_run_id))
+    sentences.append(failure_sentence(failures, retries))
+    return sentences
+
+
+def _fp64_parity_sentences(parity: pd.DataFrame) -> list[str]:
+    """The float64 proof per model, then what the same steps did in fp32 (a measurement)."""
+    sentences = []
+    proven = parity[parity.fp64_loss_parity_max_rel.notna()]
+    ok = proven[proven.status == "ok"]
+    if not ok.empty:
+        models = ", ".join(model_label(m) for m in sorted(ok.model.unique()))
+        worst_param = ok[["fp64_param_parity_max_rel", "fp64_bn_stats_parity_max_rel"]].max().max()
+        sentences.append(
+            f"Training parity is proven in float64 for {models} (same weights, same batches): "
+            f"the per-step losses of JAX and PyTorch differ by at most "
+            f"{ok.fp64_loss_parity_max_rel.max():.1e} relative "
+            f"(gate 1e-9), parameters and BatchNorm statistics by at most {worst_param:.1e} "
+            "(gate 1e-8)."
+        )
+    for r in proven[proven.status != "ok"].itertuples():
+        sentences.append(
+            f"Training parity in float64 FAILED for {model_label(r.model)} (largest per-step loss "
+            f"difference {r.fp64_loss_parity_max_rel:.1e}): its training speed ratio is not a "
+            "like-for-like comparison."
+        )
+    if "loss_parity_max_rel" in parity:
+        parts = []
+        for r in parity[parity.loss_parity_max_rel.notna()].itertuples():
+            step = getattr(r, "fp32_loss_divergence_step", None)
+            parted = (
+                f", parting by more than 1e-3 at step {int(step)}"
+                if step is not None and pd.notna(step)
+                else ""
+            )
+            parts.append(f"{model_label(r.model)} {r.loss_parity_max_rel:.1e}{parted}")
+        if parts:
+            sentences.append(
+                "The same steps in fp32, a measurement of how rounding grows on this CPU rather "
+                "than a check: largest per-step loss difference " + "; ".join(parts) + "."
+            )
+    return sentences
+
+
+def training_sentences(matrix: pd.DataFrame, parity: pd.DataFrame, convergence: pd.DataFrame):
+    """Training speed ratios, then the two fairness checks, as sentences for the summary.
+
+    ``matrix`` is the comparison matrix of training throughput; ``parity`` and ``convergence``
+    are ``analysis.check_table`` frames.
+    """
+    sentences = [f"Training: {ratio_sentence(r)}" for r in headline_rows(matrix).itertuples()]
+    if not parity.empty and "fp64_loss_parity_max_rel" in parity:
+        sentences += _fp64_parity_sentences(parity)
+    elif not parity.empty:
+        ok = parity[parity.status == "ok"]
+        if not ok.empty:
+            worst = ok.sort_values("loss_parity_max_rel").iloc[-1]
+            models = ", ".join(model_label(m) for m in sorted(ok.model.unique()))
+            sentences.append(
+                f"Loss-curve parity (fp32, same weights, same batches) holds for {models}: the "
+                f"per-step losses of JAX and PyTorch differ by at most "
+                f"{worst.loss_parity_max_rel:.1e} relative ({model_label(worst.model)})."
+            )
+        for r in parity[parity.status != "ok"].itertuples():
+            sentences.append(
+                f"Loss-curve parity FAILED for {model_label(r.model)} "
+                f"(largest per-step loss difference {r.loss_parity_max_rel:.1e}): its training "
+                f"speed ratio is not a like-for-like comparison."
+            )
+    if not convergence.empty:
+        parts = []
+        for model, group in convergence.groupby("model", sort=True):
+            tops = {r.framework: r.val_top1 for r in group.itertuples()}
+            text = ", ".join(
+                f"{framework_label(f)} {tops[f]:.1f}%" for f in ("torch", "jax") if f in tops
+            )
+            flag = "" if (group.status == "ok").all() else " (failed the convergence check)"
+            parts.append(f"{model_label(model)} {text}{flag}")
+        sentences.append(
+            "Validation top-1 after training from the same start (BatchNorm statistics "
+            "recomputed at the final weights): " + "; ".join(parts) + "."
+        )
+    return sentences
+
+
+# --------------------------------------------------------------------------- methodology
+
+
+STOP_RULE_KEYS = ("batch_sizes", "min_iters", "min_seconds", "warmup", "block_size", "image_size")
+
+
+def stop_rules(cells: pd.DataFrame) -> list[str]:
+    """The distinct timing parameters each notebook ran with, as read from its cells."""
+    seen: dict[tuple, int] = {}
+    for r in cells.itertuples():
+        params = tuple(
+            (k, json.dumps(r.parameters[k])) for k in STOP_RULE_KEYS if k in r.parameters
+        )
+        if params:
+            seen[(r.notebook, params)] = seen.get((r.notebook, params), 0) + 1
+    lines = []
+    for (notebook, params), count in sorted(seen.items()):
+        values = ", ".join(f"{k}={v}" for k, v in params)
+        lines.append(f"{notebook} ({count} cell{'s' if count > 1 else ''}): {values}")
+    return lines
+
+
+def precision_settings(meas: pd.DataFrame) -> pd.DataFrame:
+    """The precision switches each framework recorded, per precision."""
+    rows = []
+    for r in meas[meas.family == "inference"].itertuples():
+        settings = r.extra.get("settings")
+        if settings:
+            rows.append(
+                {
+                    "framework": r.framework,
+                    "precision": r.precision,
+                    "settings": json.dumps(settings, sort_keys=True),
+                }
+            )
+    if not rows:
+        return pd.DataFrame()
+    return (
+        pd.DataFrame(rows)
+        .drop_duplicates()
+        .sort_values(["framework", "precision", "settings"], ignore_index=True)
+    )
+
+
+def ratio_method(samples: list[pd.DataFrame]) -> str:
+    """How the ratios were bootstrapped, from the sample sources the ratios actually used
+    (``analysis.throughput_samples`` frames, one per family) and the bootstrap's resample count."""
+    used = sorted(
+        {s for frame in samples if not frame.empty for s in frame.sample_source if s != "trials"}
+    )
+    over = " and ".join(SAMPLE_SOURCE_TEXT[s] for s in used) or "the samples each record carries"
+    return (
+        "Ratios are JAX ÷ PyTorch median throughput with a 95% two-sample percentile bootstrap "
+        f"interval ({vocab.BOOTSTRAP_RESAMPLES:,} resamples, fixed seed) over the {over}, or over "
+        f"the trials where a configuration has {MIN_TRIALS_AS_SAMPLES} or more; an interval "
+        "containing 1 is reported as a tie. Best modes take each framework's fastest variant "
+        "(PyTorch: eager, torch.compile, max-autotune, with or without channels_last; JAX: jit); "
+        "defaults are PyTorch eager against JAX jit."
+    )
+
+
+def methodology(
+    run: dict, meas: pd.DataFrame, cells: pd.DataFrame, samples: list[pd.DataFrame] = ()
+) -> list[str]:
+    """Bullet points describing how this run was measured, from what the run recorded.
+
+    ``samples``: the ``analysis.throughput_samples`` frames the ratios were computed from."""
+    env = run.get("environment") or {}
+    packages = env.get("packages") or {}
+    devices = sorted({d for d in meas.device_name if d})
+    lines = [
+        f"Run `{run['run_id']}` started {run.get('started_at') or 'at an unrecorded time'} and "
+        f"finished {run.get('finished_at') or 'at an unrecorded time'}; code at "
+        f"`{run.get('git_sha') or 'unknown commit'}` on host `{run.get('host') or 'unknown'}`.",
+        f"Devices measured: {', '.join(devices) or 'none recorded'}. CPU: "
+        f"{env.get('cpu_model') or 'unrecorded'} ({env.get('cpu_count') or '?'} logical cores); "
+        f"Python {env.get('python') or '?'} on {env.get('platform') or 'an unrecorded platform'}.",
+    ]
+    gpus = [g for g in env.get("gpus") or [] if g.get("name")]
+    for g in gpus:
+        lines.append(
+            f"GPU {g['index']}: {g['name']}, driver {g.get('driver')}, SM clock "
+            f"{g.get('sm_clock_mhz')}/{g.get('sm_clock_max_mhz')} MHz, power limit "
+            f"{g.get('power_limit_w')} W."
+        )
+    if packages:
+        versions = ", ".join(f"{k} {v}" for k, v in sorted(packages.items()) if v)
+        lines.append(
+            f"Package versions: {versions}; pip freeze hash "
+            f"`{env.get('pip_freeze_hash', 'unrecorded')}`."
+        )
+    env_vars = {k: v for k, v in sorted((env.get("env_vars") or {}).items()) if v}
+    lines.append(
+        "Environment variables: "
+        + (", ".join(f"`{k}={v}`" for k, v in env_vars.items()) or "none of the tracked ones set")
+        + "."
+    )
+    trials = cells.groupby("notebook").trial.max() if not cells.empty else pd.Series(dtype=int)
+    repeated = {nb: int(t) for nb, t in trials.items() if t and t > 1}
+    lines.append(
+        "Trials: "
+        + (", ".join(f"{nb} ×{t}" for nb, t in sorted(repeated.items())) or "each cell ran once")
+        + ". Each cell ran in its own kernel process."
+    )
+    rules = stop_rules(cells)
+    if rules:
+        lines.append(
+            "Timing parameters set by the campaign (the rest at the notebooks' defaults): "
+            + "; ".join(rules)
+            + "."
+        )
+    for r in precision_settings(meas).itertuples():
+        lines.append(f"Precision {r.precision} on {r.framework}: `{r.settings}`.")
+    lines.append(ratio_method(list(samples)))
+    return lines
+
+
+def limitations(samples: pd.DataFrame, meas: pd.DataFrame) -> list[str]:
+    """What the numbers of this run cannot tell, partly read from the run itself."""
+    lines = [
+        "PyTorch has no counterpart to XLA's cost analysis, so its roofline position borrows the "
+        "byte count of the JAX program for the same model; PyTorch eager usually moves more bytes.",
+        "CPU numbers depend on thread counts and the memory system; they do not predict GPU "
+        "results.",
+        "The interactive HTML figures load Vega from a CDN; the PNG and SVG files stand alone.",
+    ]
+    if samples.empty or samples.n_trials.max() < 3:
+        lines.insert(
+            0,
+            "Fewer than three trials per configuration: intervals describe the noise within one "
+            "process, not between processes or machines.",
+        )
+    reasons = energy_unavailable_reasons(meas)
+    if reasons:
+        lines.append(f"Energy was not measured: {'; '.join(reasons)}.")
+    return lines

@@ -1,0 +1,588 @@
+"""The computations behind 20_analysis: framework comparisons, break-even, history and failures.
+
+Everything reads the tidy ``measurements`` rows of the DuckDB index (DESIGN.md section 4) and returns
+sorted DataFrames, so the report built from them is the same on every run over the same data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from fwbench.measure.stats import bootstrap_ci, ratio_ci
+from fwbench.vocab import ANSI_RE, DEFAULT_MODE, kind_label, series_label
+
+# The ratio bootstrap is seeded so that a report rebuilt from the same data is identical.
+RATIO_SEED = 0
+ANALYSIS_NOTEBOOK = "20_analysis"
+# A framework's "default" variant is vocab.DEFAULT_MODE; "best" is whichever variant is fastest.
+CONFIG = ["model", "device", "device_name", "precision", "batch_size"]
+SERIES = ["framework", "variant"]
+TEXT_COLUMNS = ["notebook", "cell", "family", "model", "framework", "mode", "device", "device_name"]
+HIGHER_IS_BETTER_UNITS = {"img/s", "TFLOP/s", "GB/s"}
+HIGHER_IS_BETTER_METRICS = {"mfu"}
+# What one throughput sample of a record is, per family: a ratio bootstraps over these unless a
+# configuration ran in three or more trials (then over the trials).
+SAMPLE_SOURCE = {"inference": "blocks", "training": "steps"}
+SAMPLE_SOURCE_TEXT = {
+    "blocks": "per-block throughputs (blocks of enqueued calls, one sync per block)",
+    "steps": "per-step throughputs (every training step synced)",
+    "trials": "trials",
+}
+MIN_TRIALS_AS_SAMPLES = 3
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def resolve_runs(con, campaign: str, run_id: str = "", baseline_run_id: str = "") -> tuple:
+    """The run to analyse (default: latest) and its baseline (default: the run before it)."""
+    ids = [
+        r[0]
+        for r in con.execute(
+            "select run_id from runs where campaign = ? order by run_id", [campaign]
+        ).fetchall()
+    ]
+    if not ids:
+        known = [
+            r[0] for r in con.execute("select distinct campaign from runs order by 1").fetchall()
+        ]
+        raise LookupError(
+            f"no runs of campaign {campaign!r} in the index; known campaigns: "
+            f"{', '.join(known) or 'none'}"
+        )
+    run_id = run_id or ids[-1]
+    if run_id not in ids:
+        raise LookupError(f"campaign {campaign!r} has no run {run_id!r}; runs: {', '.join(ids)}")
+    earlier = [r for r in ids if r < run_id]
+    baseline_run_id = baseline_run_id or (earlier[-1] if earlier else "")
+    if baseline_run_id and baseline_run_id not in ids:
+        raise LookupError(f"campaign {campaign!r} has no baseline run {baseline_run_id!r}")
+    return run_id, baseline_run_id
+
+
+def _parse_json(value) -> dict:
+    if isinstance(value, dict):
+        return value
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return {}
+    return json.loads(value)
+
+
+def load_measurements(con, campaign: str, run_id: str) -> pd.DataFrame:
+    """One run's records, the analysis notebook's own excluded, with ``extra`` parsed."""
+    frame = con.execute(
+        "select * from measurements where campaign = ? and run_id = ? and notebook <> ? "
+        "order by notebook, cell, trial, family, metric, batch_size",
+        [campaign, run_id, ANALYSIS_NOTEBOOK],
+    ).df()
+    return _tidy(frame)
+
+
+def load_calibration(con) -> pd.DataFrame:
+    """Every ok ceiling 02_calibrate measured, in all runs of all campaigns in the index.
+
+    MFU and the roofline fall back to these where the analysed run did not calibrate its device.
+    """
+    frame = con.execute(
+        "select * from measurements where family = 'calibration' and status = 'ok' "
+        "and value is not null and metric in ('peak_matmul_tflops', 'copy_bandwidth_gbs') "
+        "order by run_id, campaign, notebook, cell, trial, metric"
+    ).df()
+    return _tidy(frame)
+
+
+def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
+    frame["extra"] = frame["extra"].map(_parse_json)
+    for col in TEXT_COLUMNS + ["precision", "status", "metric", "unit", "error"]:
+        frame[col] = frame[col].astype(object).where(frame[col].notna(), "")
+    frame["trial"] = frame["trial"].fillna(0).astype(int)
+    frame["batch_size"] = frame["batch_size"].astype("Int64")
+    frame["variant"] = [_variant(r.framework, r.mode, r.extra) for r in frame.itertuples()]
+    return frame
+
+
+def load_cells(con, campaign: str, run_id: str) -> pd.DataFrame:
+    frame = con.execute(
+        "select * from cells where campaign = ? and run_id = ? and notebook <> ? "
+        "order by notebook, cell, trial",
+        [campaign, run_id, ANALYSIS_NOTEBOOK],
+    ).df()
+    frame["parameters"] = frame["parameters"].map(_parse_json)
+    frame["retry_env"] = frame["retry_env"].map(_parse_json)
+    return frame
+
+
+def load_run(con, campaign: str, run_id: str) -> dict:
+    row = con.execute(
+        "select run_id, started_at, finished_at, git_sha, host, environment from runs "
+        "where campaign = ? and run_id = ?",
+        [campaign, run_id],
+    ).fetchone()
+    keys = ("run_id", "started_at", "finished_at", "git_sha", "host", "environment")
+    run = dict(zip(keys, row, strict=True))
+    run["environment"] = _parse_json(run["environment"])
+    return run
+
+
+def _variant(framework: str, mode: str, extra: dict) -> str:
+    if framework == "torch" and extra.get("channels_last"):
+        return f"{mode}+channels_last"
+    return mode
+
+
+def source_paths(rows: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
+    """The executed notebooks (paths relative to the output folder) that produced ``rows``."""
+    keys = rows[["notebook", "cell"]].drop_duplicates()
+    paths = cells.merge(keys, on=["notebook", "cell"])["path"]
+    return sorted(set(paths.dropna()))
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+def inference_ok(meas: pd.DataFrame, metric: str, family: str = "inference") -> pd.DataFrame:
+    rows = meas[(meas.family == family) & (meas.metric == metric) & (meas.status == "ok")]
+    return rows[rows.value.notna()]
+
+
+def throughput_samples(meas: pd.DataFrame, family: str = "inference") -> pd.DataFrame:
+    """Per configuration and framework variant, the samples a ratio bootstraps over.
+
+    With three or more trials the trials are the independent samples (their spread is the honest
+    one); otherwise the samples the record carries are (``SAMPLE_SOURCE``): per-block throughputs
+    for inference, per-step images/s for training.
+    """
+    thr = inference_ok(meas, "throughput_img_s", family)
+    rows = []
+    for key, group in thr.groupby(CONFIG + SERIES, sort=True):
+        group = group.sort_values("trial")
+        if len(group) >= MIN_TRIALS_AS_SAMPLES:
+            samples, source = [float(v) for v in group.value], "trials"
+        else:
+            samples = []
+            for r in group.itertuples():
+                samples.extend(float(s) for s in (r.extra.get("samples") or [r.value]))
+            source = SAMPLE_SOURCE[family]
+        if len(group) == 1:
+            ci = (group.ci_low.iloc[0], group.ci_high.iloc[0])
+        else:
+            ci = bootstrap_ci(samples, seed=RATIO_SEED)
+        rows.append(
+            {
+                **dict(zip(CONFIG + SERIES, key, strict=True)),
+                "median": float(np.median(samples)),
+                "ci_low": ci[0],
+                "ci_high": ci[1],
+                "n_samples": len(samples),
+                "n_trials": len(group),
+                "sample_source": source,
+                "samples": samples,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _pick(group: pd.DataFrame, framework: str, comparison: str):
+    side = group[group.framework == framework]
+    if comparison == "defaults":
+        side = side[side.variant == DEFAULT_MODE[framework]]
+    if side.empty:
+        return None
+    return side.sort_values(["median", "variant"], ascending=[False, True]).iloc[0]
+
+
+def verdict(ratio: float, low: float, high: float) -> str:
+    """ "tie" when the interval holds 1, else the faster framework."""
+    if low <= 1.0 <= high:
+        return "tie"
+    return "jax" if ratio > 1.0 else "torch"
+
+
+def comparison_matrix(samples: pd.DataFrame) -> pd.DataFrame:
+    """JAX ÷ PyTorch throughput for each configuration, best modes and defaults, with 95% CIs."""
+    rows = []
+    if samples.empty:
+        return pd.DataFrame(rows)
+    for key, group in samples.groupby(CONFIG, sort=True):
+        for comparison in ("best", "defaults"):
+            jax, torch = _pick(group, "jax", comparison), _pick(group, "torch", comparison)
+            if jax is None or torch is None:
+                continue
+            ratio, low, high = ratio_ci(jax.samples, torch.samples, seed=RATIO_SEED)
+            rows.append(
+                {
+                    **dict(zip(CONFIG, key, strict=True)),
+                    "comparison": comparison,
+                    "jax_variant": jax.variant,
+                    "torch_variant": torch.variant,
+                    "jax_img_s": jax["median"],
+                    "torch_img_s": torch["median"],
+                    "ratio": ratio,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "winner": verdict(ratio, low, high),
+                    "sample_source": "trials"
+                    if "trials" in (jax.sample_source, torch.sample_source)
+                    else jax.sample_source,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def metric_table(meas: pd.DataFrame, metrics: list[str], family: str = "inference") -> pd.DataFrame:
+    """Median over trials of each metric of a family, one row per configuration and variant."""
+    rows = meas[(meas.family == family) & meas.metric.isin(metrics) & (meas.status == "ok")]
+    if rows.empty:
+        return pd.DataFrame(columns=CONFIG + SERIES + metrics)
+    table = rows.pivot_table(
+        index=CONFIG + SERIES, columns="metric", values="value", aggfunc="median"
+    ).reset_index()
+    table.columns.name = None
+    for metric in metrics:
+        if metric not in table:
+            table[metric] = np.nan
+    return table[CONFIG + SERIES + metrics].sort_values(CONFIG + SERIES, ignore_index=True)
+
+
+def latency_at_smallest_batch(meas: pd.DataFrame) -> pd.DataFrame:
+    """p50/p95/p99 latency at batch 1 (the smallest batch size measured, where 1 is absent)."""
+    table = metric_table(meas, ["latency_p50_ms", "latency_p95_ms", "latency_p99_ms"])
+    if table.empty:
+        return table
+    smallest = table.groupby(["model", "device_name", "precision"]).batch_size.transform("min")
+    return table[table.batch_size == smallest].reset_index(drop=True)
+
+
+def memory_table(meas: pd.DataFrame, family: str = "inference") -> pd.DataFrame:
+    table = metric_table(meas, ["peak_mem_bytes", "throughput_img_s"], family)
+    table["peak_mem_gb"] = table.peak_mem_bytes / 1e9
+    table["img_s_per_gb"] = table.throughput_img_s / table.peak_mem_gb
+    return table.dropna(subset=["peak_mem_bytes"]).reset_index(drop=True)
+
+
+def break_even_images(compile_this, compile_other, s_per_img_this, s_per_img_other) -> float:
+    """Images after which the faster side's extra compile time is paid back.
+
+    Solves compile_this + N·t_this = compile_other + N·t_other. 0 when the faster side also compiles
+    no slower; infinite when this side is not faster at all.
+    """
+    if s_per_img_this >= s_per_img_other:
+        return math.inf
+    extra_compile = (compile_this or 0.0) - (compile_other or 0.0)
+    if extra_compile <= 0:
+        return 0.0
+    return extra_compile / (s_per_img_other - s_per_img_this)
+
+
+def break_even_table(matrix: pd.DataFrame, meas: pd.DataFrame) -> pd.DataFrame:
+    """For every compared pair, the faster side's compile time and when it is paid back."""
+    compile_s = metric_table(meas, ["compile_s"])
+    lookup = {
+        (r.model, r.device_name, r.precision, r.batch_size, r.framework, r.variant): r.compile_s
+        for r in compile_s.itertuples()
+    }
+    rows = []
+    for r in matrix.itertuples():
+        base = (r.model, r.device_name, r.precision, r.batch_size)
+        sides = {
+            "jax": (r.jax_variant, r.jax_img_s, lookup.get((*base, "jax", r.jax_variant))),
+            "torch": (
+                r.torch_variant,
+                r.torch_img_s,
+                lookup.get((*base, "torch", r.torch_variant)),
+            ),
+        }
+        faster = "jax" if r.jax_img_s > r.torch_img_s else "torch"
+        other = "torch" if faster == "jax" else "jax"
+        (fv, f_img_s, f_compile), (ov, o_img_s, o_compile) = sides[faster], sides[other]
+        if f_compile is None or o_compile is None or np.isnan(f_compile) or np.isnan(o_compile):
+            continue
+        images = break_even_images(f_compile, o_compile, 1.0 / f_img_s, 1.0 / o_img_s)
+        rows.append(
+            {
+                "model": r.model,
+                "device_name": r.device_name,
+                "precision": r.precision,
+                "batch_size": r.batch_size,
+                "comparison": r.comparison,
+                "faster": series_label(faster, fv),
+                "other": series_label(other, ov),
+                "faster_compile_s": f_compile,
+                "other_compile_s": o_compile,
+                "faster_ms_per_img": 1e3 / f_img_s,
+                "other_ms_per_img": 1e3 / o_img_s,
+                "break_even_images": images,
+                "break_even_calls": images / r.batch_size,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def energy_table(meas: pd.DataFrame) -> pd.DataFrame:
+    return metric_table(meas, ["energy_j_per_img"]).dropna(subset=["energy_j_per_img"])
+
+
+def energy_unavailable_reasons(meas: pd.DataFrame) -> list[str]:
+    rows = meas[(meas.metric == "energy_j_per_img") & meas.value.isna()]
+    reasons = {str(e.get("source_or_reason") or e.get("reason") or "") for e in rows.extra}
+    return sorted(r for r in reasons if r)
+
+
+def kind_summary(matrix: pd.DataFrame, kinds: dict[str, str]) -> pd.DataFrame:
+    """Per model kind and comparison: wins, ties and the geometric mean of JAX ÷ PyTorch."""
+    if matrix.empty:
+        return pd.DataFrame()
+    frame = matrix.assign(kind=matrix.model.map(lambda m: kind_label(kinds.get(m, "unknown"))))
+    rows = []
+    for (kind, comparison), group in frame.groupby(["kind", "comparison"], sort=True):
+        rows.append(
+            {
+                "kind": kind,
+                "comparison": comparison,
+                "configurations": len(group),
+                "jax_wins": int((group.winner == "jax").sum()),
+                "torch_wins": int((group.winner == "torch").sum()),
+                "ties": int((group.winner == "tie").sum()),
+                "geomean_ratio": float(np.exp(np.log(group.ratio).mean())),
+                "min_ratio": float(group.ratio.min()),
+                "max_ratio": float(group.ratio.max()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- history
+
+
+def higher_is_better(metric: str, unit: str) -> bool:
+    return unit in HIGHER_IS_BETTER_UNITS or metric in HIGHER_IS_BETTER_METRICS
+
+
+HISTORY_KEY = [
+    "notebook",
+    "family",
+    "model",
+    "framework",
+    "variant",
+    "device_name",
+    "precision",
+    "batch_size",
+    "trial",
+    "metric",
+]
+
+
+def history_flags(current: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
+    """Metrics measured in both runs with intervals; non-overlapping intervals are flagged."""
+    columns = HISTORY_KEY + ["unit", "value", "ci_low", "ci_high"]
+
+    def usable(frame):
+        frame = frame[(frame.status == "ok") & frame.ci_low.notna() & frame.ci_high.notna()]
+        return frame[columns]
+
+    if current.empty or baseline.empty:
+        return pd.DataFrame(columns=[*columns, "change", "flag"])
+    both = usable(current).merge(
+        usable(baseline).drop(columns="unit"), on=HISTORY_KEY, suffixes=("", "_baseline")
+    )
+    flags = []
+    for r in both.itertuples():
+        if r.ci_low <= r.ci_high_baseline and r.ci_low_baseline <= r.ci_high:
+            flags.append("unchanged")
+            continue
+        went_up = r.value > r.value_baseline
+        flags.append(
+            "improvement" if went_up == higher_is_better(r.metric, r.unit) else "regression"
+        )
+    both["flag"] = flags
+    both["change"] = both.value / both.value_baseline - 1.0
+    return both.sort_values(HISTORY_KEY, ignore_index=True)
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def error_line(error: str, limit: int = 200) -> str:
+    """The last meaningful line of an error tail, without terminal colour codes."""
+    lines = [ln.strip() for ln in ANSI_RE.sub("", error or "").splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not set(ln) <= set("-^~ ")]
+    text = lines[-1] if lines else ""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def failures_table(meas: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """Every record that is not ok (failed/timeout cells, out-of-memory batch sizes)."""
+    bad = meas[~meas.status.isin(["ok", "skipped"])]
+    rows = bad[
+        [
+            "notebook",
+            "cell",
+            "trial",
+            "status",
+            "model",
+            "framework",
+            "variant",
+            "precision",
+            "batch_size",
+            "error",
+        ]
+    ].copy()
+    rows["error"] = rows.error.map(error_line)
+    rows = rows.merge(
+        cells[["notebook", "cell", "trial", "path"]], how="left", on=["notebook", "cell", "trial"]
+    )
+    return rows.sort_values(["notebook", "cell", "trial", "batch_size"], ignore_index=True)
+
+
+def retries_table(cells: pd.DataFrame) -> pd.DataFrame:
+    retried = cells[cells.retried.fillna(False).astype(bool)]
+    rows = []
+    for r in retried.itertuples():
+        env = r.retry_env or {}
+        rows.append(
+            {
+                "notebook": r.notebook,
+                "cell": r.cell,
+                "trial": r.trial,
+                "changed": ", ".join(f"{k}={env[k]}" for k in sorted(env)) or "(nothing recorded)",
+                "final_status": r.status,
+                "path": r.path,
+            }
+        )
+    return pd.DataFrame(
+        rows, columns=["notebook", "cell", "trial", "changed", "final_status", "path"]
+    )
+
+
+def shared_machine_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Cells during which other processes or the hypervisor took more than
+    ``fwbench.measure.meters.contention.SHARED_FRACTION`` of the CPU time: their timings are suspect."""
+    columns = ["notebook", "cell", "trial", "other_cpu_frac", "steal_frac", "load_1m_before"]
+    if "shared_machine" not in cells:
+        return pd.DataFrame(columns=[*columns, "path"])
+    shared = cells[cells.shared_machine.fillna(False).astype(bool)]
+    return shared[[*columns, "path"]].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- other families
+
+
+DESCRIPTIVE = ["model", "framework", "mode", "device_name", "precision", "batch_size"]
+
+
+def family_table(meas: pd.DataFrame, family: str) -> pd.DataFrame:
+    """All ok metrics of a family, one row per configuration (median over trials)."""
+    rows = meas[(meas.family == family) & (meas.status == "ok") & meas.value.notna()]
+    if rows.empty:
+        return pd.DataFrame()
+    index = [c for c in DESCRIPTIVE if (rows[c].astype(str) != "").any() and rows[c].notna().any()]
+    rows = rows.assign(**{c: rows[c].astype(object).where(rows[c].notna(), "") for c in index})
+    table = rows.pivot_table(index=index, columns="metric", values="value", aggfunc="median")
+    table = table.reset_index()
+    table.columns.name = None
+    return table.sort_values(index, ignore_index=True)
+
+
+TRAINING_SPEED = [
+    "step_time_p50_ms",
+    "step_time_p95_ms",
+    "throughput_img_s",
+    "compile_s",
+    "peak_mem_bytes",
+    "energy_j_per_step",
+]
+# The float64 rows are the gate (their status is the check's); the fp32 rows are measurements of
+# how rounding grows, with the step at which the fp32 losses first part by more than 1e-3.
+FP64_PARITY_METRICS = [
+    "fp64_loss_parity_max_rel",
+    "fp64_param_parity_max_rel",
+    "fp64_bn_stats_parity_max_rel",
+]
+PARITY_METRICS = FP64_PARITY_METRICS + [
+    "loss_parity_max_rel",
+    "param_parity_max_rel",
+    "bn_stats_parity_max_rel",
+    "fp32_loss_divergence_step",
+]
+CONVERGENCE_METRICS = ["val_top1", "val_top1_as_trained", "train_loss_final"]
+
+
+def check_table(meas: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """Training checks (parity, convergence) one row per model and framework, failures kept."""
+    rows = meas[(meas.family == "training") & meas.metric.isin(metrics)]
+    if rows.empty:
+        return pd.DataFrame()
+    index = ["model", "framework", "device_name", "batch_size", "trial"]
+    rows = rows.assign(batch_size=rows.batch_size.astype(float))
+    table = rows.pivot_table(index=index, columns="metric", values="value", aggfunc="first")
+    status = rows.groupby(index).status.agg(lambda s: "ok" if (s == "ok").all() else "failed")
+    table = table.join(status).reset_index()
+    table.columns.name = None
+    return table[index + [m for m in metrics if m in table] + ["status"]].sort_values(
+        index, ignore_index=True
+    )
+
+
+def parity_curves(meas: pd.DataFrame) -> pd.DataFrame:
+    """Per-step losses of both frameworks from the loss-parity records (same weights, same batches).
+
+    Failed checks are kept: a curve that drifts apart is the thing to look at.
+    """
+    rows = []
+    parity = meas[(meas.family == "training") & (meas.metric == "loss_parity_max_rel")]
+    for r in parity.itertuples():
+        for framework, losses in sorted((r.extra.get("losses") or {}).items()):
+            for step, loss in enumerate(losses):
+                rows.append(
+                    {
+                        "model": r.model,
+                        "device_name": r.device_name,
+                        "batch_size": r.batch_size,
+                        "trial": r.trial,
+                        "status": r.status,
+                        "max_rel": r.value,
+                        "framework": framework,
+                        "step": step,
+                        "loss": float(loss),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def convergence_curves(meas: pd.DataFrame) -> pd.DataFrame:
+    """Train loss per step and validation top-1 per epoch, both on an epoch axis, per framework."""
+    rows = []
+    training = meas[meas.family == "training"]
+    common = ["model", "framework", "device_name", "batch_size", "trial", "status"]
+    for r in training[training.metric == "train_loss_final"].itertuples():
+        losses = r.extra.get("train_loss") or []
+        per_epoch = r.n or len(losses) or 1
+        for step, loss in enumerate(losses):
+            rows.append(
+                {
+                    **{c: getattr(r, c) for c in common},
+                    "curve": "train loss",
+                    "epoch": (step + 1) / per_epoch,
+                    "value": float(loss),
+                }
+            )
+    for r in training[training.metric == "val_top1"].itertuples():
+        by_epoch = r.extra.get("val_top1_by_epoch") or []
+        points = [(float(e), float(v), "running statistics") for e, v in enumerate(by_epoch)]
+        if r.extra.get("bn_recalibrated") and by_epoch:
+            points.append((float(len(by_epoch) - 1), float(r.value), "BatchNorm recalibrated"))
+        for epoch, top1, kind in points:
+            rows.append(
+                {
+                    **{c: getattr(r, c) for c in common},
+                    "curve": "val top-1 (%)",
+                    "epoch": epoch,
+                    "value": top1,
+                    "statistics": kind,
+                }
+            )
+    return pd.DataFrame(rows)

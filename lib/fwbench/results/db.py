@@ -1,0 +1,242 @@
+"""The DuckDB index over executed notebooks: ingest (idempotent) and query.
+
+The executed notebooks are the evidence; this database is derived from them and can be deleted and
+rebuilt with ``fwbench ingest`` at any time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import jsonschema
+import nbformat
+
+from fwbench.results.records import COLUMNS, RECORDS_MIME, load_schema
+from fwbench.vocab import ENV_DB, family_of
+
+DEFAULT_DB_NAME = "fwbench.duckdb"
+
+# A failed cell still yields one row, so that the failure is visible next to the measurements.
+DESCRIPTIVE = ("model", "framework", "mode", "device", "precision", "batch_size")
+
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id VARCHAR, campaign VARCHAR, started_at VARCHAR, finished_at VARCHAR,
+    git_sha VARCHAR, host VARCHAR, campaign_file VARCHAR, environment JSON,
+    PRIMARY KEY (campaign, run_id)
+);
+CREATE TABLE IF NOT EXISTS cells (
+    run_id VARCHAR, campaign VARCHAR, notebook VARCHAR, cell VARCHAR, trial INTEGER,
+    status VARCHAR, error VARCHAR, duration_s DOUBLE, retried BOOLEAN, retry_env JSON,
+    parameters JSON, path VARCHAR, load_1m_before DOUBLE, other_cpu_frac DOUBLE,
+    steal_frac DOUBLE, shared_machine BOOLEAN
+);
+-- columns added after the first release; an index built before them gains them empty
+ALTER TABLE cells ADD COLUMN IF NOT EXISTS load_1m_before DOUBLE;
+ALTER TABLE cells ADD COLUMN IF NOT EXISTS other_cpu_frac DOUBLE;
+ALTER TABLE cells ADD COLUMN IF NOT EXISTS steal_frac DOUBLE;
+ALTER TABLE cells ADD COLUMN IF NOT EXISTS shared_machine BOOLEAN;
+CREATE TABLE IF NOT EXISTS measurements (
+    run_id VARCHAR, campaign VARCHAR, notebook VARCHAR, cell VARCHAR, trial INTEGER,
+    status VARCHAR, error VARCHAR, family VARCHAR, model VARCHAR, framework VARCHAR,
+    mode VARCHAR, device VARCHAR, device_name VARCHAR, precision VARCHAR, batch_size INTEGER,
+    metric VARCHAR, value DOUBLE, unit VARCHAR, n INTEGER, ci_low DOUBLE, ci_high DOUBLE,
+    extra JSON
+);
+"""
+
+
+class IngestError(ValueError):
+    """A malformed record or notebook: reported naming the notebook; nothing is written."""
+
+
+def default_db_path(out: str | os.PathLike | None = None) -> Path:
+    if os.environ.get(ENV_DB):
+        return Path(os.environ[ENV_DB])
+    return Path(out or "executed") / DEFAULT_DB_NAME
+
+
+def connect(db_path: str | os.PathLike, read_only: bool = False):
+    db_path = Path(db_path)
+    if read_only and not db_path.exists():
+        raise FileNotFoundError(f"no database at {db_path}; run `fwbench ingest` first")
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(str(db_path), read_only=read_only)
+    if not read_only:
+        con.execute(SCHEMA_SQL)
+    return con
+
+
+@dataclass
+class RunData:
+    run_dir: Path
+    manifest: dict
+    cells: list[dict] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)
+
+
+def _records_in(nb) -> list[dict]:
+    rows = []
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if RECORDS_MIME in data:
+                payload = data[RECORDS_MIME]
+                if isinstance(payload, str):
+                    payload = json.loads(payload)
+                rows.extend(payload if isinstance(payload, list) else [payload])
+    return rows
+
+
+def read_notebook_rows(nb_path: Path, run_dir: Path, validator) -> tuple[dict, list[dict]]:
+    """The cell summary and validated records of one executed notebook."""
+    try:
+        nb = nbformat.read(str(nb_path), as_version=4)
+    except Exception as exc:
+        raise IngestError(f"{nb_path}: not a readable notebook: {exc}") from None
+    meta = nb.metadata.get("fwbench")
+    if not meta:
+        raise IngestError(f"{nb_path}: no fwbench metadata; was it written by `fwbench run`?")
+    context = {k: meta.get(k) for k in ("run_id", "campaign", "notebook", "cell", "trial")}
+    rows = []
+    for i, record in enumerate(_records_in(nb)):
+        errors = sorted(validator.iter_errors(record), key=lambda e: list(e.path))
+        if errors:
+            first = errors[0]
+            where = "/".join(map(str, first.path)) or "(record)"
+            raise IngestError(f"{nb_path}: record {i} is malformed at {where}: {first.message}")
+        row = {c: record.get(c) for c in COLUMNS}
+        row.update(context)
+        rows.append(row)
+    status = meta.get("status", "failed")
+    if status != "ok":
+        params = meta.get("parameters", {})
+        row = {c: None for c in COLUMNS}
+        row.update(context)
+        row.update({k: params.get(k) for k in DESCRIPTIVE if k in params})
+        if isinstance(row.get("batch_size"), list):
+            row["batch_size"] = None
+        row.update(
+            status=status,
+            error=meta.get("error"),
+            family=family_of(meta.get("notebook", "")),
+            metric="cell_status",
+            unit="",
+            extra={"duration_s": meta.get("duration_s")},
+        )
+        rows.append(row)
+    cell = {
+        **context,
+        "status": status,
+        "error": meta.get("error"),
+        "duration_s": meta.get("duration_s"),
+        "retried": bool(meta.get("retried")),
+        "retry_env": json.dumps(meta.get("retry_env") or {}),
+        "parameters": json.dumps(meta.get("parameters") or {}),
+        "path": str(nb_path.relative_to(run_dir.parent.parent)),
+        **_machine_share(meta),
+    }
+    return cell, rows
+
+
+def _machine_share(meta: dict) -> dict:
+    """The cell's load and contention readings; None where the notebook predates them."""
+    load = (meta.get("load_average") or {}).get("before") or [None]
+    contention = meta.get("contention") or {}
+    return {
+        "load_1m_before": load[0],
+        "other_cpu_frac": contention.get("other_cpu_frac"),
+        "steal_frac": contention.get("steal_frac"),
+        "shared_machine": contention.get("shared"),
+    }
+
+
+def collect(root: Path) -> list[RunData]:
+    """Read and validate every run under ``root`` (a folder of campaigns, a campaign or a run)."""
+    root = Path(root)
+    if not root.exists():
+        raise IngestError(f"{root}: no such folder")
+    validator = jsonschema.Draft202012Validator(load_schema())
+    runs = []
+    manifests = sorted(root.rglob("manifest.json"))
+    for manifest_path in manifests:
+        run_dir = manifest_path.parent
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise IngestError(f"{manifest_path}: malformed manifest: {exc}") from None
+        data = RunData(run_dir, manifest)
+        # hidden files are partial or temporary writes of an interrupted runner: never results
+        for nb_path in sorted(run_dir.glob("*/*.ipynb")):
+            if nb_path.name.startswith("."):
+                continue
+            cell, rows = read_notebook_rows(nb_path, run_dir, validator)
+            data.cells.append(cell)
+            data.rows.extend(rows)
+        runs.append(data)
+    return runs
+
+
+def ingest(root: str | os.PathLike, db_path: str | os.PathLike) -> dict:
+    """Validate everything first, then replace each run's rows in one transaction."""
+    runs = collect(Path(root))
+    con = connect(db_path)
+    counts = {"runs": 0, "cells": 0, "measurements": 0}
+    try:
+        con.execute("BEGIN TRANSACTION")
+        for run in runs:
+            m = run.manifest
+            key = (m["campaign"], m["run_id"])
+            for table in ("runs", "cells", "measurements"):
+                con.execute(f"DELETE FROM {table} WHERE campaign = ? AND run_id = ?", key)
+            env = m.get("environment", {})
+            con.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    m["run_id"],
+                    m["campaign"],
+                    m.get("started_at"),
+                    m.get("finished_at"),
+                    env.get("git_sha"),
+                    env.get("host"),
+                    m.get("campaign_file"),
+                    json.dumps(env, default=str),
+                ),
+            )
+            if run.cells:
+                cell_cols = list(run.cells[0])
+                con.executemany(
+                    f"INSERT INTO cells ({', '.join(cell_cols)}) VALUES ({', '.join('?' * len(cell_cols))})",
+                    [tuple(c[k] for k in cell_cols) for c in run.cells],
+                )
+            if run.rows:
+                con.executemany(
+                    f"INSERT INTO measurements ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+                    [
+                        tuple(json.dumps(r[c]) if c == "extra" else r[c] for c in COLUMNS)
+                        for r in run.rows
+                    ],
+                )
+            counts["runs"] += 1
+            counts["cells"] += len(run.cells)
+            counts["measurements"] += len(run.rows)
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    finally:
+        con.close()
+    return counts
+
+
+def query(sql: str, db_path: str | os.PathLike, params: list | None = None):
+    """A pandas DataFrame of ``sql`` run read-only against the index."""
+    con = connect(db_path, read_only=True)
+    try:
+        return con.execute(sql, params or []).df()
+    finally:
+        con.close()

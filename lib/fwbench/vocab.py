@@ -1,0 +1,98 @@
+"""One vocabulary: the names that every room of fwbench and every notebook must spell alike.
+
+Frameworks and their display labels, what "default" means for each framework, the families (one
+per notebook), the environment variables the runner hands to a kernel, and the bootstrap settings
+behind every interval. Model display labels live on the registry's ``ModelSpec``; ``model_label``
+reads them from there. This module imports nothing heavy, so the report, the pipeline and the
+families can all use it.
+"""
+
+from __future__ import annotations
+
+import re
+
+FRAMEWORKS = ("torch", "jax")
+FRAMEWORK_LABELS = {"jax": "JAX", "torch": "PyTorch"}
+KIND_LABELS = {"cnn": "CNN", "transformer": "Transformer"}
+
+# What each framework does when a user changes nothing; a notebook's mode "default" resolves to it.
+DEFAULT_MODE = {"torch": "eager", "jax": "jit"}
+# The ways each notebook can run each framework; a campaign is checked against them before it runs.
+INFERENCE_MODES = {"torch": ("eager", "compile", "compile-max-autotune"), "jax": ("jit",)}
+TRAINING_MODES = {"torch": ("eager", "compile"), "jax": ("jit",)}
+NOTEBOOK_MODES = {
+    "10_inference": (INFERENCE_MODES, "mode"),
+    "11_training": (TRAINING_MODES, "training mode"),
+}
+
+# One family per notebook; records carry the family, the index derives it from the notebook's
+# number for the cell_status rows. 12_memory's family is "memory" (activation checkpointing).
+FAMILIES = {
+    "00": "setup",
+    "01": "validation",
+    "02": "calibration",
+    "10": "inference",
+    "11": "training",
+    "12": "memory",
+    "20": "analysis",
+}
+
+# What the runner tells a kernel (and a record reads back); a kernel started by hand has none.
+ENV_RUN_ID = "FWBENCH_RUN_ID"
+ENV_CAMPAIGN = "FWBENCH_CAMPAIGN"
+ENV_NOTEBOOK = "FWBENCH_NOTEBOOK"
+ENV_CELL = "FWBENCH_CELL"
+ENV_TRIAL = "FWBENCH_TRIAL"
+ENV_EXECUTED_DIR = "FWBENCH_EXECUTED_DIR"
+# Read from the user's environment: the index path and the kernel the runner starts.
+ENV_DB = "FWBENCH_DB"
+ENV_KERNEL = "FWBENCH_KERNEL"
+ENV_PREFIX = "FWBENCH_"
+
+# Every bootstrap interval: resamples, and the sample cap above which a seeded subsample is drawn.
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_MAX_SAMPLES = 10_000
+CONFIDENCE = 0.95
+
+# Terminal colour codes, which IPython puts in tracebacks and tqdm in progress output.
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def framework_label(name: str) -> str:
+    return FRAMEWORK_LABELS.get(name, name)
+
+
+def kind_label(kind: str) -> str:
+    return KIND_LABELS.get(kind, kind)
+
+
+def model_label(name: str) -> str:
+    """The registry's display label; names outside it (the memory family's cases) as they are."""
+    from fwbench.models.registry import MODELS
+
+    spec = MODELS.get(name)
+    return spec.label if spec else name
+
+
+def series_label(framework: str, variant: str) -> str:
+    return f"{framework_label(framework)} {variant}"
+
+
+def family_of(notebook: str) -> str:
+    return FAMILIES.get(str(notebook)[:2], "unknown")
+
+
+def resolve_mode(
+    framework: str, mode: str, modes: dict[str, tuple] | None = None, what: str = "mode"
+) -> str:
+    """``default`` is each framework's out-of-the-box way to run (``DEFAULT_MODE``).
+
+    ``modes`` names what each framework allows (inference's modes when left out); ``what`` names
+    them in the error.
+    """
+    if mode == "default":
+        return DEFAULT_MODE[framework]
+    allowed = (modes or INFERENCE_MODES)[framework]
+    if mode not in allowed:
+        raise ValueError(f"mode {mode!r} is not a {framework} {what}; choose from {allowed}")
+    return mode
