@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fwbench.measure import precision
+
 REQUIRED = ("torch", "torchvision", "jax", "flax", "optax", "papermill", "duckdb", "altair")
 
 
@@ -57,8 +59,7 @@ def _matmul_check(framework: str, device: str, result: np.ndarray, ref: np.ndarr
 def check_torch_matmul(device: str, size: int = 256, seed: int = 0) -> Check:
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    precision.configure("torch", "fp32")
     a, b, ref = _reference_matmul(size, seed)
     t0 = time.perf_counter()
     out = (torch.from_numpy(a).to(device) @ torch.from_numpy(b).to(device)).cpu().numpy()

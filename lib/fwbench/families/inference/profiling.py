@@ -23,11 +23,13 @@ import pandas as pd
 from fwbench import vocab
 from fwbench.results.records import INTERACTIVE
 
+# First match wins, so the order matters: "addmm" is a matmul before it is an "add", and
+# "convert" (a dtype cast, XLA's convert_element_type) is data movement, not a convolution.
 CATEGORIES = {
     "attention": r"attention|softmax|sdpa|flash|fmha",
-    "matmul/conv": r"conv|gemm|matmul|\bmm\b|addmm|bmm|dot|linear|cutlass|sm\d+_xmma|ynn_fusion",
+    "matmul/conv": r"conv(?!ert)|gemm|matmul|\bmm\b|addmm|bmm|dot|linear|cutlass|sm\d+_xmma|ynn_fusion",
     "normalisation": r"norm|batch_norm|layer_norm|rsqrt",
-    "data movement": r"copy|transpose|permute|cat|concat|contiguous|pad|slice|gather|reshape|to_copy|memcpy|broadcast",
+    "data movement": r"convert|expand|copy|transpose|permute|cat|concat|contiguous|pad|slice|gather|reshape|to_copy|memcpy|broadcast",
     "elementwise": r"relu|add|mul|gelu|silu|swish|sigmoid|hardswish|hardsigmoid|clamp|div|sub|tanh|exp|fusion|elementwise|mean|reduce|pool",
 }
 _RUNTIME_NAME = re.compile(
