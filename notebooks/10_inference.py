@@ -42,7 +42,7 @@ from fwbench.families.inference import bench
 from fwbench.measure import device as fw_device
 from fwbench.measure import precision as fw_precision
 from fwbench.measure.timing import StopRule
-from fwbench.models import build_pair, get_spec
+from fwbench.models import build_pair, build_torch, get_spec
 from fwbench.results.records import Recorder
 
 spec = get_spec(model)
@@ -50,15 +50,16 @@ mode = vocab.resolve_mode(framework, mode)  # "default": torch eager, JAX jit
 kind = fw_device.resolve_device(framework, device)
 name = fw_device.device_name(framework, kind)
 settings = fw_precision.configure(framework, precision)
-torch_model, flax_model = build_pair(model, seed=seed, image_size=image_size)
 if framework == "torch":
     import torch
 
     torch.backends.cudnn.benchmark = cudnn_benchmark
     settings["torch.backends.cudnn.benchmark"] = cudnn_benchmark
+    torch_model = build_torch(model, seed=seed, image_size=image_size)
     side = bench.TorchSide(torch_model, kind, precision, mode, channels_last and spec.kind == "cnn")
-    del flax_model
 else:
+    # the JAX side takes its weights from the same seeded torchvision model, ported
+    torch_model, flax_model = build_pair(model, seed=seed, image_size=image_size)
     side = bench.JaxSide(flax_model, kind, precision)
     del torch_model
 print(f"{model} · {framework} {mode} · {precision} · {name}")

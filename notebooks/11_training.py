@@ -108,7 +108,10 @@ if spec.kind == "transformer" and image_size % 16:
 mode = train_steps.resolve_training_mode(framework, mode)  # "default": torch eager, JAX jit
 kind = fw_device.resolve_device(framework, device)
 name = fw_device.device_name(framework, kind)
-kinds = {fw: fw_device.resolve_device(fw, device) for fw in ("torch", "jax")}
+# both frameworks' devices only where both run (parity, convergence): a speed-only PyTorch cell
+# then never imports JAX
+both = check_parity or check_convergence
+kinds = {fw: fw_device.resolve_device(fw, device) for fw in (("torch", "jax") if both else ())}
 data = batches.load(dataset, image_size, path=dataset_path)
 settings = train_steps.configure_precision(framework, precision)
 if framework == "torch":
@@ -147,13 +150,13 @@ settings
 speed = None
 if measure_speed:
     from fwbench.families.training.speed import measure_training_speed
-    from fwbench.models import build_pair
+    from fwbench.models import build_pair, build_torch
 
-    torch_model, flax_model = build_pair(
-        model, seed=seed, num_classes=data.num_classes, image_size=image_size
-    )
     config = OptimConfig(optimizer, lr=lr, schedule=schedule)
     if framework == "torch":
+        torch_model = build_torch(
+            model, seed=seed, num_classes=data.num_classes, image_size=image_size
+        )
         cnn_layout = channels_last and spec.kind == "cnn"
         trainer = train_steps.TorchTrainer(
             torch_model,
@@ -164,8 +167,11 @@ if measure_speed:
             channels_last=cnn_layout,
         )
         settings["channels_last"] = cnn_layout
-        del flax_model
     else:
+        # the JAX side takes its weights from the same seeded torchvision model, ported
+        torch_model, flax_model = build_pair(
+            model, seed=seed, num_classes=data.num_classes, image_size=image_size
+        )
         trainer = train_steps.JaxTrainer(flax_model, config, device=kind, precision=precision)
         del torch_model
     speed = measure_training_speed(

@@ -82,6 +82,27 @@ def get_spec(name: str) -> ModelSpec:
         raise KeyError(f"unknown model {name!r}; known models: {', '.join(MODELS)}") from None
 
 
+def build_torch(
+    name: str,
+    *,
+    seed: int = 0,
+    num_classes: int = 1000,
+    state_dict=None,
+    image_size: int | None = None,
+):
+    """The torchvision model exactly as ``build_pair`` builds it, in eval mode, without JAX.
+
+    A PyTorch-only cell needs no Flax twin; not importing JAX and Flax saves it seconds of start-up.
+    """
+    import torch
+
+    torch.manual_seed(seed)
+    torch_model = get_spec(name).torch_model(num_classes, image_size=image_size)
+    if state_dict is not None:
+        torch_model.load_state_dict(state_dict)
+    return torch_model.eval()
+
+
 def build_pair(
     name: str,
     *,
@@ -97,15 +118,12 @@ def build_pair(
     ported from the torch side so the two can never drift apart. ``image_size`` rebuilds a ViT for
     that input size (its position embedding depends on it); CNNs take any size and ignore it.
     """
-    import torch
-
     from fwbench.models import porting
 
     spec = get_spec(name)
-    torch.manual_seed(seed)
-    torch_model = spec.torch_model(num_classes, image_size=image_size)
-    if state_dict is not None:
-        torch_model.load_state_dict(state_dict)
+    torch_model = build_torch(
+        name, seed=seed, num_classes=num_classes, state_dict=state_dict, image_size=image_size
+    )
     impl = spec.flax_impl()
     flax_model = _abstract_flax(impl, num_classes, seed, spec.size_kwargs(image_size))
     porting.port_state_dict(impl.links(flax_model), torch_model.state_dict())
