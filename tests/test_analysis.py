@@ -4,6 +4,7 @@
 tests/test_report.py reuses it to run the whole report.
 """
 
+import dataclasses
 import json
 import math
 
@@ -12,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwbench.report import roofline, sentences, tables
+from fwbench.report import charts, outline, roofline, sentences, tables
+from fwbench.report.sections import ReportContent
 from fwbench.results import db
 from fwbench.results.records import RECORDS_MIME, Recorder
 
@@ -362,6 +364,7 @@ def synthetic(tmp_path_factory):
     con = db.connect(db_path, read_only=True)
     run_id, baseline_id = tables.resolve_runs(con, CAMPAIGN)
     data = {
+        "db_path": db_path,
         "run_id": run_id,
         "baseline_id": baseline_id,
         "meas": tables.load_measurements(con, CAMPAIGN, run_id),
@@ -704,3 +707,103 @@ def test_contention_sentence_reads_the_cells(synthetic):
     assert sentence.endswith("1 ran on a shared machine (above 10%).")
     unread = cells.assign(other_cpu_frac=None, steal_frac=None)
     assert "predates the contention meter" in sentences.contention_sentence(unread)
+
+
+KINDS = {"resnet50": "cnn", "vit_b_16": "transformer"}
+
+
+def build_outline(analysis, tmp_path, monkeypatch):
+    """Every section of the outline into a fresh content; figures are not exported (slow, and
+    tests/test_report.py exports them)."""
+    monkeypatch.setattr(charts, "save", lambda *args, **kwargs: {})
+    content = ReportContent(
+        CAMPAIGN,
+        analysis.run_id,
+        analysis.baseline_run_id,
+        figures_dir=tmp_path / "figures",
+        report_dir=tmp_path / "report",
+    )
+    shown = []
+    for section in outline.SECTIONS:
+        outline.add_section(content, analysis, section, shown.append)
+    assert [s["title"] for s in content.sections] == [s.title for s in outline.SECTIONS]
+    return content, shown
+
+
+def kinds_of(section):
+    return [item["kind"] for item in section["items"]]
+
+
+def test_every_section_shows_its_figures_and_tables_or_its_empty_note(
+    synthetic, tmp_path, monkeypatch
+):
+    con = db.connect(synthetic["db_path"], read_only=True)
+    analysis = outline.load(con, CAMPAIGN, "", "", KINDS)
+    con.close()
+    content, shown = build_outline(analysis, tmp_path, monkeypatch)
+    for spec, section in zip(outline.SECTIONS, content.sections, strict=True):
+        if spec.empty is not None and spec.empty(analysis):
+            note = outline.fill(spec.empty_note, analysis)
+            assert section["items"] == [{"kind": "note", "text": note}], spec.title
+        else:
+            assert section["items"], spec.title
+    # the synthetic run has no energy reading (RAPL refused) and no validation, all else
+    empty = [s["title"] for s in content.sections if kinds_of(s) == ["note"]]
+    assert empty == ["Energy per image", "Validation"]
+    energy = content.sections[[s.title for s in outline.SECTIONS].index("Energy per image")]
+    assert energy["items"][0]["text"] == "No energy was measured in this run (no RAPL access)."
+    figures = [i["name"] for s in content.sections for i in s["items"] if i["kind"] == "figure"]
+    assert figures == [
+        "ratio_matrix",
+        "throughput_scaling",
+        "latency_batch1",
+        "memory_scaling",
+        "memory_efficiency",
+        "compile_time",
+        "roofline_1",
+        "cnn_vs_transformer",
+        "training_ratio_matrix",
+        "training_throughput",
+        "training_parity",
+        "training_convergence",
+        "memory_methods",
+    ]
+    written = [i["name"] for s in content.sections for i in s["items"] if i["kind"] == "table"]
+    assert "history" in written and "shared_machine" in written
+    for name in written:
+        assert (tmp_path / "report" / "tables" / f"{name}.csv").is_file()
+    # the notebook displays each figure and table, and each heading and note as markdown
+    assert sum(not isinstance(x, str) for x in shown) == len(figures) + len(written)
+    history = content.sections[[s.title for s in outline.SECTIONS].index("History")]
+    assert history["items"][0]["caption"] == (
+        f"Metrics whose 95% intervals do not overlap between run {CURRENT_RUN} and {BASELINE_RUN}."
+    )
+
+
+def test_a_run_without_records_states_each_sections_empty_note(synthetic, tmp_path, monkeypatch):
+    con = db.connect(synthetic["db_path"], read_only=True)
+    full = outline.load(con, CAMPAIGN, "", "", KINDS)
+    con.close()
+    analysis = dataclasses.replace(
+        full,
+        baseline_run_id="",
+        meas=full.meas.iloc[0:0],
+        baseline=full.meas.iloc[0:0],
+        cells=full.cells.iloc[0:0],
+        index_calibration=full.index_calibration.iloc[0:0],
+    )
+    content, shown = build_outline(analysis, tmp_path, monkeypatch)
+    assert all(not s["items"] or set(kinds_of(s)) == {"note"} for s in content.sections)
+    assert all(isinstance(x, str) for x in shown)
+    for spec, section in zip(outline.SECTIONS, content.sections, strict=True):
+        if spec.empty is not None:
+            assert spec.empty(analysis), spec.title
+            note = outline.fill(spec.empty_note, analysis)
+            assert section["items"] == [{"kind": "note", "text": note}], spec.title
+    notes = {s["title"]: [i["text"] for i in s["items"]] for s in content.sections}
+    assert notes["Roofline and MFU"] == [
+        "No FLOP counts were recorded in this run, so there is no roofline."
+    ]
+    assert notes["MFU"] == ["No achieved FLOP/s was recorded in this run, so there is no MFU."]
+    assert notes["Training"] == ["No training records in this run."]
+    assert len(notes["Cells run on a shared machine"]) == 1

@@ -1,0 +1,848 @@
+"""The report's outline: its sections as data, and the one loop that fills a ``ReportContent``.
+
+A ``Section`` names its title and intro and lists its items: figures, tables and notes, each with
+the function that computes it from one run's records (an ``Analysis``) and its caption. A section
+with no data for its subject shows its stated ``empty_note`` instead of its items; an item with a
+``when`` shows only where that holds, and its ``otherwise`` note where it does not.
+notebooks/20_analysis.py calls ``build``, and ``fwbench report`` runs that notebook, so what the
+notebook shows and what the report says come from the same loop.
+
+Captions, intros and notes are ``str.format`` templates over the analysis's attributes
+("on {devices}"), or functions of the analysis where the text is computed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import pandas as pd
+
+from fwbench.measure.meters.contention import SHARED_FRACTION
+from fwbench.report import charts, roofline, sentences, tables
+from fwbench.report.sections import ReportContent
+
+
+@dataclass
+class Analysis:
+    """One run's records and everything the sections compute from them, each computed once."""
+
+    campaign: str
+    run_id: str
+    baseline_run_id: str
+    meas: pd.DataFrame
+    cells: pd.DataFrame
+    run: dict
+    baseline: pd.DataFrame
+    index_calibration: pd.DataFrame  # MFU's fallback when this run did not calibrate
+    kinds: dict[str, str]  # model -> "cnn" or "transformer"; the report may not import the models
+
+    def sources(self, rows: pd.DataFrame) -> list[str]:
+        return tables.source_paths(rows, self.cells)
+
+    def family(self, name: str) -> pd.DataFrame:
+        return self.meas[self.meas.family == name]
+
+    @cached_property
+    def inference(self) -> pd.DataFrame:
+        return self.family("inference")
+
+    @cached_property
+    def devices(self) -> str:
+        return ", ".join(sorted({d for d in self.inference.device_name if d})) or "no device"
+
+    @cached_property
+    def samples(self) -> pd.DataFrame:
+        return tables.throughput_samples(self.meas)
+
+    @cached_property
+    def matrix(self) -> pd.DataFrame:
+        return tables.comparison_matrix(self.samples)
+
+    @cached_property
+    def latency(self) -> pd.DataFrame:
+        return tables.latency_at_smallest_batch(self.meas)
+
+    @cached_property
+    def latency_batches(self) -> str:
+        return ", ".join(map(str, sorted(self.latency.batch_size.unique())))
+
+    @cached_property
+    def memory(self) -> pd.DataFrame:
+        return tables.memory_table(self.meas)
+
+    @cached_property
+    def compile_times(self) -> pd.DataFrame:
+        table = tables.metric_table(self.meas, ["compile_s", "lower_s", "xla_compile_s"])
+        return table.dropna(subset=["compile_s"])
+
+    @cached_property
+    def break_even(self) -> pd.DataFrame:
+        return (
+            pd.DataFrame() if self.matrix.empty else tables.break_even_table(self.matrix, self.meas)
+        )
+
+    @cached_property
+    def energy(self) -> pd.DataFrame:
+        return tables.energy_table(self.meas)
+
+    @cached_property
+    def calibration(self) -> pd.DataFrame:
+        return roofline.calibration_with_fallback(self.meas, self.index_calibration)
+
+    @cached_property
+    def ceilings(self) -> pd.DataFrame:
+        return roofline.device_ceilings(self.calibration)
+
+    @cached_property
+    def points(self) -> pd.DataFrame:
+        return roofline.roofline_points(self.meas, self.calibration)
+
+    @cached_property
+    def mfu(self) -> pd.DataFrame:
+        return roofline.mfu_table(self.meas, self.calibration)
+
+    @cached_property
+    def kind_table(self) -> pd.DataFrame:
+        return tables.kind_summary(self.matrix, self.kinds)
+
+    @cached_property
+    def training(self) -> pd.DataFrame:
+        return self.family("training")
+
+    @cached_property
+    def train_samples(self) -> pd.DataFrame:
+        return tables.throughput_samples(self.meas, "training")
+
+    @cached_property
+    def train_matrix(self) -> pd.DataFrame:
+        return tables.comparison_matrix(self.train_samples)
+
+    @cached_property
+    def train_speed(self) -> pd.DataFrame:
+        return tables.metric_table(self.meas, tables.TRAINING_SPEED, "training")
+
+    @cached_property
+    def train_memory(self) -> pd.DataFrame:
+        return tables.memory_table(self.meas, "training")
+
+    @cached_property
+    def parity_curves(self) -> pd.DataFrame:
+        return tables.parity_curves(self.meas)
+
+    @cached_property
+    def parity(self) -> pd.DataFrame:
+        return tables.check_table(self.meas, tables.PARITY_METRICS)
+
+    @cached_property
+    def convergence_curves(self) -> pd.DataFrame:
+        return tables.convergence_curves(self.meas)
+
+    @cached_property
+    def convergence(self) -> pd.DataFrame:
+        return tables.check_table(self.meas, tables.CONVERGENCE_METRICS)
+
+    @cached_property
+    def memory_methods(self) -> pd.DataFrame:
+        return tables.family_table(self.meas, "memory")
+
+    @cached_property
+    def validation(self) -> pd.DataFrame:
+        return tables.family_table(self.meas, "validation")
+
+    @cached_property
+    def history(self) -> pd.DataFrame:
+        return tables.history_flags(self.meas, self.baseline)
+
+    @cached_property
+    def flagged(self) -> pd.DataFrame:
+        return self.history[self.history.flag != "unchanged"]
+
+    @cached_property
+    def failures(self) -> pd.DataFrame:
+        return tables.failures_table(self.meas, self.cells)
+
+    @cached_property
+    def retries(self) -> pd.DataFrame:
+        return tables.retries_table(self.cells)
+
+    @cached_property
+    def shared(self) -> pd.DataFrame:
+        return tables.shared_machine_table(self.cells)
+
+
+def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> Analysis:
+    """The run to analyse (default: the campaign's latest) and its baseline (default: the run
+    before it), read from an open index."""
+    run_id, baseline_run_id = tables.resolve_runs(con, campaign, run_id, baseline_run_id)
+    meas = tables.load_measurements(con, campaign, run_id)
+    return Analysis(
+        campaign=campaign,
+        run_id=run_id,
+        baseline_run_id=baseline_run_id,
+        meas=meas,
+        cells=tables.load_cells(con, campaign, run_id),
+        run=tables.load_run(con, campaign, run_id),
+        baseline=(
+            tables.load_measurements(con, campaign, baseline_run_id)
+            if baseline_run_id
+            else meas.iloc[0:0]
+        ),
+        index_calibration=tables.load_calibration(con),
+        kinds=kinds,
+    )
+
+
+# --------------------------------------------------------------------------- the outline's parts
+
+Text = str | Callable[[Analysis], str]
+Test = Callable[[Analysis], bool]
+Sources = Callable[[Analysis, pd.DataFrame], list[str]]
+
+
+@dataclass(frozen=True)
+class Note:
+    text: Text
+    when: Test | None = None
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    title: str
+    caption: Text
+    chart: Callable[[Analysis], object]
+    when: Test | None = None
+    otherwise: Text = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    caption: Text
+    frame: Callable[[Analysis], pd.DataFrame]
+    sources: Sources  # the executed notebooks behind the rows, from the frame before ``drop``
+    drop: tuple[str, ...] = ()
+    when: Test | None = None
+    otherwise: Text = ""
+
+
+@dataclass(frozen=True)
+class Each:
+    """Items whose number depends on the data (one roofline per device)."""
+
+    items: Callable[[Analysis], list]
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    intro: Text
+    items: tuple = ()
+    empty: Test | None = None
+    empty_note: Text = ""
+    part: str = "results"  # or "failures": where the report places it
+    name: str = ""  # a stable key for other readers of content.json (fwbench readme)
+
+
+class _Fields(dict):
+    def __init__(self, analysis: Analysis):
+        super().__init__()
+        self.analysis = analysis
+
+    def __missing__(self, key: str):
+        return getattr(self.analysis, key)
+
+
+def fill(text: Text, analysis: Analysis) -> str:
+    return text(analysis) if callable(text) else text.format_map(_Fields(analysis))
+
+
+def literal(text: str) -> Callable[[Analysis], str]:
+    """Text computed from the data, which may hold braces of its own."""
+    return lambda _analysis: text
+
+
+def records(family: str | None = None, metrics: Sequence[str] = (), prefix: str = "") -> Sources:
+    """The notebooks behind a family's records of some metrics (all families when None)."""
+
+    def paths(analysis: Analysis, _frame: pd.DataFrame) -> list[str]:
+        rows = analysis.meas if family is None else analysis.family(family)
+        if metrics:
+            rows = rows[rows.metric.isin(metrics)]
+        if prefix:
+            rows = rows[rows.metric.str.startswith(prefix)]
+        return analysis.sources(rows)
+
+    return paths
+
+
+def own_paths(_analysis: Analysis, frame: pd.DataFrame) -> list[str]:
+    """Tables of cells carry their notebook's path in a column of their own."""
+    return list(frame.path.dropna())
+
+
+def _nonempty(attribute: str) -> Test:
+    return lambda analysis: not getattr(analysis, attribute).empty
+
+
+def _empty(attribute: str) -> Test:
+    return lambda analysis: getattr(analysis, attribute).empty
+
+
+def _rooflines(analysis: Analysis) -> list:
+    items = []
+    points, ceilings = analysis.points, analysis.ceilings
+    for i, device_name in enumerate(sorted(points.device_name.unique())):
+        on_device = points[(points.device_name == device_name) & points.intensity.notna()]
+        device_ceilings = ceilings[ceilings.device_name == device_name]
+        if on_device.empty or device_ceilings.empty:
+            text = f"{device_name}: no intensity or no ceilings, so no roofline plot."
+            items.append(Note(literal(text)))
+            continue
+        curve = roofline.roofline_curve(device_ceilings, on_device.intensity)
+        items.append(
+            Figure(
+                f"roofline_{i + 1}",
+                f"Roofline: {device_name}",
+                literal(
+                    f"Achieved FLOP/s (FLOPs per image from the frameworks' counters × median "
+                    f"throughput) against arithmetic intensity (XLA cost analysis FLOPs ÷ bytes) "
+                    f"on {device_name}; lines are min(measured peak matmul, measured copy "
+                    f"bandwidth × intensity) per precision."
+                ),
+                lambda _a, on_device=on_device, curve=curve: charts.roofline_chart(
+                    on_device, curve
+                ),
+            )
+        )
+    return items
+
+
+def _mfu_notes(analysis: Analysis) -> list:
+    return [Note(literal(text)) for text in roofline.mfu_notes(analysis.mfu, analysis.run_id)]
+
+
+def _energy_note(analysis: Analysis) -> str:
+    reasons = tables.energy_unavailable_reasons(analysis.meas)
+    return "No energy was measured in this run" + (f" ({'; '.join(reasons)})." if reasons else ".")
+
+
+def _ratio_heatmap(attribute: str) -> Callable[[Analysis], object]:
+    return lambda analysis: charts.ratio_heatmap(getattr(analysis, attribute))
+
+
+def _throughput(attribute: str) -> Callable[[Analysis], object]:
+    return lambda analysis: charts.by_batch(
+        getattr(analysis, attribute), "median", "images/s (median)", ci=("ci_low", "ci_high")
+    )
+
+
+MEMORY_METHOD_COLUMNS = {"model", "framework", "peak_mem_bytes"}
+
+SECTIONS: tuple[Section, ...] = (
+    Section(
+        "Comparison matrix",
+        "JAX ÷ PyTorch median throughput (images/s) for every model, device, precision and batch "
+        "size, with a 95% bootstrap interval; > 1 means JAX is faster.",
+        (
+            Figure(
+                "ratio_matrix",
+                "JAX ÷ PyTorch throughput",
+                "Median images/s of JAX divided by PyTorch's, on {devices}; best modes (each "
+                "framework's fastest variant) and defaults (PyTorch eager vs JAX jit). Colour is "
+                "log₂ of the ratio; 'tie' marks a 95% bootstrap interval that contains 1.",
+                _ratio_heatmap("matrix"),
+            ),
+            Table(
+                "ratio_matrix",
+                "JAX ÷ PyTorch throughput ratio with 95% interval and the winner (tie when the "
+                "interval contains 1).",
+                lambda a: a.matrix,
+                records("inference", ["throughput_img_s"]),
+                drop=("device",),
+            ),
+        ),
+        empty=_empty("matrix"),
+        empty_note="No configuration was measured with both frameworks in this run.",
+    ),
+    Section(
+        "Throughput scaling",
+        "How many images per second each variant sustains as the batch grows (median over blocks "
+        "of enqueued calls, one sync per block).",
+        (
+            Figure(
+                "throughput_scaling",
+                "Throughput vs batch size",
+                "Median images/s over timed blocks of pipelined calls with its 95% bootstrap "
+                "interval, per framework and mode, on {devices}; both axes logarithmic.",
+                _throughput("samples"),
+            ),
+        ),
+        empty=_empty("samples"),
+        empty_note="No throughput was measured in this run.",
+    ),
+    Section(
+        "Latency at batch 1",
+        "Per-call latency, every call synced and timed alone, at the smallest batch size measured "
+        "(1 unless the campaign left it out).",
+        (
+            Figure(
+                "latency_batch1",
+                "Latency percentiles at the smallest batch",
+                "p50, p95 and p99 of per-call latency (each call synchronised and timed alone) on "
+                "{devices}, at batch size {latency_batches}.",
+                lambda a: charts.latency_chart(a.latency),
+            ),
+            Table(
+                "latency_batch1",
+                "Latency percentiles (ms) at the smallest batch size.",
+                lambda a: a.latency,
+                records("inference", prefix="latency_"),
+                drop=("device",),
+            ),
+        ),
+        empty=_empty("latency"),
+        empty_note="No latency was measured in this run.",
+    ),
+    Section(
+        "Memory",
+        "Peak device memory per batch size (torch max_memory_allocated, JAX peak_bytes_in_use, "
+        "CPU peak RSS) and images/s per GB of that peak.",
+        (
+            Figure(
+                "memory_scaling",
+                "Peak memory vs batch size",
+                "Peak memory during the timed calls, per framework and mode, on {devices}; GB = "
+                "10⁹ bytes; both axes logarithmic.",
+                lambda a: charts.by_batch(a.memory, "peak_mem_gb", "peak memory (GB)"),
+            ),
+            Figure(
+                "memory_efficiency",
+                "Memory efficiency",
+                "Median throughput divided by peak memory (images/s per GB), on {devices}.",
+                lambda a: charts.by_batch(a.memory, "img_s_per_gb", "images/s per GB"),
+            ),
+            Table(
+                "memory",
+                "Peak memory and memory efficiency per configuration.",
+                lambda a: a.memory,
+                records("inference", ["peak_mem_bytes"]),
+                drop=("device",),
+            ),
+        ),
+        empty=_empty("memory"),
+        empty_note="No peak memory was recorded in this run.",
+    ),
+    Section(
+        "Compile time and break-even",
+        "JAX: AOT lowering plus XLA compilation; torch.compile: first call minus a steady call; "
+        "eager: 0. Break-even is the number of images after which the faster side's extra "
+        "compile time is paid back: (compile_faster − compile_other) ÷ (s/img other − s/img "
+        "faster).",
+        (
+            Figure(
+                "compile_time",
+                "Compile time vs batch size",
+                "Seconds spent compiling before the first measured call, per compiled mode, on "
+                "{devices} (eager modes compile nothing and are left out).",
+                lambda a: charts.by_batch(
+                    a.compile_times[a.compile_times.compile_s > 0], "compile_s", "compile time (s)"
+                ),
+                when=lambda a: (a.compile_times.compile_s > 0).any(),
+                otherwise="Only eager modes ran, so nothing was compiled.",
+            ),
+            Table(
+                "compile_time",
+                "Compile time (s) per configuration.",
+                lambda a: a.compile_times,
+                records("inference", ["compile_s"]),
+                drop=("device",),
+            ),
+            Table(
+                "break_even",
+                "Images (and calls) until the faster side's compile time is paid back against the "
+                "other side; ∞: the slower side never pays back.",
+                lambda a: a.break_even,
+                records("inference", ["compile_s", "throughput_img_s"]),
+                when=_nonempty("break_even"),
+                otherwise="No pair with compile times on both sides, so no break-even.",
+            ),
+        ),
+        empty=_empty("compile_times"),
+        empty_note="No compile time was recorded in this run.",
+    ),
+    Section(
+        "Energy per image",
+        "Energy counter (NVML total energy on GPUs, RAPL on CPUs) read around the throughput "
+        "measurement, divided by the images processed.",
+        (
+            Figure(
+                "energy_per_image",
+                "Energy per image",
+                "Joules per image over the throughput measurement on {devices}.",
+                lambda a: charts.by_batch(a.energy, "energy_j_per_img", "joules per image"),
+            ),
+            Table(
+                "energy",
+                "Energy per image (J).",
+                lambda a: a.energy,
+                records("inference", ["energy_j_per_img"]),
+                drop=("device",),
+            ),
+        ),
+        empty=_empty("energy"),
+        empty_note=_energy_note,
+    ),
+    Section(
+        "Roofline and MFU",
+        literal(f"Classification rule: {roofline.RULE}"),
+        (
+            Note(
+                "No FLOP counts were recorded in this run, so there is no roofline.",
+                when=_empty("points"),
+            ),
+            Note(
+                "No calibration of {devices} in this run or in the index (02_calibrate did not "
+                "run): without measured ceilings no configuration can be placed on a roofline and "
+                "no MFU can be computed.",
+                when=lambda a: not a.points.empty and a.ceilings.empty,
+            ),
+            Each(_rooflines),
+            Table(
+                "roofline",
+                "Achieved TFLOP/s, MFU (achieved ÷ the framework's measured matmul peak), "
+                "intensity and the regime each configuration falls in.",
+                lambda a: a.points,
+                records(None, ["achieved_tflops", "peak_matmul_tflops", "copy_bandwidth_gbs"]),
+                drop=("device",),
+                when=_nonempty("points"),
+            ),
+            Table(
+                "ceilings",
+                "Measured ceilings per device and precision, and the run each was measured in.",
+                lambda a: a.ceilings,
+                records("calibration"),
+                when=_nonempty("ceilings"),
+            ),
+        ),
+    ),
+    Section(
+        "MFU",
+        "Model FLOP utilisation of every configuration with a FLOP count, inference and "
+        "training: achieved TFLOP/s ÷ the peak matmul TFLOP/s that 02_calibrate measured through "
+        "the same framework on the same device and precision.",
+        (
+            Each(_mfu_notes),
+            Table(
+                "mfu",
+                "MFU per configuration: median achieved TFLOP/s over trials ÷ the peak matmul "
+                "TFLOP/s of the same framework, device and precision, measured in the run named.",
+                lambda a: a.mfu.dropna(subset=["mfu"]),
+                records(None, ["achieved_tflops", "peak_matmul_tflops"]),
+                drop=("mode", "device", "ceiling_campaign", "ceiling_cell", "channels_last"),
+                when=lambda a: a.mfu.mfu.notna().any(),
+            ),
+            Note(
+                "No achieved FLOP/s was recorded in this run, so there is no MFU.",
+                when=_empty("mfu"),
+            ),
+        ),
+        name="mfu",
+    ),
+    Section(
+        "CNN vs Transformer",
+        "Where each framework wins, by architecture.",
+        (
+            Figure(
+                "cnn_vs_transformer",
+                "Who wins, by architecture",
+                "JAX ÷ PyTorch median throughput with 95% bootstrap intervals per model and batch "
+                "size, best modes and defaults, on {devices}; right of the dashed line JAX is "
+                "faster.",
+                lambda a: charts.kind_chart(a.matrix, a.kinds),
+            ),
+            Table(
+                "by_architecture",
+                "Wins, ties and geometric-mean JAX ÷ PyTorch ratio per architecture.",
+                lambda a: a.kind_table,
+                records("inference", ["throughput_img_s"]),
+            ),
+        ),
+        empty=_empty("matrix"),
+        empty_note="No comparison to split by architecture.",
+    ),
+    Section(
+        "Training",
+        "Training speed with every step synced (each framework at its default and best "
+        "practice), then the proof that both frameworks train the same function: per-step loss "
+        "parity from the same weights on the same batches, and convergence on real data.",
+        (
+            Note("No training records in this run.", when=_empty("training")),
+            Figure(
+                "training_ratio_matrix",
+                "JAX ÷ PyTorch training throughput",
+                "Median training images/s of JAX divided by PyTorch's (batch size over the synced "
+                "step time), on {devices}; 95% bootstrap interval over steps (or trials, with "
+                "three or more); 'tie' marks an interval that contains 1.",
+                _ratio_heatmap("train_matrix"),
+                when=_nonempty("train_matrix"),
+            ),
+            Table(
+                "training_ratio_matrix",
+                "JAX ÷ PyTorch training throughput with 95% interval and the winner.",
+                lambda a: a.train_matrix,
+                records("training", ["throughput_img_s"]),
+                drop=("device",),
+                when=_nonempty("train_matrix"),
+            ),
+            Figure(
+                "training_throughput",
+                "Training throughput vs batch size",
+                "Median training images/s over synced steps with its 95% bootstrap interval, per "
+                "framework and mode; both axes logarithmic.",
+                _throughput("train_samples"),
+                when=_nonempty("train_speed"),
+            ),
+            Figure(
+                "training_memory",
+                "Training peak memory vs batch size",
+                "Peak memory over the timed training steps (torch allocator or XLA memory_stats "
+                "on a GPU; process peak RSS on a CPU, which includes the runtime), GB = 10⁹ "
+                "bytes.",
+                lambda a: charts.by_batch(a.train_memory, "peak_mem_gb", "peak memory (GB)"),
+                when=lambda a: not a.train_speed.empty and not a.train_memory.empty,
+            ),
+            Table(
+                "training_speed",
+                "Training step time (p50, p95), images/s, compile time, peak memory and energy "
+                "per step (median over trials).",
+                lambda a: a.train_speed,
+                records("training", tables.TRAINING_SPEED),
+                drop=("device",),
+                when=_nonempty("train_speed"),
+            ),
+            Figure(
+                "training_parity",
+                "Loss-curve parity",
+                "Per-step training loss of PyTorch (eager) and JAX (jit) from the same ported "
+                "weights on the same batches, fp32 with TF32 off, dropout off; the panel title "
+                "gives the largest relative difference over the steps (the bar is 1e-3).",
+                lambda a: charts.parity_chart(a.parity_curves),
+                when=_nonempty("parity_curves"),
+            ),
+            Table(
+                "training_parity",
+                "Largest relative difference, JAX against PyTorch: per-step loss, parameters and "
+                "BatchNorm statistics after the last step.",
+                lambda a: a.parity,
+                records("training", tables.PARITY_METRICS),
+                when=_nonempty("parity_curves"),
+            ),
+            Figure(
+                "training_convergence",
+                "Convergence",
+                "Train loss per step and validation top-1 per epoch, both frameworks from the same "
+                "weights, batches and learning-rate schedule (dropout on, each side its own "
+                "masks).",
+                lambda a: charts.convergence_chart(a.convergence_curves),
+                when=_nonempty("convergence_curves"),
+            ),
+            Table(
+                "training_convergence",
+                "Validation top-1 (%) after the last epoch and mean train loss over the last "
+                "epoch.",
+                lambda a: a.convergence,
+                records("training", tables.CONVERGENCE_METRICS),
+                when=_nonempty("convergence_curves"),
+            ),
+        ),
+    ),
+    Section(
+        "Memory-saving methods",
+        "Peak memory and iteration time per method (e.g. activation checkpointing).",
+        (
+            Table(
+                "memory_methods",
+                "Memory-method metrics per mode.",
+                lambda a: a.memory_methods,
+                records("memory"),
+            ),
+            Figure(
+                "memory_methods",
+                "Peak memory by method",
+                "Peak memory of one training iteration per memory-saving method, per framework.",
+                lambda a: charts.by_mode_bars(
+                    a.memory_methods, "peak_mem_bytes", "peak memory (bytes)"
+                ),
+                when=lambda a: MEMORY_METHOD_COLUMNS <= set(a.memory_methods.columns),
+            ),
+        ),
+        empty=lambda a: a.memory_methods.empty or "mode" not in a.memory_methods,
+        empty_note="No memory-method records in this run.",
+    ),
+    Section(
+        "Validation",
+        "Both frameworks compute the same function: output and gradient agreement, FLOP and "
+        "parameter counts.",
+        (
+            Table(
+                "validation",
+                "Validation metrics per model.",
+                lambda a: a.validation,
+                records("validation"),
+            ),
+        ),
+        empty=_empty("validation"),
+        empty_note="No validation records in this run.",
+    ),
+    Section(
+        "History",
+        lambda a: sentences.history_sentence(a.history, a.baseline_run_id),
+        (
+            Table(
+                "history",
+                "Metrics whose 95% intervals do not overlap between run {run_id} and "
+                "{baseline_run_id}.",
+                lambda a: a.flagged,
+                lambda a, flagged: a.sources(a.meas[a.meas.metric.isin(flagged.metric)]),
+                drop=("notebook",),
+                when=_nonempty("flagged"),
+                otherwise="No metric changed beyond its 95% interval.",
+            ),
+        ),
+        empty=lambda a: not a.baseline_run_id,
+        empty_note="No earlier run of this campaign.",
+    ),
+    Section(
+        "Failed cells and out-of-memory batch sizes",
+        "",
+        (
+            Table(
+                "failures",
+                "Records that are not ok, with the last line of their error.",
+                lambda a: a.failures,
+                own_paths,
+                drop=("path",),
+            ),
+        ),
+        empty=_empty("failures"),
+        empty_note="Nothing failed.",
+        part="failures",
+    ),
+    Section(
+        "Retries",
+        "Cells whose kernel died and that were run again with the campaign's retry environment.",
+        (
+            Table(
+                "retries",
+                "Retried cells, what changed, and the final status.",
+                lambda a: a.retries,
+                own_paths,
+                drop=("path",),
+            ),
+        ),
+        empty=_empty("retries"),
+        empty_note="No cell was retried.",
+        part="failures",
+    ),
+    Section(
+        "Cells run on a shared machine",
+        literal(
+            "Cells during which other processes and the hypervisor took more than "
+            f"{SHARED_FRACTION:.0%} of the CPU time. On a shared CPU, PyTorch's OpenMP threads "
+            "wait on each other, so such a cell's times say more about the neighbours than about "
+            "the framework."
+        ),
+        (
+            Note(lambda a: sentences.contention_sentence(a.cells)),
+            Table(
+                "shared_machine",
+                "Cells run on a shared machine: share of all CPU time taken by other processes and "
+                "stolen by the hypervisor, and the 1-minute load average before the cell.",
+                lambda a: a.shared,
+                own_paths,
+                drop=("path",),
+                when=_nonempty("shared"),
+            ),
+        ),
+        part="failures",
+        name="shared_machine",
+    ),
+)
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def _ignore(_shown) -> None:
+    pass
+
+
+def _add(content: ReportContent, analysis: Analysis, item, show: Callable) -> None:
+    if getattr(item, "when", None) is not None and not item.when(analysis):
+        if getattr(item, "otherwise", ""):
+            _add(content, analysis, Note(item.otherwise), show)
+        return
+    if isinstance(item, Each):
+        for each in item.items(analysis):
+            _add(content, analysis, each, show)
+    elif isinstance(item, Note):
+        text = fill(item.text, analysis)
+        content.note(text)
+        show(f"*{text}*")
+    elif isinstance(item, Figure):
+        chart = item.chart(analysis)
+        show(content.figure(chart, item.name, item.title, fill(item.caption, analysis)))
+    elif isinstance(item, Table):
+        frame = item.frame(analysis)
+        sources = item.sources(analysis, frame)
+        if item.drop:
+            frame = frame.drop(columns=list(item.drop))
+        show(content.table(frame, item.name, fill(item.caption, analysis), sources))
+    else:
+        raise TypeError(f"not an outline item: {item!r}")
+
+
+def add_section(
+    content: ReportContent, analysis: Analysis, section: Section, show: Callable = _ignore
+) -> None:
+    """Start ``section`` in ``content`` and add its items, or its empty note; ``show`` sees the
+    heading and notes as markdown, and each figure and table, for a notebook to display."""
+    intro = fill(section.intro, analysis)
+    content.section(section.title, intro, part=section.part, name=section.name)
+    show(f"### {section.title}\n\n{intro}")
+    if section.empty is not None and section.empty(analysis):
+        _add(content, analysis, Note(section.empty_note), show)
+        return
+    for item in section.items:
+        _add(content, analysis, item, show)
+
+
+def summarise(content: ReportContent, analysis: Analysis) -> None:
+    """The executive summary, methodology and limitations."""
+    a = analysis
+    training = sentences.training_sentences(a.train_matrix, a.parity, a.convergence)
+    content.summary = sentences.executive_summary(
+        a.matrix,
+        a.kind_table,
+        a.history,
+        a.baseline_run_id,
+        a.failures,
+        a.retries,
+        training,
+        sentences.shared_machine_sentence(a.shared, a.cells),
+    )
+    content.methodology = sentences.methodology(
+        a.run, a.meas, a.cells, [a.samples, a.train_samples]
+    )
+    content.limitations = sentences.limitations(a.samples, a.meas)
+
+
+def build(content: ReportContent, analysis: Analysis, show: Callable = _ignore) -> None:
+    """Every section of SECTIONS in order, then the summary: the whole report's content."""
+    charts.use_theme()
+    for section in SECTIONS:
+        add_section(content, analysis, section, show)
+    summarise(content, analysis)
