@@ -1,4 +1,4 @@
-"""``fwbench report`` end to end on the synthetic campaign of tests/test_analysis.py.
+"""``fwbench report`` end to end on the synthetic campaign of tests/synthetic_run.py.
 
 The report is built twice from the same executed notebooks (the second time the index also holds
 the first analysis notebook), and must come out the same apart from its "Generated" line.
@@ -17,7 +17,7 @@ from fwbench import cli
 from fwbench.pipeline import runner
 from fwbench.report import readme, render
 from tests.conftest import run_cli
-from tests.test_analysis import (
+from tests.synthetic_run import (
     CAMPAIGN,
     CURRENT_RUN,
     PEAK_TFLOPS,
