@@ -82,6 +82,50 @@ def test_an_index_built_before_the_machine_columns_gains_them(tmp_path):
     assert "shared_machine" in db.query("select * from cells", dbp).columns
 
 
+def test_the_thread_count_comes_from_a_loaded_torch_else_the_environment(monkeypatch):
+    import os
+    import sys
+    import types
+
+    from fwbench.results.records import intra_op_threads
+
+    fake_torch = types.SimpleNamespace(get_num_threads=lambda: 3)
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    rec = Recorder("inference")
+    assert rec.add("m", 1.0, "ms")["threads"] == 3
+    assert rec.add("m", 1.0, "ms", threads=7)["threads"] == 7  # a notebook that knows better
+    monkeypatch.delitem(sys.modules, "torch")
+    assert intra_op_threads() == 5
+    monkeypatch.setenv("OMP_NUM_THREADS", "")
+    assert intra_op_threads() == os.cpu_count()
+
+
+def test_records_made_before_the_threads_column_ingest_as_null(tmp_path):
+    import duckdb
+
+    rec = Recorder("inference", model="resnet50", framework="jax")
+    rec.add("throughput_img_s", 1.0, "img/s", threads=4)
+    make_run(tmp_path / "runs", rows=rec.rows)
+    old_row = {k: v for k, v in rec.rows[0].items() if k != "threads"}
+    make_run(tmp_path / "runs", run_id="20250101T000000Z", rows=[old_row])
+    # and an index built before the column: it gains it
+    dbp = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(dbp))
+    con.execute(
+        "CREATE TABLE measurements (run_id VARCHAR, campaign VARCHAR, notebook VARCHAR, "
+        "cell VARCHAR, trial INTEGER, status VARCHAR, error VARCHAR, family VARCHAR, "
+        "model VARCHAR, framework VARCHAR, mode VARCHAR, device VARCHAR, device_name VARCHAR, "
+        "precision VARCHAR, batch_size INTEGER, metric VARCHAR, value DOUBLE, unit VARCHAR, "
+        "n INTEGER, ci_low DOUBLE, ci_high DOUBLE, extra JSON)"
+    )
+    con.close()
+    db.ingest(tmp_path / "runs", dbp)
+    rows = db.query("select run_id, threads from measurements order by run_id", dbp)
+    assert rows.run_id.tolist() == ["20250101T000000Z", "20260101T000000Z"]
+    assert rows.threads.isna().tolist() == [True, False] and rows.threads[1] == 4
+
+
 def test_failed_cell_gets_a_row_with_its_error(tmp_path):
     make_run(tmp_path, rows=[], status="failed")
     dbp = tmp_path / "x.duckdb"

@@ -34,7 +34,9 @@ def cmd_run(args) -> int:
         return _fail(f"--only {args.only!r} matches no cell of campaign {campaign.name}")
     out = Path(args.out)
     if args.dry_run:
-        for cell in cells:
+        # the order the run would follow, rounds of interleaved trials included
+        position = {key: i for i, key in enumerate(campaign.run_order().keys)}
+        for cell in sorted(cells, key=lambda c: position[c.key]):
             print(cell.key)
         print(f"{len(cells)} cells; campaign file is valid", file=sys.stderr)
         _print_estimate(campaign, cells, Path(args.db) if args.db else db.default_db_path(out))
@@ -106,6 +108,23 @@ def cmd_query(args) -> int:
     except duckdb.Error as exc:
         return _fail(f"query failed: {exc}")
     frame.to_csv(sys.stdout, index=False)
+    return EXIT_OK
+
+
+def cmd_regressions(args) -> int:
+    from fwbench.report import regressions
+
+    db_path = Path(args.db) if args.db else db.default_db_path()
+    if not db_path.exists():
+        return _fail(f"no database at {db_path}; run `fwbench ingest` first")
+    known = regressions.campaigns(db_path)
+    if args.campaign is not None and args.campaign not in known:
+        return _fail(
+            f"unknown campaign {args.campaign!r} in {db_path}; known: {', '.join(known) or 'none'}"
+        )
+    histories = regressions.load_histories(db_path, args.campaign)
+    found = regressions.find_regressions(histories, with_campaign=args.campaign is None)
+    found.to_csv(sys.stdout, index=False)
     return EXIT_OK
 
 
@@ -195,6 +214,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--db", help="database path (default: $FWBENCH_DB, else executed/fwbench.duckdb)"
     )
     query.set_defaults(func=cmd_query)
+
+    regressions = sub.add_parser(
+        "regressions",
+        help="find the runs where a metric's level changed, over each configuration's history",
+        description="For every metric and configuration (model, framework, mode, device_name, "
+        "precision, batch_size) of a campaign, take one point per run (the median of the run's "
+        "ok values: its trials), find where the level moved with a change-point search and "
+        "keep a change when a t-test between the runs before and after it gives p < 0.01 and "
+        "the level moved by at least 6%. Prints CSV: metric, configuration, run_id (the first "
+        "run at the new level), change_pct (signed: new level over old, minus one, in percent; "
+        "whether up is worse depends on the metric) and p_value. A history needs 4 runs; a "
+        "change shows once 2 runs carry it. Only the header when nothing changed.",
+        epilog="Without --campaign every campaign is read, each on its own, and the configuration "
+        "names its campaign. Exit status: 0 ran (alerts or not), 2 unknown campaign or no "
+        "database.",
+    )
+    regressions.add_argument("--campaign", help="campaign to read (default: all, each separately)")
+    regressions.add_argument(
+        "--db", help="database path (default: $FWBENCH_DB, else executed/fwbench.duckdb)"
+    )
+    regressions.set_defaults(func=cmd_regressions)
 
     report = sub.add_parser(
         "report",

@@ -7,6 +7,12 @@ checked against the notebook's ``parameters`` cell here, because papermill only 
 A step may name an environment variable in ``when_env``: it runs only where that variable is set
 and not empty, and its string parameters may use ``${NAME}`` (e.g. a dataset folder that only
 some machines have). Parameters named ``*_path`` that are not empty must exist.
+
+``order: interleaved`` (on a step, or at the top level as every step's default) runs the trials of
+those steps in rounds: round 1 of every such cell, shuffled with the campaign's ``seed``, then
+round 2, and so on (``run_order``). Machine drift (thermal state, other tenants, clock changes)
+then falls on every arm of a round alike instead of on whichever step happened to run last, so
+cells of different steps (PyTorch and JAX) pair by round.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import fnmatch
 import itertools
 import os
+import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +30,9 @@ import yaml
 from fwbench import vocab
 from fwbench.pipeline.notebook_params import NotebookParameter, read_parameters
 
-STEP_KEYS = {"notebook", "params", "grid", "trials", "retry_env", "timeout", "when_env"}
-CAMPAIGN_KEYS = {"campaign", "description", "steps", "report"}
+STEP_KEYS = {"notebook", "params", "grid", "trials", "retry_env", "timeout", "when_env", "order"}
+CAMPAIGN_KEYS = {"campaign", "description", "steps", "report", "order", "seed"}
+ORDERS = ("sequential", "interleaved")
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -43,6 +51,7 @@ class Cell:
     retry_env: dict = field(default_factory=dict)
     timeout: float | None = None
     step: int = 0  # 1-based position of the step that made the cell in the campaign file
+    interleaved: bool = False  # a trial of a step whose order is interleaved: runs in rounds
 
     @property
     def key(self) -> str:
@@ -57,6 +66,7 @@ class Campaign:
     report: bool = False
     raw: dict = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # why steps were left out (``when_env``)
+    seed: int = 0  # shuffles the rounds of interleaved trials
 
     def select(self, pattern: str | None) -> list[Cell]:
         if not pattern:
@@ -66,6 +76,51 @@ class Campaign:
             for c in self.cells
             if fnmatch.fnmatch(c.key, pattern) or fnmatch.fnmatch(c.slug, pattern)
         ]
+
+    def run_order(self) -> RunOrder:
+        """The order the runner follows: cells outside the rounds in file order, then the rounds.
+
+        Each round holds every interleaved cell that has that trial, once, in an order drawn from
+        ``seed``. It is computed over all the campaign's cells (``--only`` then filters it), so a
+        selection never changes the order of the cells it keeps.
+        """
+        before = [c.key for c in self.cells if not c.interleaved]
+        trialled = [c for c in self.cells if c.interleaved]
+        rng = random.Random(self.seed)
+        rounds = []
+        for trial in sorted({c.trial for c in trialled}):
+            keys = [c.key for c in trialled if c.trial == trial]
+            # sorted by a draw of random() per cell rather than random.shuffle: Python promises
+            # random()'s sequence for a seed across versions, not shuffle's
+            draws = [rng.random() for _ in keys]
+            rounds.append([k for _, k in sorted(zip(draws, keys, strict=True))])
+        return RunOrder("interleaved" if rounds else "sequential", self.seed, before, rounds)
+
+
+@dataclass
+class RunOrder:
+    """Cell keys in the order they run; kept in the manifest so ``--resume`` never reshuffles."""
+
+    order: str  # "interleaved" when there are rounds, else "sequential"
+    seed: int
+    before_rounds: list[str]
+    rounds: list[list[str]]
+
+    @property
+    def keys(self) -> list[str]:
+        return self.before_rounds + [k for r in self.rounds for k in r]
+
+    def as_dict(self) -> dict:
+        return {
+            "order": self.order,
+            "seed": self.seed,
+            "before_rounds": self.before_rounds,
+            "rounds": self.rounds,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunOrder:
+        return cls(data["order"], data["seed"], list(data["before_rounds"]), data["rounds"])
 
 
 def find_repo_root(start: Path) -> Path:
@@ -137,6 +192,12 @@ def _check_step(path: Path, i: int, step) -> None:
     when_env = step.get("when_env")
     if when_env is not None and not (isinstance(when_env, str) and ENV_NAME_RE.match(when_env)):
         raise CampaignError(f"{where}: 'when_env' must name one environment variable")
+    _check_order(where, step)
+
+
+def _check_order(where: str, data: dict) -> None:
+    if "order" in data and data["order"] not in ORDERS:
+        raise CampaignError(f"{where}: 'order' must be one of {', '.join(ORDERS)}")
 
 
 def _expand_env(path: Path, i: int, values: dict) -> dict:
@@ -188,6 +249,11 @@ def load_campaign(path: str | Path) -> Campaign:
     steps = data.get("steps")
     if not isinstance(steps, list) or not steps:
         raise CampaignError(f"{path}: 'steps' must be a non-empty list")
+    _check_order(str(path), data)
+    default_order = data.get("order", "sequential")
+    seed = data.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise CampaignError(f"{path}: 'seed' must be a non-negative integer")
     for i, step in enumerate(steps):
         _check_step(path, i, step)
     varying = _varying_step_params(steps)
@@ -214,6 +280,7 @@ def load_campaign(path: str | Path) -> Campaign:
         if clash:
             raise CampaignError(f"{path}: step {i + 1}: {sorted(clash)} both in params and grid")
         trials = step.get("trials", 1)
+        interleaved = trials > 1 and step.get("order", default_order) == "interleaved"
         keys = sorted(grid)
         slug_keys = keys + sorted(varying[nb_name] - set(keys))
         short_name = Path(nb_name).stem
@@ -237,6 +304,7 @@ def load_campaign(path: str | Path) -> Campaign:
                         retry_env={k: str(v) for k, v in (step.get("retry_env") or {}).items()},
                         timeout=step.get("timeout"),
                         step=i + 1,
+                        interleaved=interleaved,
                     )
                 )
     seen: set[str] = set()
@@ -253,6 +321,7 @@ def load_campaign(path: str | Path) -> Campaign:
         report=bool(data.get("report")),
         raw=data,
         skipped=skipped,
+        seed=seed,
     )
 
 

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from fwbench.measure.meters.contention import ContentionMeter
 from fwbench.pipeline import environment
-from fwbench.pipeline.campaign import Campaign, Cell
+from fwbench.pipeline.campaign import Campaign, Cell, RunOrder
 from fwbench.pipeline.notebook_params import read_notebook
 from fwbench.results.records import CONTEXT_ENV
 from fwbench.vocab import ANSI_RE, ENV_EXECUTED_DIR, ENV_KERNEL, ENV_PREFIX, ENV_TRIAL
@@ -292,6 +292,22 @@ def execute_into_run(cell: Cell, out: Path, run_dir: Path, timeout: float | None
     return result
 
 
+def ordered_cells(campaign: Campaign, cells: list[Cell], manifest: dict) -> list[Cell]:
+    """``cells`` in the run's order: the one recorded in the manifest, else the campaign's, which
+    is then recorded, so that a resumed run continues its rounds where they stopped rather than
+    drawing new ones. Selected cells the recorded order lacks (the file changed since) go last."""
+    if "run_order" in manifest:
+        order = RunOrder.from_dict(manifest["run_order"])
+    else:
+        order = campaign.run_order()
+        if order.rounds:
+            manifest["run_order"] = order.as_dict()
+    by_key = {c.key: c for c in cells}
+    placed = [by_key[k] for k in order.keys if k in by_key]
+    known = set(order.keys)
+    return placed + [c for c in cells if c.key not in known]
+
+
 def run_campaign(
     campaign: Campaign,
     out: Path,
@@ -331,7 +347,7 @@ def run_campaign(
             for key, c in manifest["cells"].items()
             if c.get("status") == "ok" and (run_dir / c.get("path", "")).is_file()
         }
-        todo = [c for c in cells if c.key not in done]
+        todo = [c for c in ordered_cells(campaign, cells, manifest) if c.key not in done]
         for c in todo:
             manifest["cells"][c.key] = manifest_entry(c)
         write_json_atomic(run_dir / "manifest.json", manifest)

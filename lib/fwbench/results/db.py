@@ -44,9 +44,11 @@ CREATE TABLE IF NOT EXISTS measurements (
     run_id VARCHAR, campaign VARCHAR, notebook VARCHAR, cell VARCHAR, trial INTEGER,
     status VARCHAR, error VARCHAR, family VARCHAR, model VARCHAR, framework VARCHAR,
     mode VARCHAR, device VARCHAR, device_name VARCHAR, precision VARCHAR, batch_size INTEGER,
-    metric VARCHAR, value DOUBLE, unit VARCHAR, n INTEGER, ci_low DOUBLE, ci_high DOUBLE,
-    extra JSON
+    threads INTEGER, metric VARCHAR, value DOUBLE, unit VARCHAR, n INTEGER, ci_low DOUBLE,
+    ci_high DOUBLE, extra JSON
 );
+-- an index built before the threads column gains it empty, as do records made before it
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS threads INTEGER;
 """
 
 

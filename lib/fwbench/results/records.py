@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import os
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ COLUMNS = (
     "device_name",
     "precision",
     "batch_size",
+    "threads",
     "metric",
     "value",
     "unit",
@@ -84,6 +86,25 @@ def context_from_env() -> dict:
     trial = os.environ.get(vocab.ENV_TRIAL)
     ctx["trial"] = int(trial) if trial else 0
     return ctx
+
+
+def intra_op_threads() -> int | None:
+    """The intra-op thread count a cell ran with: CPU timings scale with it, so two cells
+    measured with different counts are not comparable.
+
+    torch's own count where torch is already loaded (it may have been changed with
+    ``torch.set_num_threads``); importing torch only to ask would cost seconds and memory in a
+    JAX cell. Otherwise what torch's OpenMP pool would start with: ``OMP_NUM_THREADS``, else
+    every CPU.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        return int(torch.get_num_threads())
+    with contextlib.suppress(ValueError):
+        env = int(os.environ.get("OMP_NUM_THREADS", ""))
+        if env > 0:
+            return env
+    return os.cpu_count()
 
 
 class Recorder:
@@ -131,6 +152,7 @@ class Recorder:
             raise ValueError(f"unknown record columns: {sorted(unknown)}")
         row = {col: None for col in COLUMNS}
         row.update(context_from_env())
+        row["threads"] = intra_op_threads()
         row.update({"family": self.family, **self.defaults, **columns})
         row.update(
             metric=metric,

@@ -1,0 +1,392 @@
+"""Regression detection over run history: change points tested against between-run noise.
+
+A history is the ordered per-run values of one metric for one configuration (one point per run,
+the median of that run's trials). Comparing a run with the previous one by whether their
+intervals overlap calls most metrics changed between two runs that differ only in noise: a
+within-run interval says nothing about how much a whole run moves. Here the noise is the scatter
+of the history itself.
+
+The method is Hunter's (DataStax, arXiv:2301.03034): a change-point search proposes where the
+level moved, a t-test between the segments either side says whether the move stands out of the
+noise, and a minimum effect drops moves too small to matter. The search is ruptures' exact
+single-split dynamic programme under a least-squares (mean-shift) cost, applied recursively as
+binary segmentation does. MongoDB's E-Divisive package (``signal-processing-algorithms``) was
+the first choice, but every release pins numpy < 2 (the newest also setuptools < 71 and
+Python 3.11 only), which jax, pandas and torch here cannot share.
+
+``evaluate`` measures the detector and two baselines on synthetic histories whose points are
+medians of trials resampled from a measured sample pool, so that the noise is the machine's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import ruptures
+from scipy import special
+
+from fwbench.results import db
+
+# Calibrated with ``evaluate`` on latency pools of this project's 2-core VM: every new run re-tests
+# the whole history and each split is the best of several, so the p-value alone is optimistic;
+# the minimum effect is what keeps flat histories quiet, and the threshold what keeps 10% steps
+# found within two or three runs. A stricter threshold (0.001) missed 1 in 5 10% steps at 5 trials.
+ALPHA = 0.01
+MIN_CHANGE = 0.06
+# Two points a side is the least a variance can be estimated from; it is also what makes a
+# change visible two runs after it happened.
+MIN_SIZE = 2
+
+CONFIGURATION = ("model", "framework", "mode", "device_name", "precision", "batch_size")
+COLUMNS = ["metric", "configuration", "run_id", "change_pct", "p_value"]
+
+
+@dataclass(frozen=True)
+class Change:
+    """The level of a history moved at ``index`` (the first point of the new level)."""
+
+    index: int
+    change_pct: float  # new level over old, minus one, in percent
+    p_value: float
+    before: float
+    after: float
+
+
+def student_p(before: np.ndarray, after: np.ndarray) -> float:
+    """Two-sided p-value of Student's two-sample t-test (pooled variance).
+
+    Written out rather than ``scipy.stats.ttest_ind``, whose argument handling costs a
+    millisecond a call: the evaluation makes tens of thousands.
+    """
+    n0, n1 = len(before), len(after)
+    df = n0 + n1 - 2
+    pooled = ((n0 - 1) * before.var(ddof=1) + (n1 - 1) * after.var(ddof=1)) / df
+    if pooled <= 0:
+        return 0.0 if before.mean() != after.mean() else 1.0
+    t = (after.mean() - before.mean()) / math.sqrt(pooled * (1.0 / n0 + 1.0 / n1))
+    return float(2.0 * special.stdtr(df, -abs(t)))
+
+
+def _test(before: np.ndarray, after: np.ndarray, on_log: bool) -> tuple[float, float, float, float]:
+    """Change (fraction), p-value and the two levels of two adjacent segments.
+
+    Student's test, not Welch's: a slowdown moves the level, not the noise, and with two or three
+    points after a change Welch's degrees of freedom collapse towards one, which would leave a
+    real 20% step undetectable until half the history had passed it.
+    """
+    m0, m1 = float(before.mean()), float(after.mean())
+    if on_log:
+        level0, level1 = math.exp(m0), math.exp(m1)
+        change = math.expm1(m1 - m0)
+    else:
+        level0, level1 = m0, m1
+        change = (m1 - m0) / abs(m0) if m0 != 0 else (math.inf if m1 != m0 else 0.0)
+    # exact values (counts, flags) have no noise: any move is certain, no move is none
+    return change, student_p(before, after), level0, level1
+
+
+def _best_split(segment: np.ndarray, min_size: int) -> int:
+    algo = ruptures.Dynp(model="l2", min_size=min_size, jump=1).fit(segment)
+    return int(algo.predict(n_bkps=1)[0])
+
+
+def detect(
+    values: Sequence[float],
+    *,
+    alpha: float = ALPHA,
+    min_change: float = MIN_CHANGE,
+    min_size: int = MIN_SIZE,
+) -> list[Change]:
+    """The significant level changes of one history, oldest first.
+
+    ``values`` are per-run points in run order. A change is kept when the t-test between the
+    segments on either side (bounded by the neighbouring changes) gives p < ``alpha`` and the
+    level moved by at least ``min_change`` (a fraction). Positive values are compared on a log
+    scale, where run-to-run noise is multiplicative and a change is a ratio; a history with a zero
+    or a negative value is compared as is.
+    """
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 1 or not np.all(np.isfinite(x)):
+        raise ValueError("a history is a one-dimensional sequence of finite values")
+    on_log = bool(np.all(x > 0))
+    y = np.log(x) if on_log else x
+
+    def significant(lo: int, at: int, hi: int) -> tuple[bool, tuple]:
+        result = _test(y[lo:at], y[at:hi], on_log)
+        return result[1] < alpha and abs(result[0]) >= min_change, result
+
+    # Every split of the hierarchy is a candidate, significant or not: a step up followed by a
+    # step down leaves no significant split of the whole history, yet two significant ones once
+    # the history is cut at either.
+    found: set[int] = set()
+
+    def split(lo: int, hi: int) -> None:
+        if hi - lo < 2 * min_size:
+            return
+        at = lo + _best_split(y[lo:hi], min_size)
+        found.add(at)
+        split(lo, at)
+        split(at, hi)
+
+    split(0, len(y))
+    # Hunter's pruning: each candidate is tested against its neighbours' segments only, and the
+    # weakest that does not hold is dropped (its neighbours' segments grow), until all hold.
+    while True:
+        points = sorted(found)
+        bounds = [0, *points, len(y)]
+        tested = [(significant(bounds[i], at, bounds[i + 2]), at) for i, at in enumerate(points)]
+        failing = [(result[1], at) for (ok, result), at in tested if not ok]
+        if not failing:
+            return [Change(at, 100.0 * r[0], r[1], r[2], r[3]) for (_ok, r), at in tested]
+        found.discard(max(failing)[1])
+
+
+# --------------------------------------------------------------------------- the index
+
+
+def load_histories(db_path, campaign: str | None = None) -> pd.DataFrame:
+    """One point per run, configuration and metric: the median of the run's ok values.
+
+    Histories stay within a campaign, whose stop rules and grids are its own. Runs are ordered by
+    start time (the run id, a UTC timestamp, where a manifest had none).
+    """
+    where = "m.status = 'ok' and m.value is not null and isfinite(m.value)"
+    params: list = []
+    if campaign is not None:
+        where += " and m.campaign = ?"
+        params.append(campaign)
+    keys = ", ".join(f"m.{k}" for k in CONFIGURATION)
+    sql = f"""
+        with points as (
+            select m.campaign, m.metric, {keys}, m.run_id, median(m.value) as value
+            from measurements m
+            where {where}
+            group by all
+        )
+        select p.*, coalesce(r.started_at, p.run_id) as run_order
+        from points p
+        left join runs r on r.campaign = p.campaign and r.run_id = p.run_id
+        order by all
+    """
+    return db.query(sql, db_path, params)
+
+
+def campaigns(db_path) -> list[str]:
+    return db.query("select distinct campaign from runs order by 1", db_path).campaign.tolist()
+
+
+def configuration_label(row, with_campaign: bool) -> str:
+    parts = [f"campaign={row['campaign']}"] if with_campaign else []
+    for key in CONFIGURATION:
+        value = row[key]
+        if not pd.isna(value):
+            parts.append(f"{key}={int(value) if key == 'batch_size' else value}")
+    return " ".join(parts)
+
+
+def find_regressions(
+    histories: pd.DataFrame, *, with_campaign: bool = False, **options
+) -> pd.DataFrame:
+    """Every significant change in every history of ``load_histories``' frame, as rows of
+    ``COLUMNS``: the run where the new level starts, its change in percent and p-value.
+
+    The change is signed (the new level over the old); whether up is worse depends on the metric.
+    ``options`` go to ``detect``.
+    """
+    rows = []
+    group_keys = ["campaign", "metric", *CONFIGURATION]
+    for _key, history in histories.groupby(group_keys, dropna=False, sort=True):
+        history = history.sort_values(["run_order", "run_id"])
+        if len(history) < 2 * options.get("min_size", MIN_SIZE):
+            continue
+        label = configuration_label(history.iloc[0], with_campaign)
+        run_ids = history.run_id.tolist()
+        for change in detect(history.value.to_numpy(), **options):
+            rows.append(
+                {
+                    "metric": history.metric.iloc[0],
+                    "configuration": label,
+                    "run_id": run_ids[change.index],
+                    "change_pct": round(change.change_pct, 2),
+                    "p_value": float(f"{change.p_value:.3g}"),
+                }
+            )
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+# --------------------------------------------------------------------------- evaluation
+
+POINTS = 10
+CHANGE_AT = 5  # the sixth point is the first slow one
+SIZES = (0.05, 0.10, 0.20)
+FIXED_RULE = 0.07
+PLAIN_ALPHA = 0.05
+
+
+def synthetic_history(
+    pool: np.ndarray,
+    trials: int,
+    slowdown: float,
+    rng: np.random.Generator,
+    *,
+    points: int = POINTS,
+    change_at: int = CHANGE_AT,
+) -> np.ndarray:
+    """``points`` medians of ``trials`` draws from ``pool``, slowed by ``slowdown`` from
+    ``change_at`` on.
+
+    A smoothed bootstrap: each draw is jittered on a log scale by Silverman's bandwidth. Plain
+    resampling of a pool of a few dozen timings makes medians that land on the same few order
+    statistics, so two runs tie exactly, which real medians of timings never do and which a
+    t-test reads as no noise at all.
+    """
+    logs = np.log(pool)
+    spread = min(logs.std(ddof=1), np.subtract(*np.percentile(logs, [75, 25])) / 1.34)
+    bandwidth = 0.9 * spread * len(logs) ** -0.2
+    draws = rng.choice(pool, size=(points, trials), replace=True)
+    draws = draws * np.exp(rng.normal(0.0, bandwidth, size=draws.shape))
+    history = np.median(draws, axis=1)
+    history[change_at:] *= 1.0 + slowdown
+    return history
+
+
+def alerts_changepoint(history: np.ndarray, **options) -> dict[int, int]:
+    """Flagged index -> the number of points seen when first flagged, re-run on every new run."""
+    seen: dict[int, int] = {}
+    for n in range(2 * options.get("min_size", MIN_SIZE), len(history) + 1):
+        for change in detect(history[:n], **options):
+            seen.setdefault(change.index, n)
+    return seen
+
+
+def alerts_fixed_rule(history: np.ndarray, threshold: float = FIXED_RULE) -> dict[int, int]:
+    """A point more than ``threshold`` slower than the median of all earlier points."""
+    return {
+        i: i + 1
+        for i in range(1, len(history))
+        if history[i] > (1.0 + threshold) * np.median(history[:i])
+    }
+
+
+def alerts_plain_ttest(
+    history: np.ndarray, alpha: float = PLAIN_ALPHA, min_size: int = MIN_SIZE
+) -> dict[int, int]:
+    """On every new run, the split with the smallest two-sample t-test p-value, if below alpha."""
+    seen: dict[int, int] = {}
+    for n in range(2 * min_size, len(history) + 1):
+        best = min(
+            (student_p(history[:at], history[at:n]), at) for at in range(min_size, n - min_size + 1)
+        )
+        if best[0] < alpha:
+            seen.setdefault(best[1], n)
+    return seen
+
+
+METHODS: dict[str, Callable[[np.ndarray], dict[int, int]]] = {
+    "changepoint": alerts_changepoint,
+    "fixed_7pct": alerts_fixed_rule,
+    "plain_ttest": alerts_plain_ttest,
+}
+
+
+def evaluate(
+    pool: Sequence[float],
+    *,
+    trials: int = 5,
+    series: int = 200,
+    sizes: Sequence[float] = SIZES,
+    seed: int = 0,
+    methods: dict[str, Callable[[np.ndarray], dict[int, int]]] | None = None,
+) -> pd.DataFrame:
+    """Score regression detectors on seeded synthetic histories, one row per method.
+
+    ``series`` histories per slowdown size and as many A/A histories (no change); every method
+    sees the same histories. A method re-reads the history as each run arrives (``METHODS``), so
+    an alert is counted once, at the run it flags, when it is first raised. An alert on a slowed
+    history counts as a detection when it flags the first slow run, the run before it or any
+    later one (every later run is slow too); one that flags an earlier run is a false alert, as
+    is every alert on an A/A history.
+
+    Columns: ``recall_<size>`` (share of slowed histories detected by their last point),
+    ``false_per_100`` (false alerts per 100 A/A histories), ``delay_median`` and
+    ``within_3`` (slow runs seen when the detection came: median, and share of detections by the
+    third), ``precision``, ``recall`` (all sizes) and ``f1``.
+    """
+    methods = methods or METHODS
+    base = np.asarray(pool, dtype=float)
+    base = base / np.median(base)  # slowdowns are relative; the pool's own scale is irrelevant
+    rng = np.random.default_rng(seed)
+    kinds = [0.0, *sizes]
+    histories = [
+        (size, synthetic_history(base, trials, size, rng)) for size in kinds for _ in range(series)
+    ]
+    rows = []
+    for name, method in methods.items():
+        detected = {size: 0 for size in sizes}
+        false_aa = false_slowed = 0
+        delays = []
+        for size, history in histories:
+            alerts = method(history)
+            if size == 0.0:
+                false_aa += len(alerts)
+                continue
+            hits = [seen for at, seen in alerts.items() if at >= CHANGE_AT - 1]
+            false_slowed += sum(1 for at in alerts if at < CHANGE_AT - 1)
+            if hits:
+                detected[size] += 1
+                delays.append(min(hits) - CHANGE_AT)
+        true = sum(detected.values())
+        recall = true / (series * len(sizes))
+        flagged = true + false_aa + false_slowed
+        precision = true / flagged if flagged else 1.0
+        row = {"method": name, "trials": trials}
+        row.update({f"recall_{size:g}": detected[size] / series for size in sizes})
+        row.update(
+            false_per_100=100.0 * false_aa / series,
+            delay_median=float(np.median(delays)) if delays else math.nan,
+            within_3=float(np.mean(np.asarray(delays) <= 3)) if delays else math.nan,
+            precision=precision,
+            recall=recall,
+            f1=2 * precision * recall / (precision + recall) if precision + recall else 0.0,
+        )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# Issue 13's goals for a detector on 10-run histories at the machine's noise.
+GOAL_RECALL_10PCT = 0.90
+GOAL_FALSE_PER_100 = 1.0
+GOAL_DELAY_RUNS = 3
+
+
+def meets_goals(scores: pd.DataFrame, method: str = "changepoint") -> bool:
+    """Whether ``method``'s row of ``evaluate`` reaches the goals: recall at a 10% slowdown,
+    false alerts per 100 A/A histories, median delay, and an F1 above every other method's."""
+    by = scores.set_index("method")
+    row = by.loc[method]
+    return bool(
+        row["recall_0.1"] >= GOAL_RECALL_10PCT
+        and row.false_per_100 <= GOAL_FALSE_PER_100
+        and row.delay_median <= GOAL_DELAY_RUNS
+        and (by.drop(index=method).f1 < row.f1).all()
+    )
+
+
+def trials_needed(
+    pool: Sequence[float],
+    candidates: Sequence[int] = (5, 7, 10, 15, 20, 30),
+    **evaluate_options,
+) -> tuple[int | None, pd.DataFrame]:
+    """The fewest trials per point, among ``candidates``, at which the detector meets the goals
+    on histories drawn from ``pool``, and the scores of every count tried (None: none did)."""
+    tried = []
+    for trials in candidates:
+        scores = evaluate(pool, trials=trials, **evaluate_options)
+        tried.append(scores)
+        if meets_goals(scores):
+            return trials, pd.concat(tried, ignore_index=True)
+    return None, pd.concat(tried, ignore_index=True)
