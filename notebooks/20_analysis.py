@@ -66,8 +66,8 @@ content = ReportContent(
     campaign,
     analysis.run_id,
     analysis.baseline_run_id,
-    figures_dir=Path(figures_dir) if figures_dir else root / "figures" / campaign,
-    report_dir=Path(report_dir) if report_dir else root / "report" / campaign,
+    figures_dir=root / (figures_dir or f"figures/{campaign}"),
+    report_dir=root / (report_dir or f"report/{campaign}"),
 )
 
 
@@ -95,4 +95,6 @@ mfu_records.emit()
 # %%
 content_path = content.write()
 display(Markdown("\n".join(f"- {s}" for s in content.summary)))
-print(f"wrote {content_path}")
+print(
+    f"wrote {content_path.relative_to(root) if content_path.is_relative_to(root) else content_path}"
+)

@@ -82,9 +82,9 @@ def build_report(
         "campaign": campaign,
         "run_id": run_id,
         "baseline_run_id": baseline,
-        "db_path": str(db_path.resolve()),
-        "figures_dir": str(figures_dir),
-        "report_dir": str(report_dir),
+        "db_path": _from_root(db_path.resolve(), root),
+        "figures_dir": _from_root(figures_dir, root),
+        "report_dir": _from_root(report_dir, root),
     }
     cell = Cell(
         notebook=NOTEBOOK,
@@ -297,3 +297,9 @@ def render(report_dir: Path, *, out: Path, analysis_notebook: Path) -> Path:
     title = f"fwbench report: {content['campaign']}"
     (report_dir / "report.html").write_text(html_report(text, title))
     return md_path
+
+
+def _from_root(path: Path, root: Path) -> str:
+    """A path inside the repository relative to its root (the notebook resolves it there), so the
+    executed notebook committed as evidence names no machine's folders; others stay absolute."""
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)

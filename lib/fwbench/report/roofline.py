@@ -184,6 +184,15 @@ def mfu_notes(mfu: pd.DataFrame, run_id: str) -> list[str]:
                 f"measured in run {r.ceiling_run_id} of campaign {r.ceiling_campaign}, the latest "
                 "in the index."
             )
+    above = mfu[mfu.mfu > 1].sort_values(["model", "framework", "batch_size"])
+    for r in above.itertuples():
+        # kept as measured rather than capped: the ceiling, not the model, is what is wrong
+        notes.append(
+            f"MFU above 1 ({r.mfu:.2f}) for {r.model} {r.framework} {r.variant} at batch "
+            f"{r.batch_size}: the model reached {r.achieved_tflops:.3f} TFLOP/s, more than the "
+            f"{r.peak_tflops:.3f} that 02_calibrate's square matmuls reached, so that ceiling "
+            "understates this framework's peak on this device."
+        )
     return notes
 
 

@@ -9,6 +9,7 @@ came from, so the report can link every number to its evidence.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -77,15 +78,21 @@ class ReportContent:
     def write(self) -> Path:
         self.report_dir.mkdir(parents=True, exist_ok=True)
         data = asdict(self)
-        data["figures_dir"] = str(self.figures_dir)
-        data["report_dir"] = str(self.report_dir)
+        # relative, so that a committed report names no machine's folders
+        data["figures_dir"] = os.path.relpath(self.figures_dir, self.report_dir)
+        data["report_dir"] = "."
         path = self.report_dir / CONTENT_NAME
         path.write_text(json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
         return path
 
 
 def read(report_dir: Path) -> dict:
-    return json.loads((Path(report_dir) / CONTENT_NAME).read_text())
+    """The content as written, its folders resolved against ``report_dir`` (they are stored
+    relative to it)."""
+    data = json.loads((Path(report_dir) / CONTENT_NAME).read_text())
+    for key in ("figures_dir", "report_dir"):
+        data[key] = str((Path(report_dir) / data[key]).resolve())
+    return data
 
 
 def section_by_name(content: dict, name: str) -> dict | None:
