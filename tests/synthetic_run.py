@@ -347,3 +347,21 @@ def expected_ratio(current, model, batch_size, comparison):
             np.median(current[(model, "torch", m, batch_size)]) for m in ("eager", "compile")
         )
     return jax / torch
+
+
+# The figures a report of the synthetic campaign draws, in the order of its sections.
+FIGURES = [
+    "ratio_matrix",
+    "throughput_scaling",
+    "latency_batch1",
+    "memory_scaling",
+    "memory_efficiency",
+    "compile_time",
+    "roofline_1",
+    "cnn_vs_transformer",
+    "training_ratio_matrix",
+    "training_throughput",
+    "training_parity",
+    "training_convergence",
+    "memory_methods",
+]

@@ -20,27 +20,13 @@ from tests.conftest import run_cli
 from tests.synthetic_run import (
     CAMPAIGN,
     CURRENT_RUN,
+    FIGURES,
     PEAK_TFLOPS,
     TRAIN_FLOPS_PER_STEP,
     build_synthetic,
     expected_ratio,
 )
 
-FIGURES = [
-    "ratio_matrix",
-    "throughput_scaling",
-    "latency_batch1",
-    "memory_scaling",
-    "memory_efficiency",
-    "compile_time",
-    "roofline_1",
-    "cnn_vs_transformer",
-    "training_ratio_matrix",
-    "training_throughput",
-    "training_parity",
-    "training_convergence",
-    "memory_methods",
-]
 LINK_RE = re.compile(r"\]\(([^)]+)\)")
 
 
