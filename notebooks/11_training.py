@@ -91,6 +91,7 @@ steps = 0
 # %%
 import pandas as pd
 
+from fwbench import vocab
 from fwbench.data import batches
 from fwbench.families.training import recording
 from fwbench.families.training import steps as train_steps
@@ -111,7 +112,7 @@ name = fw_device.device_name(framework, kind)
 # both frameworks' devices only where both run (parity, convergence): a speed-only PyTorch cell
 # then never imports JAX
 both = check_parity or check_convergence
-kinds = {fw: fw_device.resolve_device(fw, device) for fw in (("torch", "jax") if both else ())}
+kinds = {fw: fw_device.resolve_device(fw, device) for fw in (vocab.FRAMEWORKS if both else ())}
 data = batches.load(dataset, image_size, path=dataset_path)
 settings = train_steps.configure_precision(framework, precision)
 if framework == "torch":
