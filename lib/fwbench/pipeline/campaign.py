@@ -13,6 +13,12 @@ those steps in rounds: round 1 of every such cell, shuffled with the campaign's 
 round 2, and so on (``run_order``). Machine drift (thermal state, other tenants, clock changes)
 then falls on every arm of a round alike instead of on whichever step happened to run last, so
 cells of different steps (PyTorch and JAX) pair by round.
+
+``rerun_shared: N`` (top level) runs an interleaved trial again, up to N times, while its
+contention reading says the machine was shared (other processes and stolen time above
+``fwbench.measure.meters.contention.SHARED_FRACTION``); each discarded attempt's reading is kept
+in the manifest and the notebook's metadata. Its default, ``DEFAULT_RERUN_SHARED``, applies to
+campaigns with interleaved trials only: a single run of a cell has no round to keep aligned.
 """
 
 from __future__ import annotations
@@ -31,8 +37,10 @@ from fwbench import vocab
 from fwbench.pipeline.notebook_params import NotebookParameter, read_parameters
 
 STEP_KEYS = {"notebook", "params", "grid", "trials", "retry_env", "timeout", "when_env", "order"}
-CAMPAIGN_KEYS = {"campaign", "description", "steps", "report", "order", "seed"}
+CAMPAIGN_KEYS = {"campaign", "description", "steps", "report", "order", "seed", "rerun_shared"}
 ORDERS = ("sequential", "interleaved")
+# Each re-run costs a whole trial; two bound a burst of stolen time without doubling a campaign.
+DEFAULT_RERUN_SHARED = 2
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -67,6 +75,7 @@ class Campaign:
     raw: dict = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # why steps were left out (``when_env``)
     seed: int = 0  # shuffles the rounds of interleaved trials
+    rerun_shared: int = 0  # how often an interleaved trial run on a shared machine is run again
 
     def select(self, pattern: str | None) -> list[Cell]:
         if not pattern:
@@ -254,6 +263,9 @@ def load_campaign(path: str | Path) -> Campaign:
     seed = data.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise CampaignError(f"{path}: 'seed' must be a non-negative integer")
+    rerun_shared = data.get("rerun_shared", DEFAULT_RERUN_SHARED)
+    if not isinstance(rerun_shared, int) or isinstance(rerun_shared, bool) or rerun_shared < 0:
+        raise CampaignError(f"{path}: 'rerun_shared' must be a non-negative integer")
     for i, step in enumerate(steps):
         _check_step(path, i, step)
     varying = _varying_step_params(steps)
@@ -322,6 +334,7 @@ def load_campaign(path: str | Path) -> Campaign:
         raw=data,
         skipped=skipped,
         seed=seed,
+        rerun_shared=rerun_shared,
     )
 
 

@@ -14,7 +14,7 @@ import json
 import os
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -48,6 +48,8 @@ class CellResult:
     contention: dict | None = (
         None  # ContentionMeter's reading, see fwbench.measure.meters.contention
     )
+    # earlier attempts of this trial, discarded because the machine was shared while they ran
+    reruns: list[dict] = field(default_factory=list)
 
 
 def _load_average() -> list[float] | None:
@@ -186,8 +188,14 @@ def _execute_attempts(source_nb, partial: Path, cell: Cell, attempts: list[dict]
     return status, error, retried, used_env
 
 
-def execute_cell(cell: Cell, run_dir: Path, context: dict, timeout: float | None) -> CellResult:
-    """Run one cell (and its retry, if its kernel died and the step names a retry_env)."""
+def execute_cell(
+    cell: Cell, run_dir: Path, context: dict, timeout: float | None, reruns: list | None = None
+) -> CellResult:
+    """Run one cell (and its retry, if its kernel died and the step names a retry_env).
+
+    ``reruns``: the discarded earlier attempts of this trial (see ``run_campaign``), kept in the
+    notebook's metadata beside its own reading."""
+    reruns = list(reruns or [])
     nb_dir = run_dir / cell.notebook
     nb_dir.mkdir(parents=True, exist_ok=True)
     final = nb_dir / f"{cell.slug}.ipynb"
@@ -233,6 +241,7 @@ def execute_cell(cell: Cell, run_dir: Path, context: dict, timeout: float | None
         "kernel_env": {k: v for k, v in used_env.items() if not k.startswith(ENV_PREFIX)},
         "load_average": {"before": load_before, "after": _load_average(), "cpus": os.cpu_count()},
         "contention": contention.result.as_dict() if contention.result else None,
+        "reruns": reruns,
     }
     write_notebook_atomic(nb, final)
     partial.unlink(missing_ok=True)
@@ -243,6 +252,7 @@ def execute_cell(cell: Cell, run_dir: Path, context: dict, timeout: float | None
         retried,
         str(final.relative_to(run_dir)),
         nb.metadata["fwbench"]["contention"],
+        reruns,
     )
 
 
@@ -263,6 +273,7 @@ def manifest_entry(cell: Cell, result: CellResult | None = None) -> dict:
             retried=result.retried,
             path=result.path,
             contention=result.contention,
+            reruns=result.reruns,
         )
     return entry
 
@@ -306,6 +317,33 @@ def ordered_cells(campaign: Campaign, cells: list[Cell], manifest: dict) -> list
     placed = [by_key[k] for k in order.keys if k in by_key]
     known = set(order.keys)
     return placed + [c for c in cells if c.key not in known]
+
+
+def _shared(result: CellResult) -> bool:
+    return bool(result.contention and result.contention["shared"])
+
+
+def run_trial(
+    cell: Cell, run_dir: Path, context: dict, timeout: float | None, rerun_shared: int
+) -> CellResult:
+    """Run a cell; an interleaved trial that ran on a shared machine runs again, up to
+    ``rerun_shared`` times, and the result keeps each discarded attempt's reading.
+
+    A trial slowed by a neighbour would widen its comparison's interval (or, in a round where only
+    one arm was hit, bias it); running it again at once keeps it in its round. A failed attempt is
+    not re-run: a failure is data, not noise."""
+    result = execute_cell(cell, run_dir, context, timeout)
+    reruns: list[dict] = []
+    while cell.interleaved and result.status == "ok" and _shared(result):
+        if len(reruns) >= rerun_shared:
+            break
+        reruns.append({"duration_s": round(result.duration_s, 3), "contention": result.contention})
+        tqdm.write(
+            f"  {cell.key}: {shared_machine_warning(result.contention)}; "
+            f"running it again ({len(reruns)} of at most {rerun_shared})"
+        )
+        result = execute_cell(cell, run_dir, context, timeout, reruns)
+    return result
 
 
 def run_campaign(
@@ -355,12 +393,14 @@ def run_campaign(
         bar = tqdm(todo, desc=f"{campaign.name} {run_id}", unit="cell", disable=not show_progress)
         for cell in bar:
             bar.set_postfix_str(cell.key)
-            result = execute_cell(cell, run_dir, context, cell.timeout or timeout)
+            result = run_trial(
+                cell, run_dir, context, cell.timeout or timeout, campaign.rerun_shared
+            )
             results[cell.key] = result
             manifest = record_in_manifest(run_dir, cell, result)
             if result.status != "ok":
                 tqdm.write(f"  {cell.key}: {result.status}: {(result.error or '').strip()[-300:]}")
-            if result.contention and result.contention["shared"]:
+            if _shared(result):
                 tqdm.write(f"  {cell.key}: {shared_machine_warning(result.contention)}")
         bar.close()
         manifest["finished_at"] = environment.now_iso()

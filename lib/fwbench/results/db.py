@@ -40,6 +40,7 @@ ALTER TABLE cells ADD COLUMN IF NOT EXISTS load_1m_before DOUBLE;
 ALTER TABLE cells ADD COLUMN IF NOT EXISTS other_cpu_frac DOUBLE;
 ALTER TABLE cells ADD COLUMN IF NOT EXISTS steal_frac DOUBLE;
 ALTER TABLE cells ADD COLUMN IF NOT EXISTS shared_machine BOOLEAN;
+ALTER TABLE cells ADD COLUMN IF NOT EXISTS reruns INTEGER;
 CREATE TABLE IF NOT EXISTS measurements (
     run_id VARCHAR, campaign VARCHAR, notebook VARCHAR, cell VARCHAR, trial INTEGER,
     status VARCHAR, error VARCHAR, family VARCHAR, model VARCHAR, framework VARCHAR,
@@ -154,6 +155,9 @@ def _machine_share(meta: dict) -> dict:
         "other_cpu_frac": contention.get("other_cpu_frac"),
         "steal_frac": contention.get("steal_frac"),
         "shared_machine": contention.get("shared"),
+        # attempts of this trial discarded because the machine was shared (the runner's
+        # rerun_shared); 0 where the notebook predates them
+        "reruns": len(meta.get("reruns") or []),
     }
 
 
