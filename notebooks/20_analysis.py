@@ -5,8 +5,9 @@
 # (tables `runs`, `cells`, `measurements`), it builds the JAX ÷ PyTorch throughput matrix with 95%
 # intervals (best modes and defaults), throughput scaling, latency percentiles, memory, compile
 # time and its break-even, energy, the roofline with measured ceilings, CNN vs Transformer, the
-# training / memory / validation families when present, the comparison with the previous run, and
-# the failures. It saves figures under `figures/<campaign>/`, tables under
+# training / memory / validation families when present, the trust checks (trials paired by round,
+# an A/A control, stability against the previous run, the regression detector scored on this
+# run's noise), the campaign's history through that detector, and the failures. It saves figures under `figures/<campaign>/`, tables under
 # `report/<campaign>/tables/` and a `content.json` from which `fwbench report` writes report.md and
 # report.html. It computes MFU here, from the run's calibration (else the latest of the same device
 # in the index), and emits it as records of its own (metric `mfu`, with the measured row's family
@@ -36,7 +37,7 @@ from IPython.display import Markdown, display
 
 from fwbench.models.registry import MODELS
 from fwbench.pipeline.campaign import find_repo_root
-from fwbench.report import outline, roofline
+from fwbench.report import outline, roofline, trust
 from fwbench.report.sections import ReportContent
 from fwbench.results import db as fw_db
 from fwbench.results.records import Recorder
@@ -87,6 +88,25 @@ outline.build(content, analysis, show)
 mfu_records = Recorder("analysis")
 roofline.add_mfu_records(mfu_records, analysis.mfu)
 mfu_records.emit()
+
+# %% [markdown]
+# ## Trust records
+# The A/A false-winner rate, the stability against the baseline run, and the regression
+# detector's scores on histories resampled from this run's trials (section "Trust" above), as
+# records of family `analysis`: `aa_false_winner_rate`, `stability_kendall_tau`,
+# `stability_max_ratio_change`, `regression_recall_10pct`, `regression_false_alerts_per_100`.
+# A campaign of single trials has none of them.
+
+# %%
+trust_records = Recorder("analysis")
+trust.add_records(
+    trust_records,
+    analysis.aa,
+    analysis.stability_summary,
+    analysis.baseline_run_id,
+    *analysis.regression_evaluation,
+)
+trust_records.emit()
 
 # %% [markdown]
 # ## Summary

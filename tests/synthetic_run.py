@@ -1,7 +1,9 @@
-"""A synthetic campaign for the analysis and report tests: two runs written as executed notebooks.
+"""A synthetic campaign for the analysis and report tests: five runs written as executed notebooks.
 
-``build_synthetic`` writes executed-notebook-like files for two runs of a campaign (the later one
-regressed on one configuration); tests/test_analysis.py ingests them and checks the computations,
+``build_synthetic`` writes executed-notebook-like files for five runs of a campaign; one
+configuration's throughput drops from ``BASELINE_CENTER`` to its ``CENTERS`` value at the fourth
+(``BASELINE_RUN``), so the regression detector has two points on each side of the change and one
+more before it. tests/test_analysis.py ingests them and checks the computations,
 tests/test_report.py builds the whole report from them.
 """
 
@@ -13,6 +15,7 @@ import numpy as np
 from fwbench.results.records import RECORDS_MIME, Recorder
 
 CAMPAIGN = "synth"
+EARLIER_RUNS = ("20251229T000000Z", "20251230T000000Z", "20251231T000000Z")
 BASELINE_RUN, CURRENT_RUN = "20260101T000000Z", "20260102T000000Z"
 DEVICE_NAME = "Test CPU 9000"
 FLOPS_PER_IMG = {"resnet50": 8.2e9, "vit_b_16": 35.1e9}
@@ -37,7 +40,7 @@ CENTERS = {
     ("vit_b_16", "jax", "jit", 8): None,  # the tie: torch.compile's samples, permuted
 }
 REGRESSED = ("resnet50", "jax", "jit", 8)
-BASELINE_CENTER = 260.0  # the regressed configuration's throughput in the baseline run
+BASELINE_CENTER = 260.0  # the regressed configuration's throughput in the earlier runs
 
 
 QUIET = {"other_cpu_frac": 0.01, "steal_frac": 0.0, "cpus": 2, "shared": False}
@@ -330,9 +333,12 @@ def build_run(out, run_id, seed, regressed_center=None):
 
 
 def build_synthetic(tmp_path):
-    """Two runs (the later one regressed on one configuration), ingested into a fresh index."""
+    """Five runs (the last two regressed on one configuration); returns the folder and the
+    current run's throughput samples per configuration."""
     out = tmp_path / "executed"
-    build_run(out, BASELINE_RUN, seed=1, regressed_center=BASELINE_CENTER)
+    for seed, run_id in enumerate(EARLIER_RUNS, start=10):
+        build_run(out, run_id, seed=seed, regressed_center=BASELINE_CENTER)
+    build_run(out, BASELINE_RUN, seed=1)
     current = build_run(out, CURRENT_RUN, seed=2)
     return out, current
 

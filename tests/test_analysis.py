@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwbench.report import charts, outline, roofline, sentences, tables
+from fwbench.report import charts, outline, regressions, roofline, sentences, tables
 from fwbench.report.sections import ReportContent
 from fwbench.results import db
 from fwbench.results.records import Recorder
@@ -21,6 +21,7 @@ from tests.synthetic_run import (
     COMPILE_S,
     CURRENT_RUN,
     DEVICE_NAME,
+    EARLIER_RUNS,
     FIGURES,
     PEAK_TFLOPS,
     TRAIN_FLOPS_PER_STEP,
@@ -94,18 +95,30 @@ def test_interval_containing_one_is_a_tie(synthetic):
     )
 
 
-def test_regression_against_baseline_is_flagged(synthetic):
-    history = tables.history_flags(synthetic["meas"], synthetic["baseline"])
-    thr = history[
-        (history.metric == "throughput_img_s")
-        & (history.model == "resnet50")
-        & (history.framework == "jax")
-        & (history.batch_size == 8)
+def test_the_detector_finds_the_regression_where_it_started(synthetic):
+    con = db.connect(synthetic["db_path"], read_only=True)
+    sql, params = regressions.histories_query(CAMPAIGN)
+    histories = con.execute(sql, params).df()
+    con.close()
+    changes = regressions.find_regressions(histories)
+    thr = changes[changes.metric == "throughput_img_s"]
+    regressed = thr[
+        thr.configuration.str.contains("family=inference model=resnet50 framework=jax mode=jit")
     ]
-    assert thr.flag.tolist() == ["regression"]
-    assert thr.change.iloc[0] == pytest.approx(180.0 / BASELINE_CENTER - 1, abs=0.05)
-    text = sentences.history_sentence(history, BASELINE_RUN)
-    assert "the largest regression is" in text and "of ResNet-50 JAX jit at batch 8" in text
+    regressed = regressed[regressed.configuration.str.endswith("batch_size=8")]
+    assert regressed.run_id.tolist() == [BASELINE_RUN]
+    assert regressed.direction.tolist() == ["regression"]
+    assert regressed.change_pct.iloc[0] == pytest.approx(100 * (180.0 / BASELINE_CENTER - 1), abs=3)
+    # every other throughput history is flat noise of 2% per sample
+    assert len(thr) == 1
+    text = sentences.history_sentence(changes, histories.run_id.nunique(), CURRENT_RUN)
+    assert f"Over {len(EARLIER_RUNS) + 2} runs" in text
+    assert "The largest regression is" in text and "from run " + BASELINE_RUN in text
+
+
+def test_a_short_history_says_the_detector_needs_more_runs():
+    text = sentences.history_sentence(pd.DataFrame(), 3, CURRENT_RUN)
+    assert "needs at least 4 points" in text
 
 
 def test_history_direction_depends_on_the_metric():
@@ -187,8 +200,7 @@ def test_cells_run_on_a_shared_machine_are_listed_and_said_first(synthetic):
     said = sentences.executive_summary(
         synthetic["matrix"],
         pd.DataFrame(),
-        pd.DataFrame(),
-        "",
+        "No history.",
         pd.DataFrame(),
         pd.DataFrame(),
         shared_machine=sentence,
@@ -343,7 +355,7 @@ def test_a_run_without_calibration_borrows_the_latest_in_the_index_and_names_it(
     meas = synthetic["meas"]
     uncalibrated = meas[meas.family != "calibration"]
     index = synthetic["index_calibration"].copy()
-    assert set(index.run_id) == {BASELINE_RUN, CURRENT_RUN}
+    assert set(index.run_id) == {*EARLIER_RUNS, BASELINE_RUN, CURRENT_RUN}
     # the earlier run measured a higher peak: "latest" must win over "best"
     earlier_peak = (index.run_id == BASELINE_RUN) & (index.metric == "peak_matmul_tflops")
     index.loc[earlier_peak, "value"] = 50.0
@@ -426,9 +438,10 @@ def test_every_section_shows_its_figures_and_tables_or_its_empty_note(
             assert section["items"] == [{"kind": "note", "text": note}], spec.title
         else:
             assert section["items"], spec.title
-    # the synthetic run has no energy reading (RAPL refused) and no validation, all else
+    # the synthetic run has one trial per cell, no energy reading (RAPL refused) and no
+    # validation, all else
     empty = [s["title"] for s in content.sections if kinds_of(s) == ["note"]]
-    assert empty == ["Energy per image", "Validation"]
+    assert empty == ["Trust: trials, A/A control and stability", "Energy per image", "Validation"]
     energy = content.sections[[s.title for s in outline.SECTIONS].index("Energy per image")]
     assert energy["items"][0]["text"] == "No energy was measured in this run (no RAPL access)."
     figures = [i["name"] for s in content.sections for i in s["items"] if i["kind"] == "figure"]
@@ -441,7 +454,8 @@ def test_every_section_shows_its_figures_and_tables_or_its_empty_note(
     assert sum(not isinstance(x, str) for x in shown) == len(figures) + len(written)
     history = content.sections[[s.title for s in outline.SECTIONS].index("History")]
     assert history["items"][0]["caption"] == (
-        f"Metrics whose 95% intervals do not overlap between run {CURRENT_RUN} and {BASELINE_RUN}."
+        f"Level changes in this campaign's histories up to run {CURRENT_RUN}: the metric and "
+        "configuration, the run where the new level starts, the change and its p-value."
     )
 
 

@@ -245,13 +245,15 @@ def test_the_command_prints_the_run_where_the_level_moved(index):
     proc = run_cli("regressions", "--campaign", "demo", "--db", dbp)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == "metric,configuration,run_id,change_pct,p_value"
+    assert lines[0] == "metric,configuration,run_id,change_pct,p_value,direction"
     assert len(lines) == 2, lines
-    metric, configuration, run_id, change_pct, p_value = lines[1].split(",")
+    metric, configuration, run_id, change_pct, p_value, direction = lines[1].split(",")
     assert metric == "latency_p50_ms"
     assert configuration == (
-        "model=resnet50 framework=torch mode=eager device_name=Test CPU precision=fp32 batch_size=8"
+        "family=inference model=resnet50 framework=torch mode=eager device_name=Test CPU "
+        "precision=fp32 batch_size=8"
     )
+    assert direction == "regression"  # a latency that went up
     assert run_id == ids[4]
     assert float(change_pct) == pytest.approx(20.0, abs=1.0)
     assert float(p_value) < regressions.ALPHA
@@ -261,7 +263,11 @@ def test_without_a_campaign_the_configuration_names_it(index):
     dbp, _ids = index
     proc = run_cli("regressions", "--db", dbp)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[1].split(",")[1].startswith("campaign=demo model=resnet50")
+    assert (
+        proc.stdout.splitlines()[1]
+        .split(",")[1]
+        .startswith("campaign=demo family=inference model=resnet50")
+    )
 
 
 def test_a_quiet_history_prints_only_the_header(tmp_path):
@@ -270,7 +276,7 @@ def test_a_quiet_history_prints_only_the_header(tmp_path):
     db.ingest(tmp_path / "runs", tmp_path / "x.duckdb")
     proc = run_cli("regressions", "--db", tmp_path / "x.duckdb")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["metric,configuration,run_id,change_pct,p_value"]
+    assert proc.stdout.splitlines() == ["metric,configuration,run_id,change_pct,p_value,direction"]
 
 
 def test_an_unknown_campaign_or_a_missing_index_is_bad_input(index, tmp_path):

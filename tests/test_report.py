@@ -18,6 +18,7 @@ from fwbench.pipeline import runner
 from fwbench.report import readme, render
 from tests.conftest import run_cli
 from tests.synthetic_run import (
+    BASELINE_RUN,
     CAMPAIGN,
     CURRENT_RUN,
     FIGURES,
@@ -95,11 +96,13 @@ def test_regression_is_flagged_in_history(built):
     history = pd.read_csv(built["report_dir"] / "tables" / "history.csv")
     regressed = history[
         (history.metric == "throughput_img_s")
-        & (history.model == "resnet50")
-        & (history.framework == "jax")
-        & (history.batch_size == 8)
+        & history.configuration.str.contains(
+            "family=inference model=resnet50 framework=jax mode=jit"
+        )
+        & history.configuration.str.endswith("batch_size=8")
     ]
-    assert regressed.flag.tolist() == ["regression"]
+    assert regressed.direction.tolist() == ["regression"]
+    assert regressed.run_id.tolist() == [BASELINE_RUN]
     assert "| regression |" in section(built["text"], "History")
 
 

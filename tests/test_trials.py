@@ -217,6 +217,94 @@ def test_a_killed_interleaved_run_resumes_at_trial_granularity_in_its_recorded_o
     assert all(threads is not None and threads >= 1 for _, _, threads in rows)
 
 
+# ---- duet: both arms at once, one core and one thread each ----
+
+DUET = """
+campaign: duo
+order: duet
+seed: SEED
+steps:
+  - notebook: STANDIN
+    params: {label: setup}
+  - notebook: STANDIN
+    params: {label: torch}
+    grid: {x: [1, 2]}
+    trials: 2
+  - notebook: STANDIN
+    params: {label: jax}
+    grid: {x: [1, 2]}
+    trials: 2
+"""
+
+
+def test_a_duet_round_pairs_the_arms_of_each_grid_point(write_campaign):
+    order = load_campaign(write_campaign(DUET.replace("SEED", "3"))).run_order()
+    assert order.order == "duet" and order.before_rounds == ["standin/label=setup"]
+    for trial, keys in enumerate(order.rounds, start=1):
+        pairs = [keys[i : i + 2] for i in range(0, len(keys), 2)]
+        assert len(pairs) == 2
+        for pair in pairs:
+            # one cell of each arm, at the same grid point and trial
+            assert sorted(k.split("__")[0] for k in pair) == [
+                "standin/label=jax",
+                "standin/label=torch",
+            ]
+            assert len({k.split("__", 1)[1] for k in pair}) == 1
+            assert all(k.endswith(f"trial={trial}") for k in pair)
+
+
+@pytest.mark.parametrize(
+    "steps, message",
+    [
+        (
+            "  - notebook: STANDIN\n    trials: 2\n",
+            "needs exactly two steps with trials > 1, found 1",
+        ),
+        (
+            "  - notebook: STANDIN\n    params: {label: a}\n    trials: 2\n"
+            "  - notebook: STANDIN\n    params: {label: b}\n    trials: 3\n",
+            "must have the same 'trials' and the same 'grid'",
+        ),
+        (
+            "  - notebook: STANDIN\n    params: {label: a}\n    trials: 2\n    order: duet\n",
+            "step 1: 'order' must be one of sequential, interleaved",
+        ),
+    ],
+)
+def test_a_duet_that_cannot_pair_its_arms_is_refused(write_campaign, steps, message):
+    with pytest.raises(CampaignError, match=message):
+        load_campaign(write_campaign(f"campaign: d\norder: duet\nsteps:\n{steps}"))
+
+
+def test_a_duet_runs_each_pair_pinned_to_two_cores_with_one_thread(write_campaign, tmp_path):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("a duet needs two cores")
+    out = tmp_path / "out"
+    proc = run_cli("run", write_campaign(DUET.replace("SEED", "0")), "--out", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    con = duckdb.connect(str(out / "fwbench.duckdb"), read_only=True)
+    rows = con.execute("select cell, extra from measurements where metric = 'double_x'").fetchall()
+    con.close()
+    (run_dir,) = (out / "duo").glob("*")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    order = manifest["run_order"]
+    assert order["order"] == "duet"
+    cores = {}
+    for cell, extra in rows:
+        extra = json.loads(extra) if isinstance(extra, str) else extra
+        if cell == "label=setup":
+            assert len(extra["affinity"]) >= 2  # outside the rounds: the whole machine
+            continue
+        assert len(extra["affinity"]) == 1 and extra["omp_threads"] == "1"
+        cores[f"standin/{cell}"] = extra["affinity"][0]
+    for keys in order["rounds"]:
+        for first, second in (keys[i : i + 2] for i in range(0, len(keys), 2)):
+            assert cores[first] != cores[second]  # side by side, never on one core
+            nb = json.loads((run_dir / f"{first}.ipynb").read_text())["metadata"]["fwbench"]
+            assert nb["duet"] == {"core": cores[first], "partner": second}
+            assert nb["contention"]["cpus"] == 1  # the reading is the pinned core's
+
+
 # ---- the paired-ratio interval ----
 
 

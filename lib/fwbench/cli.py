@@ -45,7 +45,7 @@ def cmd_run(args) -> int:
         run_dir, results = run_campaign(
             campaign, out, resume=args.resume, only=args.only, timeout=args.timeout
         )
-    except RunnerBusy as exc:
+    except (RunnerBusy, CampaignError) as exc:
         return _fail(str(exc))
     failed = [k for k, r in results.items() if r.status != "ok"]
     db_path = Path(args.db) if args.db else db.default_db_path(out)

@@ -35,6 +35,7 @@ FAMILIES = {
     "11": "training",
     "12": "memory",
     "20": "analysis",
+    "21": "analysis",
 }
 
 # What the runner tells a kernel (and a record reads back); a kernel started by hand has none.

@@ -25,5 +25,16 @@ if behaviour == "sleep":
 
 # %%
 rec = Recorder("setup", model=None, framework="none", device="cpu", batch_size=max(1, int(x)))
-rec.add("double_x", 2 * x, "1", extra={"label": label, "retry_env": os.environ.get("STANDIN_OK")})
+rec.add(
+    "double_x",
+    2 * x,
+    "1",
+    extra={
+        "label": label,
+        "retry_env": os.environ.get("STANDIN_OK"),
+        # what a duet cell must see: one core, one thread
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "omp_threads": os.environ.get("OMP_NUM_THREADS"),
+    },
+)
 rec.emit()

@@ -14,6 +14,11 @@ round 2, and so on (``run_order``). Machine drift (thermal state, other tenants,
 then falls on every arm of a round alike instead of on whichever step happened to run last, so
 cells of different steps (PyTorch and JAX) pair by round.
 
+``order: duet`` (top level only) runs the two trialled steps' cells of the same grid point and
+trial at the same time, each pinned to its own core with one thread (Bulej et al., ICPE 2020):
+a disturbance then falls on both arms of a comparison at once. It needs exactly two steps with
+trials, with the same grid and trial count; other steps run first, one at a time.
+
 ``rerun_shared: N`` (top level) runs an interleaved trial again, up to N times, while its
 contention reading says the machine was shared (other processes and stolen time above
 ``fwbench.measure.meters.contention.SHARED_FRACTION``); each discarded attempt's reading is kept
@@ -38,7 +43,8 @@ from fwbench.pipeline.notebook_params import NotebookParameter, read_parameters
 
 STEP_KEYS = {"notebook", "params", "grid", "trials", "retry_env", "timeout", "when_env", "order"}
 CAMPAIGN_KEYS = {"campaign", "description", "steps", "report", "order", "seed", "rerun_shared"}
-ORDERS = ("sequential", "interleaved")
+ORDERS = ("sequential", "interleaved", "duet")
+STEP_ORDERS = ("sequential", "interleaved")  # a duet spans two steps, so only a campaign has it
 # Each re-run costs a whole trial; two bound a burst of stolen time without doubling a campaign.
 DEFAULT_RERUN_SHARED = 2
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -60,6 +66,7 @@ class Cell:
     timeout: float | None = None
     step: int = 0  # 1-based position of the step that made the cell in the campaign file
     interleaved: bool = False  # a trial of a step whose order is interleaved: runs in rounds
+    grid_point: tuple = ()  # the cell's grid values, sorted by key: a duet pairs cells by it
 
     @property
     def key(self) -> str:
@@ -76,6 +83,7 @@ class Campaign:
     skipped: list[str] = field(default_factory=list)  # why steps were left out (``when_env``)
     seed: int = 0  # shuffles the rounds of interleaved trials
     rerun_shared: int = 0  # how often an interleaved trial run on a shared machine is run again
+    order: str = "sequential"  # the campaign-level order; "duet" pairs the rounds' cells
 
     def select(self, pattern: str | None) -> list[Cell]:
         if not pattern:
@@ -98,19 +106,38 @@ class Campaign:
         rng = random.Random(self.seed)
         rounds = []
         for trial in sorted({c.trial for c in trialled}):
-            keys = [c.key for c in trialled if c.trial == trial]
+            cells = [c for c in trialled if c.trial == trial]
+            if self.order == "duet":
+                rounds.append(_duet_round(cells, rng))
+                continue
+            keys = [c.key for c in cells]
             # sorted by a draw of random() per cell rather than random.shuffle: Python promises
             # random()'s sequence for a seed across versions, not shuffle's
             draws = [rng.random() for _ in keys]
             rounds.append([k for _, k in sorted(zip(draws, keys, strict=True))])
-        return RunOrder("interleaved" if rounds else "sequential", self.seed, before, rounds)
+        order = "sequential" if not rounds else "duet" if self.order == "duet" else "interleaved"
+        return RunOrder(order, self.seed, before, rounds)
+
+
+def _duet_round(cells: list[Cell], rng: random.Random) -> list[str]:
+    """One duet round: the keys in pairs (run together), the pairs in a drawn order and each
+    pair's two cells in a drawn order (the first goes to the first core)."""
+    steps = sorted({c.step for c in cells})
+    by_point = {(c.step, c.grid_point): c.key for c in cells}
+    pairs = []
+    for point in sorted({c.grid_point for c in cells}):
+        pair = [by_point[(step, point)] for step in steps]
+        if rng.random() < 0.5:
+            pair.reverse()
+        pairs.append((rng.random(), pair))
+    return [k for _, pair in sorted(pairs) for k in pair]
 
 
 @dataclass
 class RunOrder:
     """Cell keys in the order they run; kept in the manifest so ``--resume`` never reshuffles."""
 
-    order: str  # "interleaved" when there are rounds, else "sequential"
+    order: str  # "interleaved" or "duet" when there are rounds, else "sequential"
     seed: int
     before_rounds: list[str]
     rounds: list[list[str]]
@@ -201,12 +228,12 @@ def _check_step(path: Path, i: int, step) -> None:
     when_env = step.get("when_env")
     if when_env is not None and not (isinstance(when_env, str) and ENV_NAME_RE.match(when_env)):
         raise CampaignError(f"{where}: 'when_env' must name one environment variable")
-    _check_order(where, step)
+    _check_order(where, step, STEP_ORDERS)
 
 
-def _check_order(where: str, data: dict) -> None:
-    if "order" in data and data["order"] not in ORDERS:
-        raise CampaignError(f"{where}: 'order' must be one of {', '.join(ORDERS)}")
+def _check_order(where: str, data: dict, allowed: tuple = ORDERS) -> None:
+    if "order" in data and data["order"] not in allowed:
+        raise CampaignError(f"{where}: 'order' must be one of {', '.join(allowed)}")
 
 
 def _expand_env(path: Path, i: int, values: dict) -> dict:
@@ -292,7 +319,7 @@ def load_campaign(path: str | Path) -> Campaign:
         if clash:
             raise CampaignError(f"{path}: step {i + 1}: {sorted(clash)} both in params and grid")
         trials = step.get("trials", 1)
-        interleaved = trials > 1 and step.get("order", default_order) == "interleaved"
+        interleaved = trials > 1 and step.get("order", default_order) in ("interleaved", "duet")
         keys = sorted(grid)
         slug_keys = keys + sorted(varying[nb_name] - set(keys))
         short_name = Path(nb_name).stem
@@ -317,6 +344,7 @@ def load_campaign(path: str | Path) -> Campaign:
                         timeout=step.get("timeout"),
                         step=i + 1,
                         interleaved=interleaved,
+                        grid_point=tuple(zip(keys, combo, strict=True)),
                     )
                 )
     seen: set[str] = set()
@@ -326,6 +354,8 @@ def load_campaign(path: str | Path) -> Campaign:
         seen.add(cell.key)
     if not cells:
         raise CampaignError(f"{path}: every step was skipped ({'; '.join(skipped)})")
+    if default_order == "duet":
+        _check_duet(path, steps, cells)
     return Campaign(
         name=name,
         path=path,
@@ -335,7 +365,25 @@ def load_campaign(path: str | Path) -> Campaign:
         skipped=skipped,
         seed=seed,
         rerun_shared=rerun_shared,
+        order=default_order,
     )
+
+
+def _check_duet(path: Path, steps: list, cells: list[Cell]) -> None:
+    trialled = sorted({c.step for c in cells if c.interleaved})
+    if len(trialled) != 2:
+        raise CampaignError(
+            f"{path}: order 'duet' runs two arms side by side: it needs exactly two steps with "
+            f"trials > 1, found {len(trialled)}"
+        )
+    a, b = (steps[i - 1] for i in trialled)
+    if a.get("trials") != b.get("trials") or (a.get("grid") or {}) != (b.get("grid") or {}):
+        raise CampaignError(
+            f"{path}: the two duet steps (steps {trialled[0]} and {trialled[1]}) must have the "
+            "same 'trials' and the same 'grid', so that their cells pair one to one"
+        )
+    if (os.cpu_count() or 1) < 2:
+        raise CampaignError(f"{path}: order 'duet' needs two cores; this machine has one")
 
 
 def _validate(path: Path, notebook: str, declared: dict[str, NotebookParameter], cell: dict):

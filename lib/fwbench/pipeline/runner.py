@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from fwbench.measure.meters.contention import ContentionMeter
 from fwbench.pipeline import environment
-from fwbench.pipeline.campaign import Campaign, Cell, RunOrder
+from fwbench.pipeline.campaign import Campaign, CampaignError, Cell, RunOrder
 from fwbench.pipeline.notebook_params import read_notebook
 from fwbench.results.records import CONTEXT_ENV
 from fwbench.vocab import ANSI_RE, ENV_EXECUTED_DIR, ENV_KERNEL, ENV_PREFIX, ENV_TRIAL
@@ -32,6 +32,9 @@ ERROR_TAIL_CHARS = 2000
 LOCK_NAME = ".fwbench-run.lock"
 # The measurement rules want JAX's allocator to report real usage, not a preallocated pool.
 KERNEL_ENV_DEFAULTS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+# A duet cell has one core: one thread for PyTorch's and the BLAS libraries' pools. XLA sizes its
+# pool from the cores the process may run on, which the pinning already makes one.
+DUET_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
 class RunnerBusy(RuntimeError):
@@ -189,12 +192,19 @@ def _execute_attempts(source_nb, partial: Path, cell: Cell, attempts: list[dict]
 
 
 def execute_cell(
-    cell: Cell, run_dir: Path, context: dict, timeout: float | None, reruns: list | None = None
+    cell: Cell,
+    run_dir: Path,
+    context: dict,
+    timeout: float | None,
+    reruns: list | None = None,
+    duet: dict | None = None,
 ) -> CellResult:
     """Run one cell (and its retry, if its kernel died and the step names a retry_env).
 
-    ``reruns``: the discarded earlier attempts of this trial (see ``run_campaign``), kept in the
-    notebook's metadata beside its own reading."""
+    ``reruns``: the discarded earlier attempts of this trial (see ``run_trial``), kept in the
+    notebook's metadata beside its own reading. ``duet``: this process is pinned to
+    ``duet["core"]`` beside ``duet["partner"]`` (see ``run_duet``): the kernel gets one thread and
+    the contention reading is that core's."""
     reruns = list(reruns or [])
     nb_dir = run_dir / cell.notebook
     nb_dir.mkdir(parents=True, exist_ok=True)
@@ -211,6 +221,7 @@ def execute_cell(
         ENV_TRIAL: str(cell.trial),
         # absolute: the kernel starts in the notebook's folder, not where the runner was started
         ENV_EXECUTED_DIR: str(nb_dir.resolve()),
+        **(DUET_ENV if duet else {}),
     }
     attempts = [dict(env)]
     if cell.retry_env:
@@ -220,7 +231,7 @@ def execute_cell(
     # the share of CPU time other processes and the hypervisor took while it ran.
     load_before = _load_average()
     start = time.perf_counter()
-    contention = ContentionMeter()
+    contention = ContentionMeter(cpu=duet["core"] if duet else None)
     with contention:
         status, error, retried, used_env = _execute_attempts(
             source_nb, partial, cell, attempts, kname, timeout
@@ -242,6 +253,7 @@ def execute_cell(
         "load_average": {"before": load_before, "after": _load_average(), "cpus": os.cpu_count()},
         "contention": contention.result.as_dict() if contention.result else None,
         "reruns": reruns,
+        "duet": duet,
     }
     write_notebook_atomic(nb, final)
     partial.unlink(missing_ok=True)
@@ -346,6 +358,57 @@ def run_trial(
     return result
 
 
+def _pinned_cell(core: int, partner: str, cell: Cell, run_dir: Path, context: dict, timeout):
+    """A duet arm, in a process of its own: pinned to ``core`` before the kernel starts, which
+    inherits the pinning."""
+    os.sched_setaffinity(0, {core})
+    return execute_cell(cell, run_dir, context, timeout, duet={"core": core, "partner": partner})
+
+
+def duet_cores() -> list[int]:
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise CampaignError("order 'duet' needs two cores this process may use; it has one")
+    return cores[:2]
+
+
+def run_duet(
+    cells: list[Cell], run_dir: Path, context: dict, timeout: float | None
+) -> list[CellResult]:
+    """Run two cells at the same time, each in its own process pinned to its own core (one cell
+    runs alone on the first core, where its partner already has a result, as after --resume)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    cores = duet_cores()
+    partners = [c.key for c in reversed(cells)] if len(cells) == 2 else [""]
+    # spawn, not fork: the runner holds a lock file and tqdm's state, which a fork would copy
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=len(cells), mp_context=spawn) as pool:
+        futures = [
+            pool.submit(
+                _pinned_cell, core, partner, cell, run_dir, context, cell.timeout or timeout
+            )
+            for core, partner, cell in zip(cores, partners, cells, strict=False)
+        ]
+        return [f.result() for f in futures]
+
+
+def _duet_groups(order: RunOrder, todo: list[Cell]) -> list[list[Cell]]:
+    """The cells left to run, as the runner takes them: one at a time before the rounds, then
+    each round's pairs."""
+    by_key = {c.key: c for c in todo}
+    groups = [[by_key[k]] for k in order.before_rounds if k in by_key]
+    for keys in order.rounds:
+        for i in range(0, len(keys), 2):
+            pair = [by_key[k] for k in keys[i : i + 2] if k in by_key]
+            if pair:
+                groups.append(pair)
+    known = set(order.keys)
+    groups += [[c] for c in todo if c.key not in known]
+    return groups
+
+
 def run_campaign(
     campaign: Campaign,
     out: Path,
@@ -356,6 +419,8 @@ def run_campaign(
     show_progress: bool = True,
 ) -> tuple[Path, dict[str, CellResult]]:
     """Execute the selected cells; returns the run folder and each cell's result by key."""
+    if campaign.order == "duet":
+        duet_cores()  # bad input on this machine: refused before a run folder exists
     cells = campaign.select(only)
     with output_lock(out):
         run_dir = latest_run_dir(out, campaign.name) if resume else None
@@ -390,18 +455,36 @@ def run_campaign(
             manifest["cells"][c.key] = manifest_entry(c)
         write_json_atomic(run_dir / "manifest.json", manifest)
         results: dict[str, CellResult] = {}
-        bar = tqdm(todo, desc=f"{campaign.name} {run_id}", unit="cell", disable=not show_progress)
-        for cell in bar:
-            bar.set_postfix_str(cell.key)
-            result = run_trial(
-                cell, run_dir, context, cell.timeout or timeout, campaign.rerun_shared
-            )
-            results[cell.key] = result
-            manifest = record_in_manifest(run_dir, cell, result)
-            if result.status != "ok":
-                tqdm.write(f"  {cell.key}: {result.status}: {(result.error or '').strip()[-300:]}")
-            if _shared(result):
-                tqdm.write(f"  {cell.key}: {shared_machine_warning(result.contention)}")
+        order = RunOrder.from_dict(manifest["run_order"]) if "run_order" in manifest else None
+        duet = order is not None and order.order == "duet"
+        groups = _duet_groups(order, todo) if duet else [[c] for c in todo]
+        bar = tqdm(
+            total=len(todo),
+            desc=f"{campaign.name} {run_id}",
+            unit="cell",
+            disable=not show_progress,
+        )
+        for group in groups:
+            bar.set_postfix_str(" + ".join(c.key for c in group))
+            if duet and group[0].interleaved:
+                # both arms at once: a re-run for contention would have to re-run the pair
+                outcomes = run_duet(group, run_dir, context, timeout)
+            else:
+                cell = group[0]
+                outcomes = [
+                    run_trial(
+                        cell, run_dir, context, cell.timeout or timeout, campaign.rerun_shared
+                    )
+                ]
+            for cell, result in zip(group, outcomes, strict=True):
+                results[cell.key] = result
+                manifest = record_in_manifest(run_dir, cell, result)
+                if result.status != "ok":
+                    error = (result.error or "").strip()[-300:]
+                    tqdm.write(f"  {cell.key}: {result.status}: {error}")
+                if _shared(result):
+                    tqdm.write(f"  {cell.key}: {shared_machine_warning(result.contention)}")
+            bar.update(len(group))
         bar.close()
         manifest["finished_at"] = environment.now_iso()
         write_json_atomic(run_dir / "manifest.json", manifest)

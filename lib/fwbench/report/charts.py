@@ -101,7 +101,9 @@ def _tooltip(frame: pd.DataFrame, columns: list[str]) -> list:
 
 def _plain(frame: pd.DataFrame) -> pd.DataFrame:
     """JSON-friendly copy: no list columns, nullable ints as floats, infinities as missing."""
-    out = frame.drop(columns=[c for c in ("samples",) if c in frame]).copy()
+    # the per-trial lists of ``tables.throughput_samples``: a chart shows their summaries
+    lists = ("samples", "trials", "shared", "reruns")
+    out = frame.drop(columns=[c for c in lists if c in frame]).copy()
     for col in out.columns:
         if str(out[col].dtype) == "Int64":
             out[col] = out[col].astype(float)
@@ -420,3 +422,50 @@ def convergence_chart(curves: pd.DataFrame) -> alt.FacetChart:
         .facet(column=alt.Column("model_label:N", title=None), row=alt.Row("curve:N", title=None))
         .resolve_scale(y="independent")
     )
+
+
+def stability_chart(stability: pd.DataFrame) -> alt.LayerChart:
+    """Each comparison's ratio in this run against the earlier run's, on log axes around the
+    diagonal where they agree; the band marks ±10%, the stability goal."""
+    data = _plain(labelled(stability))
+    data["configuration"] = [
+        f"{m} · bs {int(b)}" for m, b in zip(data.model_label, data.batch_size, strict=True)
+    ]
+    values = pd.concat([data.ratio, data.ratio_baseline, data.ci_low, data.ci_high])
+    low, high = float(values.min()) / 1.15, float(values.max()) * 1.15
+    scale = alt.Scale(type="log", domain=[low, high], nice=False)
+    grid = np.geomspace(low, high, 50)
+    band = pd.DataFrame({"x": grid, "lo": grid / (1 + 0.10), "hi": grid * (1 + 0.10)})
+    tips = _tooltip(
+        data,
+        ["configuration", "comparison", "ratio", "ci_low", "ci_high", "winner"]
+        + ["ratio_baseline", "winner_baseline", "change"],
+    )
+    area = (
+        alt.Chart(band)
+        .mark_area(opacity=0.15, color="#888888")
+        .encode(x=alt.X("x:Q", scale=scale), y=alt.Y("lo:Q", scale=scale), y2="hi:Q")
+    )
+    diagonal = (
+        alt.Chart(band)
+        .mark_line(color="#888888", strokeDash=[4, 4], strokeWidth=1)
+        .encode(x="x:Q", y="x:Q")
+    )
+    x = alt.X("ratio_baseline:Q", title="JAX ÷ PyTorch, earlier run", scale=scale)
+    bars = (
+        alt.Chart(data)
+        .mark_rule()
+        .encode(x=x, y=alt.Y("ci_low:Q", scale=scale), y2="ci_high:Q", color="model_label:N")
+    )
+    dots = (
+        alt.Chart(data)
+        .mark_point(filled=True, size=80)
+        .encode(
+            x=x,
+            y=alt.Y("ratio:Q", title="JAX ÷ PyTorch, this run", scale=scale),
+            color=alt.Color("model_label:N", title="model"),
+            shape=alt.Shape("batch_size:O", title="batch size"),
+            tooltip=tips,
+        )
+    )
+    return alt.layer(area, diagonal, bars, dots).properties(width=340, height=300)

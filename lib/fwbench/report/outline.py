@@ -20,7 +20,7 @@ from functools import cached_property
 import pandas as pd
 
 from fwbench.measure.meters.contention import SHARED_FRACTION
-from fwbench.report import charts, roofline, sentences, tables
+from fwbench.report import charts, regressions, roofline, sentences, tables, trust
 from fwbench.report.sections import ReportContent
 
 
@@ -37,6 +37,8 @@ class Analysis:
     baseline: pd.DataFrame
     index_calibration: pd.DataFrame  # MFU's fallback when this run did not calibrate
     kinds: dict[str, str]  # model -> "cnn" or "transformer"; the report may not import the models
+    # every metric's per-run history in this campaign, up to and including this run
+    histories: pd.DataFrame
 
     def sources(self, rows: pd.DataFrame) -> list[str]:
         return tables.source_paths(rows, self.cells)
@@ -152,12 +154,54 @@ class Analysis:
         return tables.family_table(self.meas, "validation")
 
     @cached_property
-    def history(self) -> pd.DataFrame:
-        return tables.history_flags(self.meas, self.baseline)
+    def history_runs(self) -> int:
+        return int(self.histories.run_id.nunique()) if not self.histories.empty else 0
 
     @cached_property
-    def flagged(self) -> pd.DataFrame:
-        return self.history[self.history.flag != "unchanged"]
+    def changes(self) -> pd.DataFrame:
+        """Level changes the detector finds in this campaign's histories up to this run."""
+        return regressions.find_regressions(self.histories)
+
+    @cached_property
+    def trials(self) -> pd.DataFrame:
+        return trust.trials_table(self.samples)
+
+    @cached_property
+    def aa(self) -> pd.DataFrame:
+        return trust.aa_control(self.samples)
+
+    @cached_property
+    def baseline_matrix(self) -> pd.DataFrame:
+        return tables.comparison_matrix(tables.throughput_samples(self.baseline))
+
+    @cached_property
+    def stability(self) -> pd.DataFrame:
+        return trust.stability_table(self.matrix, self.baseline_matrix)
+
+    @cached_property
+    def stability_summary(self) -> dict:
+        return trust.stability_summary(self.stability)
+
+    @cached_property
+    def trust_lines(self) -> list[str]:
+        return sentences.trust_sentences(self.matrix, self.cells, self.aa, trust.aa_rate(self.aa))
+
+    @cached_property
+    def trust_summary(self) -> list[str]:
+        """The A/A and stability sentences the executive summary carries, where trials exist."""
+        if self.trials.empty:
+            return []
+        return [
+            *self.trust_lines[1:],
+            sentences.stability_sentence(self.stability_summary, self.baseline_run_id),
+        ]
+
+    @cached_property
+    def regression_evaluation(self) -> tuple[pd.DataFrame, int | None]:
+        pool = trust.noise_pool(self.samples)
+        if pool.size == 0:
+            return pd.DataFrame(), None
+        return trust.regression_scores(pool)
 
     @cached_property
     def failures(self) -> pd.DataFrame:
@@ -172,25 +216,46 @@ class Analysis:
         return tables.shared_machine_table(self.cells)
 
 
+def _with_cell_readings(meas: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """Each record with its cell's contention verdict and re-run count, which the trial
+    comparisons drop and count by."""
+    keys = ["notebook", "cell", "trial"]
+    readings = [c for c in ("shared_machine", "reruns") if c in cells]
+    if meas.empty or not readings:
+        return meas
+    return meas.merge(cells[keys + readings], how="left", on=keys)
+
+
 def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> Analysis:
     """The run to analyse (default: the campaign's latest) and its baseline (default: the run
     before it), read from an open index."""
     run_id, baseline_run_id = tables.resolve_runs(con, campaign, run_id, baseline_run_id)
-    meas = tables.load_measurements(con, campaign, run_id)
+    cells = tables.load_cells(con, campaign, run_id)
+    meas = _with_cell_readings(tables.load_measurements(con, campaign, run_id), cells)
+    baseline = meas.iloc[0:0]
+    if baseline_run_id:
+        baseline = _with_cell_readings(
+            tables.load_measurements(con, campaign, baseline_run_id),
+            tables.load_cells(con, campaign, baseline_run_id),
+        )
+    sql, params = regressions.histories_query(campaign)
+    histories = con.execute(sql, params).df()
+    run = tables.load_run(con, campaign, run_id)
+    # the history as it stood when this run finished: a report rebuilt later says the same
+    this_order = histories.loc[histories.run_id == run_id, "run_order"]
+    if not this_order.empty:
+        histories = histories[histories.run_order <= this_order.iloc[0]]
     return Analysis(
         campaign=campaign,
         run_id=run_id,
         baseline_run_id=baseline_run_id,
         meas=meas,
-        cells=tables.load_cells(con, campaign, run_id),
-        run=tables.load_run(con, campaign, run_id),
-        baseline=(
-            tables.load_measurements(con, campaign, baseline_run_id)
-            if baseline_run_id
-            else meas.iloc[0:0]
-        ),
+        cells=cells,
+        run=run,
+        baseline=baseline,
         index_calibration=tables.load_calibration(con),
         kinds=kinds,
+        histories=histories.reset_index(drop=True),
     )
 
 
@@ -344,21 +409,21 @@ MEMORY_METHOD_COLUMNS = {"model", "framework", "peak_mem_bytes"}
 SECTIONS: tuple[Section, ...] = (
     Section(
         "Comparison matrix",
-        "JAX ÷ PyTorch median throughput (images/s) for every model, device, precision and batch "
-        "size, with a 95% bootstrap interval; > 1 means JAX is faster.",
+        lambda a: sentences.matrix_intro(a.matrix),
         (
             Figure(
                 "ratio_matrix",
                 "JAX ÷ PyTorch throughput",
                 "Median images/s of JAX divided by PyTorch's, on {devices}; best modes (each "
                 "framework's fastest variant) and defaults (PyTorch eager vs JAX jit). Colour is "
-                "log₂ of the ratio; 'tie' marks a 95% bootstrap interval that contains 1.",
+                "log₂ of the ratio; 'tie' marks a 95% interval that contains 1.",
                 _ratio_heatmap("matrix"),
             ),
             Table(
                 "ratio_matrix",
                 "JAX ÷ PyTorch throughput ratio with 95% interval and the winner (tie when the "
-                "interval contains 1).",
+                "interval contains 1); `interval` says whether it pairs trials by round, "
+                "`rounds` how many, `dropped_shared` how many were left out for contention.",
                 lambda a: a.matrix,
                 records("inference", ["throughput_img_s"]),
                 drop=("device",),
@@ -366,6 +431,69 @@ SECTIONS: tuple[Section, ...] = (
         ),
         empty=_empty("matrix"),
         empty_note="No configuration was measured with both frameworks in this run.",
+    ),
+    Section(
+        "Trust: trials, A/A control and stability",
+        "Whether these ratios would come out the same again: the trials behind them, the same "
+        "method applied to a configuration against itself, and the agreement with the "
+        "campaign's previous run.",
+        (
+            Each(lambda a: [Note(literal(t)) for t in a.trust_lines]),
+            Table(
+                "trials",
+                "Trials per arm: how many ran, attempts run again because the machine was shared "
+                "(the campaign's rerun_shared), trials still shared after that, and trials used.",
+                lambda a: a.trials,
+                records("inference", ["throughput_img_s"]),
+                drop=("device",),
+            ),
+            Table(
+                "aa_control",
+                "A/A control per arm: splits of its rounds into two halves compared with the "
+                "report's method, the winners it wrongly called, and the median relative width "
+                "of those intervals.",
+                lambda a: a.aa,
+                records("inference", ["throughput_img_s"]),
+                drop=("device",),
+                when=_nonempty("aa"),
+            ),
+            Note(lambda a: sentences.stability_sentence(a.stability_summary, a.baseline_run_id)),
+            Figure(
+                "stability",
+                "Stability between two runs",
+                "JAX ÷ PyTorch throughput in run {run_id} against run {baseline_run_id}, with "
+                "this run's 95% interval; the dashed diagonal is perfect agreement, the band "
+                "±10%.",
+                lambda a: charts.stability_chart(a.stability),
+                when=_nonempty("stability"),
+            ),
+            Table(
+                "stability",
+                "Each comparison in both runs: ratio, winner, change of the ratio, whether the "
+                "runs name opposite winners, and whether the ratios agree within 10%.",
+                lambda a: a.stability,
+                records("inference", ["throughput_img_s"]),
+                drop=("device",),
+                when=_nonempty("stability"),
+            ),
+            Note(lambda a: sentences.regression_evaluation_sentence(*a.regression_evaluation)),
+            Table(
+                "regression_evaluation",
+                "The regression detector and two baselines on seeded synthetic 10-run histories "
+                "drawn from this run's trials (200 per slowdown size and 200 unchanged): recall "
+                "per size, false alerts per 100 unchanged histories, runs to detection, F1.",
+                lambda a: a.regression_evaluation[0],
+                records("inference", ["throughput_img_s"]),
+                when=lambda a: not a.regression_evaluation[0].empty,
+            ),
+        ),
+        empty=_empty("trials"),
+        empty_note=(
+            "This campaign ran one trial per cell, so there is nothing to pair by round, no A/A "
+            "control and no stability check: its ratios carry no between-run interval. A "
+            "campaign with `trials` ≥ 3 and `order: interleaved` has them (params/trust.yaml)."
+        ),
+        name="trust",
     ),
     Section(
         "Throughput scaling",
@@ -699,17 +827,15 @@ SECTIONS: tuple[Section, ...] = (
     ),
     Section(
         "History",
-        lambda a: sentences.history_sentence(a.history, a.baseline_run_id),
+        lambda a: sentences.history_sentence(a.changes, a.history_runs, a.run_id),
         (
             Table(
                 "history",
-                "Metrics whose 95% intervals do not overlap between run {run_id} and "
-                "{baseline_run_id}.",
-                lambda a: a.flagged,
-                lambda a, flagged: a.sources(a.meas[a.meas.metric.isin(flagged.metric)]),
-                drop=("notebook",),
-                when=_nonempty("flagged"),
-                otherwise="No metric changed beyond its 95% interval.",
+                "Level changes in this campaign's histories up to run {run_id}: the metric and "
+                "configuration, the run where the new level starts, the change and its p-value.",
+                lambda a: a.changes,
+                lambda a, changes: a.sources(a.meas[a.meas.metric.isin(changes.metric)]),
+                when=_nonempty("changes"),
             ),
         ),
         empty=lambda a: not a.baseline_run_id,
@@ -827,12 +953,12 @@ def summarise(content: ReportContent, analysis: Analysis) -> None:
     content.summary = sentences.executive_summary(
         a.matrix,
         a.kind_table,
-        a.history,
-        a.baseline_run_id,
+        sentences.history_sentence(a.changes, a.history_runs, a.run_id),
         a.failures,
         a.retries,
         training,
         sentences.shared_machine_sentence(a.shared, a.cells),
+        a.trust_summary,
     )
     content.methodology = sentences.methodology(
         a.run, a.meas, a.cells, [a.samples, a.train_samples]

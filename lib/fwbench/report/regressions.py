@@ -29,6 +29,7 @@ import pandas as pd
 import ruptures
 from scipy import special
 
+from fwbench.report import tables
 from fwbench.results import db
 
 # Calibrated with ``evaluate`` on latency pools of this project's 2-core VM: every new run re-tests
@@ -41,8 +42,9 @@ MIN_CHANGE = 0.06
 # change visible two runs after it happened.
 MIN_SIZE = 2
 
-CONFIGURATION = ("model", "framework", "mode", "device_name", "precision", "batch_size")
-COLUMNS = ["metric", "configuration", "run_id", "change_pct", "p_value"]
+# the family too: a training and an inference throughput of one model and batch are two metrics
+CONFIGURATION = ("family", "model", "framework", "mode", "device_name", "precision", "batch_size")
+COLUMNS = ["metric", "configuration", "run_id", "change_pct", "p_value", "direction"]
 
 
 @dataclass(frozen=True)
@@ -148,11 +150,12 @@ def detect(
 # --------------------------------------------------------------------------- the index
 
 
-def load_histories(db_path, campaign: str | None = None) -> pd.DataFrame:
-    """One point per run, configuration and metric: the median of the run's ok values.
+def histories_query(campaign: str | None = None) -> tuple[str, list]:
+    """The SQL (and its parameters) behind ``load_histories``, for a caller holding a connection.
 
-    Histories stay within a campaign, whose stop rules and grids are its own. Runs are ordered by
-    start time (the run id, a UTC timestamp, where a manifest had none).
+    One point per run, configuration and metric: the median of the run's ok values. Histories
+    stay within a campaign, whose stop rules and grids are its own. Runs are ordered by start time
+    (the run id, a UTC timestamp, where a manifest had none).
     """
     where = "m.status = 'ok' and m.value is not null and isfinite(m.value)"
     params: list = []
@@ -162,7 +165,8 @@ def load_histories(db_path, campaign: str | None = None) -> pd.DataFrame:
     keys = ", ".join(f"m.{k}" for k in CONFIGURATION)
     sql = f"""
         with points as (
-            select m.campaign, m.metric, {keys}, m.run_id, median(m.value) as value
+            select m.campaign, m.metric, {keys}, m.run_id, median(m.value) as value,
+                   any_value(m.unit) as unit
             from measurements m
             where {where}
             group by all
@@ -172,6 +176,12 @@ def load_histories(db_path, campaign: str | None = None) -> pd.DataFrame:
         left join runs r on r.campaign = p.campaign and r.run_id = p.run_id
         order by all
     """
+    return sql, params
+
+
+def load_histories(db_path, campaign: str | None = None) -> pd.DataFrame:
+    """Every metric's history in the index at ``db_path`` (see ``histories_query``)."""
+    sql, params = histories_query(campaign)
     return db.query(sql, db_path, params)
 
 
@@ -194,8 +204,9 @@ def find_regressions(
     """Every significant change in every history of ``load_histories``' frame, as rows of
     ``COLUMNS``: the run where the new level starts, its change in percent and p-value.
 
-    The change is signed (the new level over the old); whether up is worse depends on the metric.
-    ``options`` go to ``detect``.
+    The change is signed (the new level over the old); ``direction`` says whether it is a
+    regression or an improvement for that metric (``tables.higher_is_better``; "change" where
+    the frame has no unit). ``options`` go to ``detect``.
     """
     rows = []
     group_keys = ["campaign", "metric", *CONFIGURATION]
@@ -205,7 +216,14 @@ def find_regressions(
             continue
         label = configuration_label(history.iloc[0], with_campaign)
         run_ids = history.run_id.tolist()
+        metric = history.metric.iloc[0]
+        unit = history.unit.iloc[0] if "unit" in history else None
         for change in detect(history.value.to_numpy(), **options):
+            if unit is None:
+                direction = "change"
+            else:
+                better = (change.change_pct > 0) == tables.higher_is_better(metric, unit)
+                direction = "improvement" if better else "regression"
             rows.append(
                 {
                     "metric": history.metric.iloc[0],
@@ -213,6 +231,7 @@ def find_regressions(
                     "run_id": run_ids[change.index],
                     "change_pct": round(change.change_pct, 2),
                     "p_value": float(f"{change.p_value:.3g}"),
+                    "direction": direction,
                 }
             )
     return pd.DataFrame(rows, columns=COLUMNS)

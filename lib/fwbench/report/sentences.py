@@ -13,8 +13,10 @@ import pandas as pd
 
 from fwbench import vocab
 from fwbench.measure.meters.contention import SHARED_FRACTION
+from fwbench.report import regressions, trust
 from fwbench.report.tables import (
-    MIN_TRIALS_AS_SAMPLES,
+    INTERVALS,
+    MIN_CLEAN_ROUNDS,
     SAMPLE_SOURCE_TEXT,
     energy_unavailable_reasons,
 )
@@ -108,32 +110,157 @@ def kind_sentences(kinds: pd.DataFrame) -> list[str]:
     return out
 
 
-def history_sentence(history: pd.DataFrame, baseline_run_id: str) -> str:
-    if not baseline_run_id:
-        return "This is the campaign's first run, so there is no earlier run to compare with."
-    if history.empty:
-        return f"No metric with an interval was measured in both this run and {baseline_run_id}."
-    counts = history.flag.value_counts()
-    regressions = history[history.flag == "regression"]
-    text = (
-        f"Against run {baseline_run_id}, {counts.get('regression', 0)} of {len(history)} "
-        f"comparable metrics regressed and {counts.get('improvement', 0)} improved "
-        "(95% intervals that do not overlap)"
-    )
-    if not regressions.empty:
-        # log scale, so that halving a throughput weighs as much as doubling a latency
-        size = np.abs(np.log1p(regressions.change))
-        worst = (
-            regressions.assign(size=size)
-            .sort_values(["size", "metric"], ascending=[False, True])
-            .iloc[0]
+def history_sentence(changes: pd.DataFrame, runs: int, run_id: str) -> str:
+    """What the change-point detector found in the campaign's histories up to ``run_id``."""
+    need = 2 * regressions.MIN_SIZE
+    if runs < need:
+        return (
+            f"The campaign has {runs} run{'s' if runs != 1 else ''} up to this one; the "
+            f"regression detector needs at least {need} points of a history, so it has nothing "
+            "to say yet."
         )
+    method = (
+        f"a change-point search over each metric's per-run history, each split tested against "
+        f"the history's own scatter (p < {regressions.ALPHA}, at least "
+        f"{regressions.MIN_CHANGE:.0%} change)"
+    )
+    if changes.empty:
+        return f"Over {runs} runs, {method} found no change in any metric's level."
+    counts = changes.direction.value_counts()
+    here = changes[changes.run_id == run_id]
+    text = (
+        f"Over {runs} runs, {method} found {len(changes)} level change"
+        f"{'s' if len(changes) != 1 else ''}: {counts.get('regression', 0)} regressions and "
+        f"{counts.get('improvement', 0)} improvements; {len(here)} start at this run"
+    )
+    worst = changes[changes.direction == "regression"]
+    if not worst.empty:
+        row = worst.assign(size=worst.change_pct.abs()).sort_values("size").iloc[-1]
         text += (
-            f"; the largest regression is {worst.metric} of {model_label(worst.model)} "
-            f"{framework_label(worst.framework)} {worst.variant} at batch {worst.batch_size} "
-            f"({worst.change:+.0%})"
+            f". The largest regression is {row.metric} of {row.configuration} "
+            f"({row.change_pct:+.1f}% from run {row.run_id})"
         )
     return text + "."
+
+
+def matrix_intro(matrix: pd.DataFrame) -> str:
+    """The comparison section's opening, which says where the intervals come from."""
+    text = (
+        "JAX ÷ PyTorch median throughput (images/s) for every model, device, precision and "
+        "batch size, with a 95% interval; > 1 means JAX is faster, and a winner is declared only "
+        "when the interval excludes 1."
+    )
+    if matrix.empty:
+        return text
+    paired = int((matrix.interval == "paired").sum())
+    if paired == len(matrix):
+        return text + (
+            " Every ratio pairs the frameworks' trials of the same round; its interval comes "
+            "from the spread between rounds."
+        )
+    single = (
+        " This campaign ran one trial per cell, so its ratios carry no between-run interval: "
+        "each interval is a bootstrap over samples within one process, which a neighbour "
+        "slowing one whole run does not widen. Read a winner here as a hint, not a finding."
+    )
+    if paired == 0:
+        return text + single
+    return text + (
+        f" {paired} of {len(matrix)} ratios pair trials by round (column `interval`); the "
+        "others have one trial per side and carry no between-run interval."
+    )
+
+
+def trust_sentences(
+    matrix: pd.DataFrame, cells: pd.DataFrame, aa: pd.DataFrame, aa_rate: float
+) -> list[str]:
+    """Trials, re-runs and dropped rounds, and the A/A control, as sentences. Trials and re-runs
+    are counted per cell (one kernel, which measures every batch size of its grid point)."""
+    sentences = []
+    trialled = cells[cells.trial > 0] if not cells.empty else cells
+    reruns = int(trialled.reruns.fillna(0).sum()) if "reruns" in trialled else 0
+    still = int(trialled.shared_machine.fillna(False).astype(bool).sum())
+    paired = trust.distinct(matrix[matrix.interval == "paired"]) if not matrix.empty else matrix
+    dropped = int(paired.dropped_shared.sum()) if not paired.empty else 0
+    sentences.append(
+        f"{len(trialled)} trial cells ran, each in its own kernel. {reruns} more "
+        f"attempt{'s' if reruns != 1 else ''} ran while other processes and the hypervisor took "
+        f"more than {SHARED_FRACTION:.0%} of the CPU and {'were' if reruns != 1 else 'was'} "
+        f"discarded and run again; {still} trial{'s' if still != 1 else ''} stayed shared after "
+        f"that, and the {len(paired)} paired comparisons left out {dropped} "
+        f"round{'s' if dropped != 1 else ''} with a shared arm (a comparison keeps them only when "
+        f"fewer than {MIN_CLEAN_ROUNDS} clean rounds remain)."
+    )
+    if aa.empty:
+        sentences.append(
+            f"No arm has the {trust.AA_MIN_ROUNDS} rounds an A/A split needs, so the "
+            "false-winner rate of the method is not measured in this run."
+        )
+    else:
+        total = int(aa.splits.sum())
+        sentences.append(
+            f"A/A control: the same comparison on two halves of one arm's rounds (the same "
+            f"configuration against itself) called a winner in {int(aa.false_winners.sum())} of "
+            f"{total} splits over {len(aa)} arms: a false-winner rate of {aa_rate:.1%} (goal "
+            f"≤ {trust.AA_GOAL:.0%}; splits of one arm overlap, so they are not independent). "
+            f"The median A/A interval spans ±{aa.median_interval_width.median() / 2:.1%}."
+        )
+    return sentences
+
+
+def stability_sentence(summary: dict, baseline_run_id: str) -> str:
+    if not summary["comparisons"]:
+        return (
+            f"No comparison of this run was also made in run {baseline_run_id}, so stability "
+            "between runs is not measured."
+            if baseline_run_id
+            else "This is the campaign's first run: stability needs a second run to compare with."
+        )
+    n = summary["comparisons"]
+    tau = summary["kendall_tau"]
+    tau_text = (
+        f"Kendall's τ of the ratios {tau:.2f} (goal ≥ {trust.STABLE_TAU})"
+        if not np.isnan(tau)
+        else "too few comparisons for Kendall's τ"
+    )
+    return (
+        f"Against run {baseline_run_id}: {summary['contradictions']} of {n} comparisons name "
+        f"opposite winners (goal 0); {summary['within_10pct']} of {n} ratios agree within "
+        f"{trust.STABLE_CHANGE:.0%} (largest change {summary['max_change']:.1%}); {tau_text}. "
+        + (
+            "The two runs agree by every measure."
+            if summary["stable"]
+            else "The two runs do not meet every stability goal."
+        )
+    )
+
+
+def regression_evaluation_sentence(scores: pd.DataFrame, needed: int | None) -> str:
+    """The detector's scores on histories resampled from this run's trials."""
+    if scores.empty:
+        return (
+            f"No arm has the {trust.POINT_TRIALS} trials a history point is the median of, so "
+            "the regression detector is not scored on this run's noise."
+        )
+    first = scores[(scores.method == "changepoint") & (scores.trials == trust.POINT_TRIALS)]
+    row = first.iloc[0]
+    text = (
+        f"On 10-run histories whose points are medians of {trust.POINT_TRIALS} trials resampled "
+        f"from this run's trials, with a slowdown from the sixth run on, the change-point "
+        f"detector found {row['recall_0.05']:.0%}, {row['recall_0.1']:.0%} and "
+        f"{row['recall_0.2']:.0%} of 5%, 10% and 20% slowdowns, raised "
+        f"{row.false_per_100:.1f} false alerts per 100 unchanged histories, and detected a "
+        f"median of {row.delay_median:.0f} runs after the change (goals: ≥ 90% at 10%, ≤ 1 per "
+        "100, within 3 runs, and a higher F1 than a fixed 7% rule and a plain t-test)"
+    )
+    if needed == trust.POINT_TRIALS:
+        return text + "; it meets them all."
+    if needed is None:
+        return text + (
+            f"; it misses at least one, and still does at {max(trust.TRIAL_CANDIDATES)} trials "
+            "per point."
+        )
+    return text + f"; it misses at least one, and meets them all at {needed} trials per point."
 
 
 def failure_sentence(failures: pd.DataFrame, retries: pd.DataFrame) -> str:
@@ -181,19 +308,22 @@ def contention_sentence(cells: pd.DataFrame) -> str:
 
 
 def executive_summary(
-    matrix, kinds, history, baseline_run_id, failures, retries, training=(), shared_machine=None
+    matrix, kinds, history, failures, retries, training=(), shared_machine=None, trust_lines=()
 ) -> list[str]:
-    """``training``: the sentences of ``training_sentences``, placed after the inference ones.
-    ``shared_machine``: the sentence of ``shared_machine_sentence``, placed first when present."""
+    """``history``: the sentence of ``history_sentence``. ``training``: the sentences of
+    ``training_sentences``, placed after the inference ones. ``shared_machine``: the sentence of
+    ``shared_machine_sentence``, placed first when present. ``trust_lines``: the A/A and
+    stability sentences, placed after the comparisons they qualify."""
     sentences = [shared_machine] if shared_machine else []
     sentences += [ratio_sentence(r) for r in headline_rows(matrix).itertuples()]
     if not matrix.empty:
         sentences += [tally_sentence(matrix, c) for c in ("best", "defaults")]
     else:
         sentences.append("No inference configuration was measured on both frameworks in this run.")
+    sentences += list(trust_lines)
     sentences += kind_sentences(kinds)
     sentences += list(training)
-    sentences.append(history_sentence(history, baseline_run_id))
+    sentences.append(history)
     sentences.append(failure_sentence(failures, retries))
     return sentences
 
@@ -323,19 +453,31 @@ def precision_settings(meas: pd.DataFrame) -> pd.DataFrame:
 
 
 def ratio_method(samples: list[pd.DataFrame]) -> str:
-    """How the ratios were bootstrapped, from the sample sources the ratios actually used
-    (``analysis.throughput_samples`` frames, one per family) and the bootstrap's resample count."""
+    """How the ratios' intervals were computed, from the sample sources the ratios actually used
+    (``tables.throughput_samples`` frames, one per family)."""
     used = sorted(
         {s for frame in samples if not frame.empty for s in frame.sample_source if s != "trials"}
     )
-    over = " and ".join(SAMPLE_SOURCE_TEXT[s] for s in used) or "the samples each record carries"
-    return (
-        "Ratios are JAX ÷ PyTorch median throughput with a 95% two-sample percentile bootstrap "
-        f"interval ({vocab.BOOTSTRAP_RESAMPLES:,} resamples, fixed seed) over the {over}, or over "
-        f"the trials where a configuration has {MIN_TRIALS_AS_SAMPLES} or more; an interval "
-        "containing 1 is reported as a tie. Best modes take each framework's fastest variant "
-        "(PyTorch: eager, torch.compile, max-autotune, with or without channels_last; JAX: jit); "
-        "defaults are PyTorch eager against JAX jit."
+    trialled = any(not f.empty and (f.sample_source == "trials").any() for f in samples)
+    text = "Ratios are JAX ÷ PyTorch median throughput with a 95% interval; an interval "
+    text += "containing 1 is reported as a tie. "
+    if trialled:
+        text += (
+            f"Where both frameworks ran in trials, a ratio pairs the trials of the same round: "
+            f"{INTERVALS['paired']}, leaving out rounds with an arm on a shared machine when "
+            f"{MIN_CLEAN_ROUNDS} or more clean ones remain. "
+        )
+    if used:
+        over = " and ".join(SAMPLE_SOURCE_TEXT[s] for s in used)
+        text += (
+            f"With one trial per side: a two-sample percentile bootstrap "
+            f"({vocab.BOOTSTRAP_RESAMPLES:,} resamples, fixed seed) over the {over}, which "
+            "carries no between-run noise. "
+        )
+    return text + (
+        "Best modes take each framework's fastest variant (PyTorch: eager, torch.compile, "
+        "max-autotune, with or without channels_last; JAX: jit); defaults are PyTorch eager "
+        "against JAX jit."
     )
 
 

@@ -1,4 +1,4 @@
-"""The computations behind 20_analysis: framework comparisons, break-even, history and failures.
+"""The computations behind 20_analysis: framework comparisons, break-even and failures.
 
 Everything reads the tidy ``measurements`` rows of the DuckDB index (DESIGN.md section 4) and returns
 sorted DataFrames, so the report built from them is the same on every run over the same data.
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from fwbench.measure.stats import bootstrap_ci, ratio_ci
+from fwbench.measure.stats import bootstrap_ci, paired_ratio_interval, ratio_ci
 from fwbench.vocab import ANSI_RE, DEFAULT_MODE, kind_label, series_label
 
 # The ratio bootstrap is seeded so that a report rebuilt from the same data is identical.
@@ -33,6 +33,13 @@ SAMPLE_SOURCE_TEXT = {
     "trials": "trials",
 }
 MIN_TRIALS_AS_SAMPLES = 3
+# A comparison keeps only the rounds in which neither arm ran on a shared machine when at least
+# this many are left; with fewer it keeps them all and says so.
+MIN_CLEAN_ROUNDS = 3
+INTERVALS = {
+    "paired": "t-interval on the log ratios of rounds paired by trial (between-run spread)",
+    "within-run": "percentile bootstrap over within-run samples (no between-run noise)",
+}
 
 
 # --------------------------------------------------------------------------- loading
@@ -150,18 +157,24 @@ def inference_ok(meas: pd.DataFrame, metric: str, family: str = "inference") -> 
 
 
 def throughput_samples(meas: pd.DataFrame, family: str = "inference") -> pd.DataFrame:
-    """Per configuration and framework variant, the samples a ratio bootstraps over.
+    """Per configuration and framework variant, the samples a ratio is computed from.
 
-    With three or more trials the trials are the independent samples (their spread is the honest
-    one); otherwise the samples the record carries are (``SAMPLE_SOURCE``): per-block throughputs
-    for inference, per-step images/s for training.
+    With three or more trials the trials are the samples (their spread is the honest one), and
+    ``trials``, ``shared`` and ``reruns`` hold each trial's number, whether the machine was shared
+    while it ran and how often it was run again for that (columns ``shared_machine`` and
+    ``reruns`` of ``meas``, where the loader added them). Otherwise the samples the record carries
+    are (``SAMPLE_SOURCE``): per-block throughputs for inference, per-step images/s for training.
     """
     thr = inference_ok(meas, "throughput_img_s", family)
     rows = []
     for key, group in thr.groupby(CONFIG + SERIES, sort=True):
         group = group.sort_values("trial")
+        trials = shared = reruns = None
         if len(group) >= MIN_TRIALS_AS_SAMPLES:
             samples, source = [float(v) for v in group.value], "trials"
+            trials = [int(t) for t in group.trial]
+            shared = [bool(v) for v in _column(group, "shared_machine", False)]
+            reruns = [int(v) for v in _column(group, "reruns", 0)]
         else:
             samples = []
             for r in group.itertuples():
@@ -181,9 +194,18 @@ def throughput_samples(meas: pd.DataFrame, family: str = "inference") -> pd.Data
                 "n_trials": len(group),
                 "sample_source": source,
                 "samples": samples,
+                "trials": trials,
+                "shared": shared,
+                "reruns": reruns,
             }
         )
     return pd.DataFrame(rows)
+
+
+def _column(frame: pd.DataFrame, name: str, missing):
+    if name not in frame:
+        return [missing] * len(frame)
+    return frame[name].astype(object).where(frame[name].notna(), missing)
 
 
 def _pick(group: pd.DataFrame, framework: str, comparison: str):
@@ -196,14 +218,35 @@ def _pick(group: pd.DataFrame, framework: str, comparison: str):
 
 
 def verdict(ratio: float, low: float, high: float) -> str:
-    """ "tie" when the interval holds 1, else the faster framework."""
-    if low <= 1.0 <= high:
+    """ "tie" when the interval holds 1 (or there is none), else the faster framework."""
+    if not (low > 1.0 or high < 1.0):
         return "tie"
     return "jax" if ratio > 1.0 else "torch"
 
 
+def paired_rounds(a, b) -> tuple[list[float], list[float], int] | None:
+    """The values of two arms (``throughput_samples`` rows with trials) in the rounds both ran,
+    and how many rounds were dropped because one of them ran on a shared machine: those are kept
+    unless at least ``MIN_CLEAN_ROUNDS`` clean ones remain. None when they share < 2 rounds."""
+    if a.trials is None or b.trials is None:
+        return None
+    a_by = dict(zip(a.trials, zip(a.samples, a.shared, strict=True), strict=True))
+    b_by = dict(zip(b.trials, zip(b.samples, b.shared, strict=True), strict=True))
+    common = sorted(set(a_by) & set(b_by))
+    if len(common) < 2:
+        return None
+    clean = [t for t in common if not a_by[t][1] and not b_by[t][1]]
+    use = clean if len(clean) >= MIN_CLEAN_ROUNDS else common
+    return [a_by[t][0] for t in use], [b_by[t][0] for t in use], len(common) - len(use)
+
+
 def comparison_matrix(samples: pd.DataFrame) -> pd.DataFrame:
-    """JAX ÷ PyTorch throughput for each configuration, best modes and defaults, with 95% CIs."""
+    """JAX ÷ PyTorch throughput for each configuration, best modes and defaults, with 95% CIs.
+
+    Where both arms ran in trials the ratio pairs them by round (``paired_rounds``) and its
+    interval comes from the spread between rounds (``paired_ratio_interval``); otherwise it is a
+    two-sample bootstrap of within-run samples, which says nothing about how a whole run moves.
+    """
     rows = []
     if samples.empty:
         return pd.DataFrame(rows)
@@ -212,7 +255,15 @@ def comparison_matrix(samples: pd.DataFrame) -> pd.DataFrame:
             jax, torch = _pick(group, "jax", comparison), _pick(group, "torch", comparison)
             if jax is None or torch is None:
                 continue
-            ratio, low, high = ratio_ci(jax.samples, torch.samples, seed=RATIO_SEED)
+            paired = paired_rounds(torch, jax)
+            if paired is not None:
+                torch_values, jax_values, dropped = paired
+                result = paired_ratio_interval(torch_values, jax_values)
+                ratio, low, high, rounds = result.ratio, result.low, result.high, result.rounds
+                interval = "paired"
+            else:
+                ratio, low, high = ratio_ci(jax.samples, torch.samples, seed=RATIO_SEED)
+                rounds, dropped, interval = 1, 0, "within-run"
             rows.append(
                 {
                     **dict(zip(CONFIG, key, strict=True)),
@@ -225,6 +276,9 @@ def comparison_matrix(samples: pd.DataFrame) -> pd.DataFrame:
                     "ci_low": low,
                     "ci_high": high,
                     "winner": verdict(ratio, low, high),
+                    "interval": interval,
+                    "rounds": rounds,
+                    "dropped_shared": dropped,
                     "sample_source": "trials"
                     if "trials" in (jax.sample_source, torch.sample_source)
                     else jax.sample_source,
@@ -360,47 +414,6 @@ def kind_summary(matrix: pd.DataFrame, kinds: dict[str, str]) -> pd.DataFrame:
 
 def higher_is_better(metric: str, unit: str) -> bool:
     return unit in HIGHER_IS_BETTER_UNITS or metric in HIGHER_IS_BETTER_METRICS
-
-
-HISTORY_KEY = [
-    "notebook",
-    "family",
-    "model",
-    "framework",
-    "variant",
-    "device_name",
-    "precision",
-    "batch_size",
-    "trial",
-    "metric",
-]
-
-
-def history_flags(current: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
-    """Metrics measured in both runs with intervals; non-overlapping intervals are flagged."""
-    columns = HISTORY_KEY + ["unit", "value", "ci_low", "ci_high"]
-
-    def usable(frame):
-        frame = frame[(frame.status == "ok") & frame.ci_low.notna() & frame.ci_high.notna()]
-        return frame[columns]
-
-    if current.empty or baseline.empty:
-        return pd.DataFrame(columns=[*columns, "change", "flag"])
-    both = usable(current).merge(
-        usable(baseline).drop(columns="unit"), on=HISTORY_KEY, suffixes=("", "_baseline")
-    )
-    flags = []
-    for r in both.itertuples():
-        if r.ci_low <= r.ci_high_baseline and r.ci_low_baseline <= r.ci_high:
-            flags.append("unchanged")
-            continue
-        went_up = r.value > r.value_baseline
-        flags.append(
-            "improvement" if went_up == higher_is_better(r.metric, r.unit) else "regression"
-        )
-    both["flag"] = flags
-    both["change"] = both.value / both.value_baseline - 1.0
-    return both.sort_values(HISTORY_KEY, ignore_index=True)
 
 
 # --------------------------------------------------------------------------- failures

@@ -53,19 +53,28 @@ def _busy_and_total(times) -> tuple[float, float, float]:
 
 
 class ContentionMeter:
-    """``with ContentionMeter() as m: ...`` then ``m.result`` (None where psutil cannot tell)."""
+    """``with ContentionMeter() as m: ...`` then ``m.result`` (None where psutil cannot tell).
 
-    def __init__(self):
+    ``cpu``: read that one core instead of the machine, for a process pinned to it (a duet
+    cell, whose partner on the other core is not a neighbour of this one)."""
+
+    def __init__(self, cpu: int | None = None):
         self.result: Contention | None = None
+        self.cpu = cpu
+
+    def _times(self):
+        if self.cpu is None:
+            return psutil.cpu_times()
+        return psutil.cpu_times(percpu=True)[self.cpu]
 
     def __enter__(self):
         self._own = _own_cpu_seconds()
-        self._machine = psutil.cpu_times()
+        self._machine = self._times()
         return self
 
     def __exit__(self, *_exc):
         own = _own_cpu_seconds() - self._own
-        busy1, steal1, total1 = _busy_and_total(psutil.cpu_times())
+        busy1, steal1, total1 = _busy_and_total(self._times())
         busy0, steal0, total0 = _busy_and_total(self._machine)
         total = total1 - total0
         if total <= 0:
@@ -73,6 +82,6 @@ class ContentionMeter:
         self.result = Contention(
             other_cpu_frac=round(max(busy1 - busy0 - own, 0.0) / total, 4),
             steal_frac=round(max(steal1 - steal0, 0.0) / total, 4),
-            cpus=psutil.cpu_count() or 1,
+            cpus=1 if self.cpu is not None else psutil.cpu_count() or 1,
         )
         return False
