@@ -144,19 +144,34 @@ throughput_chart = (
 
 # %% [markdown]
 # ## Where the time goes (`profile=True`)
-# One profiled batch at the largest batch size that fit: a trace per framework saved next to this
-# executed notebook, and the top operations grouped into categories with their share of time.
+# Every batch size that fit, profiled for a few calls: a trace per batch size saved next to this
+# executed notebook, each op's time in the categories both frameworks share
+# (`fwbench.families.inference.op_categories`), and the framework overhead: wall time minus the
+# union of op intervals. Records: family `profile`, metric `op_time_ms` per category (ms per call,
+# `extra.category`), which the analysis's "Why" section subtracts between the frameworks.
 
 # %%
 if profile:
     from fwbench.families.inference.profiling import profile_side
 
-    fitting = [r.batch_size for r in results if r.status == "ok"]
-    breakdown = profile_side(side, framework, max(fitting), image_size, seed)
-    for category, share in breakdown.shares.items():
-        rec.add("time_share", share, "ratio", batch_size=max(fitting), extra={"category": category})
-    display(breakdown.top_ops.head(15))
-    display(breakdown.chart())
+    for batch_size in [r.batch_size for r in results if r.status == "ok"]:
+        found = profile_side(side, framework, batch_size, image_size, seed)
+        for category, ms in found.rows():
+            rec.add(
+                "op_time_ms",
+                ms,
+                "ms",
+                family="profile",
+                batch_size=batch_size,
+                extra={
+                    "category": category,
+                    "wall_ms": found.wall_ms,
+                    "busy_ms": found.busy_ms,
+                    "calls": found.calls,
+                },
+            )
+    display(found.ops.head(15))
+    display(found.chart())
 
 # %%
 rec.emit()

@@ -97,3 +97,19 @@ def resolve_mode(
     if mode not in allowed:
         raise ValueError(f"mode {mode!r} is not a {framework} {what}; choose from {allowed}")
     return mode
+
+
+# Where inference time goes (families/inference/op_categories), the same names in both
+# frameworks' profiles, in the order the report stacks them; OVERHEAD is wall time outside every op.
+OP_CATEGORIES = (
+    "convolution",
+    "depthwise/grouped convolution",
+    "matmul/linear",
+    "attention",
+    "normalisation",
+    "elementwise/activation",
+    "pooling/reduction",
+    "data movement/layout",
+    "other",
+)
+OVERHEAD = "framework overhead"

@@ -469,3 +469,32 @@ def stability_chart(stability: pd.DataFrame) -> alt.LayerChart:
         )
     )
     return alt.layer(area, diagonal, bars, dots).properties(width=340, height=300)
+
+
+def breakdown_chart(table: pd.DataFrame, order: list[str]) -> alt.FacetChart:
+    """One model's per-op breakdowns: ms per call stacked by category, a bar per framework
+    variant, a panel per batch size (and precision); ``order`` stacks the categories."""
+    data = _plain(labelled(table))
+    data["panel"] = [
+        f"bs {int(b)} · {p}" for b, p in zip(data.batch_size, data.precision, strict=True)
+    ]
+    data["stack"] = data.category.map({c: i for i, c in enumerate(order)})
+    colours = PALETTE + ["#666666", "#cccccc"]
+    return (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            x=alt.X("series:N", title=None),
+            y=alt.Y("ms:Q", title="ms per call (profiled)", stack="zero"),
+            color=alt.Color(
+                "category:N",
+                title="category",
+                sort=order,
+                scale=alt.Scale(domain=order, range=colours[: len(order)]),
+            ),
+            order=alt.Order("stack:Q"),
+            tooltip=_tooltip(data, ["series", "panel", "category", "ms", "share"]),
+        )
+        .properties(width=alt.Step(48), height=220)
+        .facet(column=alt.Column("panel:N", title=None))
+    )

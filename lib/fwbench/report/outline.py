@@ -20,7 +20,7 @@ from functools import cached_property
 import pandas as pd
 
 from fwbench.measure.meters.contention import SHARED_FRACTION
-from fwbench.report import charts, regressions, roofline, sentences, tables, trust
+from fwbench.report import charts, regressions, roofline, sentences, tables, trust, why
 from fwbench.report.sections import ReportContent
 
 
@@ -161,6 +161,18 @@ class Analysis:
     def changes(self) -> pd.DataFrame:
         """Level changes the detector finds in this campaign's histories up to this run."""
         return regressions.find_regressions(self.histories)
+
+    @cached_property
+    def breakdown(self) -> pd.DataFrame:
+        return why.breakdown(self.meas)
+
+    @cached_property
+    def gaps(self) -> pd.DataFrame:
+        return why.gaps(self.matrix, self.breakdown)
+
+    @cached_property
+    def why_lines(self) -> list[str]:
+        return why.why_sentences(self.gaps)
 
     @cached_property
     def trials(self) -> pd.DataFrame:
@@ -385,6 +397,28 @@ def _rooflines(analysis: Analysis) -> list:
     return items
 
 
+def _why_figures(analysis: Analysis) -> list:
+    items = []
+    order = list(why.ORDER)
+    for model in sorted(analysis.breakdown.model.unique()):
+        rows = analysis.breakdown[analysis.breakdown.model == model]
+        items.append(
+            Figure(
+                f"why_{model}",
+                f"Where the time goes: {model}",
+                literal(
+                    f"Profiled ms per call of {model} by op category, per framework variant and "
+                    f"batch size, on {analysis.devices}: fused kernels count under the "
+                    "convolution or dot they are built around (else their first op); framework "
+                    "overhead is wall time outside every op, to which an eager framework's "
+                    "profiler adds its own cost per op."
+                ),
+                lambda _a, rows=rows: charts.breakdown_chart(rows, order),
+            )
+        )
+    return items
+
+
 def _mfu_notes(analysis: Analysis) -> list:
     return [Note(literal(text)) for text in roofline.mfu_notes(analysis.mfu, analysis.run_id)]
 
@@ -494,6 +528,39 @@ SECTIONS: tuple[Section, ...] = (
             "campaign with `trials` ≥ 3 and `order: interleaved` has them (params/trust.yaml)."
         ),
         name="trust",
+    ),
+    Section(
+        "Why",
+        "Where each framework's time goes, per op category, and which categories make up the gap "
+        "in every comparison with a winner (10_inference with `profile: true`).",
+        (
+            Each(lambda a: [Note(literal(t)) for t in a.why_lines]),
+            Note(
+                "No comparison with a winner has a profile on both sides.",
+                when=lambda a: not a.why_lines,
+            ),
+            Each(_why_figures),
+            Table(
+                "op_breakdown",
+                "Profiled ms per call by op category (median over trials) and its share of the "
+                "profiled wall time.",
+                lambda a: a.breakdown,
+                records("profile", ["op_time_ms"]),
+                drop=("device",),
+            ),
+            Table(
+                "gaps",
+                "Per comparison with a winner: each category's ms per call on the slower and the "
+                "faster side, and the difference.",
+                lambda a: a.gaps,
+                records("profile", ["op_time_ms"]),
+                drop=("device",),
+                when=_nonempty("gaps"),
+            ),
+        ),
+        empty=_empty("breakdown"),
+        empty_note="No cell of this run was profiled (10_inference's `profile` parameter).",
+        name="why",
     ),
     Section(
         "Throughput scaling",

@@ -1,8 +1,15 @@
-"""Where inference time goes: one profiled run per framework, ops grouped into categories.
+"""Where inference time goes: a profiled run per configuration, ops in the categories of
+``op_categories``, and the framework overhead around them.
 
-torch: ``torch.profiler`` self time per aten op (device time on GPU, CPU time on CPU).
-JAX: ``jax.profiler`` with a Perfetto trace, parsed for XLA op events (fusions, convolutions, dots,
-GPU kernels); runtime bookkeeping (names with ``::``, Python frames ``$...``) is left out.
+torch: ``torch.profiler`` with shapes; each outermost aten op's interval, its category from its
+name (and shapes); a container op (``CONTAINERS``) is opened into its aten children. On CUDA the categories are device time per aten op instead (self time).
+JAX: ``jax.profiler`` with a Perfetto trace; each event named after an HLO instruction of the
+compiled program (``fusion.12``), its category from the optimized HLO text. Runtime bookkeeping
+events name no instruction and are left out.
+
+Overhead is the wall time of the profiled calls minus the union of the op intervals (never their
+sum: XLA runs ops on several threads at once). The profiler itself adds to the overhead of an eager
+framework, which launches one recorded op per layer; the report says so.
 Traces are saved next to the executed notebook so anyone can open them in Perfetto or TensorBoard.
 """
 
@@ -12,8 +19,8 @@ import glob
 import gzip
 import json
 import os
-import re
 import tempfile
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,62 +28,93 @@ from pathlib import Path
 import pandas as pd
 
 from fwbench import vocab
+from fwbench.families.inference.op_categories import hlo_categories, torch_category
 from fwbench.results.records import INTERACTIVE
 
-# First match wins, so the order matters: "addmm" is a matmul before it is an "add", and
-# "convert" (a dtype cast, XLA's convert_element_type) is data movement, not a convolution.
-CATEGORIES = {
-    "attention": r"attention|softmax|sdpa|flash|fmha",
-    "matmul/conv": r"conv(?!ert)|gemm|matmul|\bmm\b|addmm|bmm|dot|linear|cutlass|sm\d+_xmma|ynn_fusion",
-    "normalisation": r"norm|batch_norm|layer_norm|rsqrt",
-    "data movement": r"convert|expand|copy|transpose|permute|cat|concat|contiguous|pad|slice|gather|reshape|to_copy|memcpy|broadcast",
-    "elementwise": r"relu|add|mul|gelu|silu|swish|sigmoid|hardswish|hardsigmoid|clamp|div|sub|tanh|exp|fusion|elementwise|mean|reduce|pool",
-}
-_RUNTIME_NAME = re.compile(
-    r"::|^\$|^PjitFunction|^end: |^Thread|^Wait|^Handle|^Parse|Allocate|Execute"
-)
+PROFILED_CALLS = 3
+# aten ops that run a whole layer: PyTorch's fast path for nn.MultiheadAttention in inference runs
+# the input and output projections (matmuls) and the attention core as one op. Opening it counts
+# the projections as matmul/linear, as the JAX side's are, and only the core as attention.
+CONTAINERS = {"aten::_native_multi_head_attention"}
 
 
-def categorize(op_name: str) -> str:
-    name = op_name.lower()
-    for category, pattern in CATEGORIES.items():
-        if re.search(pattern, name):
-            return category
-    return "other"
+def busy_time(intervals) -> float:
+    """The length of the union of ``(start, end)`` intervals: time during which at least one op
+    ran, however many ran at once."""
+    total, reach = 0.0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
 
 
 @dataclass
-class Breakdown:
-    top_ops: pd.DataFrame  # op, category, time_us, share
-    shares: dict  # category -> share of profiled op time
+class OpProfile:
+    """Per profiled call: time per op and per category (ms), the wall time and the busy time."""
+
+    ops: pd.DataFrame  # op, category, time_ms, share (of the summed op time)
+    category_ms: dict[str, float]
+    wall_ms: float
+    busy_ms: float  # the union of op intervals
     trace_path: str | None
+    calls: int = PROFILED_CALLS
+
+    @property
+    def overhead_ms(self) -> float:
+        return max(self.wall_ms - self.busy_ms, 0.0)
+
+    def rows(self) -> list[tuple[str, float]]:
+        """(category, ms) in the vocabulary's order, the overhead last."""
+        out = [(c, self.category_ms[c]) for c in vocab.OP_CATEGORIES if c in self.category_ms]
+        return out + [(vocab.OVERHEAD, self.overhead_ms)]
 
     def chart(self):
         import altair as alt
 
-        frame = pd.DataFrame([{"category": k, "share": v} for k, v in sorted(self.shares.items())])
+        frame = pd.DataFrame(self.rows(), columns=["category", "ms"])
         return (
             alt.Chart(frame)
             .mark_bar()
             .encode(
-                x=alt.X("share:Q", axis=alt.Axis(format="%"), title="share of op time"),
-                y=alt.Y("category:N", sort="-x", title=None),
-                tooltip=["category", alt.Tooltip("share:Q", format=".1%")],
+                x=alt.X("ms:Q", title="ms per call"),
+                y=alt.Y("category:N", sort=[c for c, _ in self.rows()], title=None),
+                tooltip=["category", alt.Tooltip("ms:Q", format=".3f")],
             )
-            .properties(title="Time by operation category", width=360, height=160)
+            .properties(title="Time by operation category", width=360, height=200)
         )
 
 
-def _breakdown(times: dict[str, float], trace_path: str | None) -> Breakdown:
-    total = sum(times.values()) or 1.0
-    frame = pd.DataFrame(
+def _profile(
+    times: dict[str, float],
+    categories: dict[str, str],
+    intervals: list,
+    wall_s: float,
+    calls: int,
+    trace_path: str | None,
+) -> OpProfile:
+    """``times`` in µs summed over ``calls``, ``intervals`` in µs, ``wall_s`` in seconds."""
+    per_call = {op: us / 1e3 / calls for op, us in times.items()}
+    total = sum(per_call.values()) or 1.0
+    ops = pd.DataFrame(
         [
-            {"op": k, "category": categorize(k), "time_us": v, "share": v / total}
-            for k, v in times.items()
-        ]
-    ).sort_values("time_us", ascending=False, ignore_index=True)
-    shares = frame.groupby("category").share.sum().to_dict() if len(frame) else {}
-    return Breakdown(frame, shares, trace_path)
+            {"op": op, "category": categories[op], "time_ms": ms, "share": ms / total}
+            for op, ms in per_call.items()
+        ],
+        columns=["op", "category", "time_ms", "share"],
+    ).sort_values("time_ms", ascending=False, ignore_index=True)
+    by_category = ops.groupby("category").time_ms.sum().to_dict() if len(ops) else {}
+    return OpProfile(
+        ops=ops,
+        category_ms=by_category,
+        wall_ms=wall_s * 1e3 / calls,
+        busy_ms=busy_time(intervals) / 1e3 / calls,
+        trace_path=trace_path,
+        calls=calls,
+    )
 
 
 def _trace_dir() -> Path:
@@ -84,58 +122,115 @@ def _trace_dir() -> Path:
     return Path(folder) if folder else Path(tempfile.mkdtemp(prefix="fwbench-trace-"))
 
 
-def _trace_name(framework: str) -> str:
-    return f"{os.environ.get(vocab.ENV_CELL, INTERACTIVE)}.{framework}-trace"
+def _trace_name(framework: str, batch_size: int | None = None) -> str:
+    suffix = f".bs{batch_size}" if batch_size is not None else ""
+    return f"{os.environ.get(vocab.ENV_CELL, INTERACTIVE)}.{framework}{suffix}-trace"
 
 
-def profile_torch(side, x, calls: int = 3) -> Breakdown:
+def _aten_ancestors(event) -> list[str]:
+    names, parent = [], event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("aten::"):
+            names.append(parent.name)
+        parent = parent.cpu_parent
+    return names
+
+
+def _categorised_events(events):
+    """(event, counts its interval toward busy time, the µs its category gets, ran inside a
+    container) for the ops whose
+    time is categorised: the outermost aten ops, except that a container op (``CONTAINERS``) is
+    opened: its aten children are categorised one by one, and only what runs outside them stays
+    with the container."""
+    for evt in events:
+        if not evt.name.startswith("aten::"):
+            continue
+        ancestors = _aten_ancestors(evt)
+        duration = float(evt.time_range.end - evt.time_range.start)
+        if not ancestors and evt.name in CONTAINERS:
+            inside = sum(
+                float(c.time_range.end - c.time_range.start)
+                for c in evt.cpu_children
+                if c.name.startswith("aten::")
+            )
+            yield evt, True, max(duration - inside, 0.0), False
+        elif not ancestors:
+            yield evt, True, duration, False
+        elif all(a in CONTAINERS for a in ancestors) and len(ancestors) == 1:
+            yield evt, False, duration, True
+
+
+def profile_torch(side, x, calls: int = PROFILED_CALLS, batch_size: int | None = None):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU]
-    if side.device == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as prof:
+    on_gpu = side.device == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with profile(activities=activities, record_shapes=True) as prof:
+        start = time.perf_counter()
         for _ in range(calls):
             side.sync(side(x))
-    path = _trace_dir() / f"{_trace_name('torch')}.json"
+        wall = time.perf_counter() - start
+    path = _trace_dir() / f"{_trace_name('torch', batch_size)}.json"
     prof.export_chrome_trace(str(path))
-    use_device = side.device == "cuda"
-    times = defaultdict(float)
-    for evt in prof.key_averages():
-        t = evt.self_device_time_total if use_device else evt.self_cpu_time_total
-        if evt.key.startswith("aten::") or (use_device and t > 0 and "::" not in evt.key):
-            times[evt.key] += float(t)
+    times, categories, intervals = defaultdict(float), {}, []
+    if on_gpu:
+        # device time per aten op: the host-side intervals say nothing about the GPU's work
+        for evt in prof.key_averages(group_by_input_shape=True):
+            if evt.self_device_time_total > 0 and evt.key.startswith("aten::"):
+                key = f"{evt.key} {evt.input_shapes}"
+                times[key] += float(evt.self_device_time_total)
+                categories[key] = torch_category(evt.key, evt.input_shapes)
+        intervals = [(0.0, sum(times.values()))]
+    else:
+        for evt, busy, us, inside in _categorised_events(prof.events()):
+            category = torch_category(evt.name, evt.input_shapes, in_attention=inside)
+            key = f"{evt.name} [{category}]"
+            times[key] += us
+            categories[key] = category
+            if busy:
+                intervals.append((float(evt.time_range.start), float(evt.time_range.end)))
     del torch
-    return _breakdown(dict(times), str(path))
+    return _profile(dict(times), categories, intervals, wall, calls, str(path))
 
 
-def profile_jax(side, x, calls: int = 3) -> Breakdown:
+def trace_events(folder: Path) -> list[dict]:
+    """The complete events of the newest Perfetto trace under ``folder``."""
+    files = sorted(glob.glob(str(folder / "**" / "perfetto_trace.json.gz"), recursive=True))
+    if not files:
+        return []
+    with gzip.open(files[-1]) as fh:
+        trace = json.load(fh)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    return [e for e in events if e.get("ph") == "X"]
+
+
+def profile_jax(side, x, calls: int = PROFILED_CALLS, batch_size: int | None = None):
     import jax
 
-    folder = _trace_dir() / _trace_name("jax")
+    categories = hlo_categories(side.compiled[x.shape].as_text())
+    folder = _trace_dir() / _trace_name("jax", batch_size)
     with jax.profiler.trace(str(folder), create_perfetto_trace=True):
+        start = time.perf_counter()
         for _ in range(calls):
             side.sync(side(x))
-    files = sorted(glob.glob(str(folder / "**" / "perfetto_trace.json.gz"), recursive=True))
-    times = defaultdict(float)
-    if files:
-        with gzip.open(files[-1]) as fh:
-            trace = json.load(fh)
-        events = trace["traceEvents"] if isinstance(trace, dict) else trace
-        for e in events:
-            if e.get("ph") == "X" and not _RUNTIME_NAME.search(e.get("name", "")):
-                # XLA numbers each instance (conv.74); group instances of one op kind
-                times[re.sub(r"\.\d+$", "", e["name"])] += float(e.get("dur", 0.0))
-    return _breakdown(dict(times), str(folder))
+        wall = time.perf_counter() - start
+    times, intervals = defaultdict(float), []
+    for e in trace_events(folder):
+        name = e.get("name", "")
+        if name in categories:
+            ts, dur = float(e.get("ts", 0.0)), float(e.get("dur", 0.0))
+            times[name] += dur
+            intervals.append((ts, ts + dur))
+    return _profile(dict(times), categories, intervals, wall, calls, str(folder))
 
 
-def profile_side(side, framework: str, batch_size: int, image_size: int, seed: int) -> Breakdown:
+def profile_side(side, framework: str, batch_size: int, image_size: int, seed: int) -> OpProfile:
     from fwbench.data import synthetic_batch
 
     x = side.inputs([synthetic_batch(batch_size, image_size, seed)[0]])[0]
     if framework == "jax":
         if x.shape not in side.compiled:
             side.compiled[x.shape] = side.jitted.lower(side.state, x).compile()
-        return profile_jax(side, x)
-    return profile_torch(side, x)
+        return profile_jax(side, x, batch_size=batch_size)
+    return profile_torch(side, x, batch_size=batch_size)
