@@ -31,6 +31,7 @@ min_iters = 5
 min_seconds = 0.5
 warmup = 3
 block_size = 5
+threads = 0  # cores (and intra-op threads) to run on; 0: all the machine gives
 seed = 0
 profile = False
 
@@ -45,6 +46,8 @@ from fwbench.measure.timing import StopRule
 from fwbench.models import build_pair, build_torch, get_spec
 from fwbench.results.records import Recorder
 
+# first: XLA sizes its thread pool from the cores the process may use when its backend starts
+threads = fw_device.limit_threads(threads)
 spec = get_spec(model)
 mode = vocab.resolve_mode(framework, mode)  # "default": torch eager, JAX jit
 kind = fw_device.resolve_device(framework, device)

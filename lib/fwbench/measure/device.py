@@ -109,3 +109,35 @@ def sync_for(framework: str, device: str):
     if framework == "jax":
         return jax_sync
     return lambda _output: torch_sync(device)
+
+
+def limit_threads(threads: int) -> int:
+    """Run this process on ``threads`` of the cores it may use, with PyTorch's intra-op pool of
+    that size; 0 keeps the machine's default. Returns the count in effect.
+
+    Every thread the process has is pinned (the kernel's own threads included), and threads
+    started later inherit the pinning: XLA sizes its CPU pool from the cores the process may use
+    when the backend starts, so call this before the first JAX computation. Pinning, rather than a
+    thread-count flag per framework, gives both frameworks the same hardware: ``threads: 1`` is one
+    core for either.
+    """
+    import os
+    import sys
+
+    allowed = sorted(os.sched_getaffinity(0))
+    if threads <= 0:
+        return len(allowed)
+    if threads > len(allowed):
+        raise ValueError(f"threads={threads}, but this process may use {len(allowed)} cores")
+    keep = set(allowed[:threads])
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), keep)
+        except OSError:  # a thread that ended meanwhile
+            pass
+    # torch reads this when it starts its pool; set_num_threads where it already has
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
+    return threads

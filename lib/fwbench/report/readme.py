@@ -2,7 +2,8 @@
 
 The README quotes one reference run. Copied by hand, the quote drifts from the report it cites;
 here it is generated from ``report/<campaign>/`` (its ``content.json`` and ``tables/*.csv``): which
-run, the contention reading, the JAX ÷ PyTorch ratios, training and MFU. Only the text between the
+run, the contention reading, the JAX ÷ PyTorch ratios, training, MFU, the trust figures and the
+why-sentences. Only the text between the
 two marker lines is rewritten, and rewriting it again from the same report changes nothing.
 """
 
@@ -195,7 +196,18 @@ def results_block(
     )
     section = sections.section_by_name(content, "mfu")
     parts += mfu_part(_table(tables, "mfu"), section, run_id, report_link)
+    parts += notes_part(content, "trust", "How far these ratios can be trusted", report_link)
+    parts += notes_part(content, "why", "Why", report_link)
     return "\n\n".join(parts)
+
+
+def notes_part(content: dict, name: str, heading: str, report_link: str) -> list[str]:
+    """A section's generated notes as bullets (the trust figures, the why-sentences)."""
+    section = sections.section_by_name(content, name)
+    notes = [i["text"] for i in (section or {"items": []})["items"] if i["kind"] == "note"]
+    if not notes:
+        return []
+    return [f"{heading} ([report]({report_link})):", "\n".join(f"- {n}" for n in notes)]
 
 
 def replace_block(text: str, block: str, where: str = "README") -> str:

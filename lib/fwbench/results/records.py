@@ -95,16 +95,17 @@ def intra_op_threads() -> int | None:
     torch's own count where torch is already loaded (it may have been changed with
     ``torch.set_num_threads``); importing torch only to ask would cost seconds and memory in a
     JAX cell. Otherwise what torch's OpenMP pool would start with: ``OMP_NUM_THREADS``, else
-    every CPU.
+    every CPU the process may use; never more than the cores it is pinned to.
     """
+    cores = len(os.sched_getaffinity(0))  # a pinned process has no more, whatever a pool says
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "get_num_threads"):
-        return int(torch.get_num_threads())
+        return min(int(torch.get_num_threads()), cores)
     with contextlib.suppress(ValueError):
         env = int(os.environ.get("OMP_NUM_THREADS", ""))
         if env > 0:
-            return env
-    return os.cpu_count()
+            return min(env, cores)
+    return cores
 
 
 class Recorder:
