@@ -92,13 +92,17 @@ def test_the_thread_count_comes_from_a_loaded_torch_else_the_environment(monkeyp
     fake_torch = types.SimpleNamespace(get_num_threads=lambda: 3)
     monkeypatch.setitem(sys.modules, "torch", fake_torch)
     monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    # a process pinned to two cores runs no more than two threads at once, whatever a pool says
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
+    assert intra_op_threads() == 2
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(8)))
     rec = Recorder("inference")
     assert rec.add("m", 1.0, "ms")["threads"] == 3
     assert rec.add("m", 1.0, "ms", threads=7)["threads"] == 7  # a notebook that knows better
     monkeypatch.delitem(sys.modules, "torch")
     assert intra_op_threads() == 5
     monkeypatch.setenv("OMP_NUM_THREADS", "")
-    assert intra_op_threads() == os.cpu_count()
+    assert intra_op_threads() == 8  # every core the process may use
 
 
 def test_records_made_before_the_threads_column_ingest_as_null(tmp_path):

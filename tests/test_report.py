@@ -106,6 +106,16 @@ def test_regression_is_flagged_in_history(built):
     assert "| regression |" in section(built["text"], "History")
 
 
+def test_the_why_section_names_the_category_behind_each_gap(built):
+    why = section(built["text"], "Why")
+    # ResNet-50 at batch 8: JAX (180 img/s) beats PyTorch eager (100): per call 80 vs 44.4 ms,
+    # 70% of each in convolution, so 24.9 of the 35.6 extra ms are convolution
+    assert (
+        "PyTorch eager on ResNet-50 at batch 8 in fp32 spends " in why and "in convolution (" in why
+    )
+    assert "why_resnet50.svg" in why and "why_vit_b_16.svg" in why
+
+
 def test_failures_and_retries_are_reported(built):
     failures = section(built["text"], "Failures and workarounds")
     assert "XlaRuntimeError: CUDA_ERROR_ILLEGAL_ADDRESS" in failures
