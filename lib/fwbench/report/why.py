@@ -127,9 +127,10 @@ def why_sentence(gap: pd.DataFrame) -> str:
     else:
         # the slower side also saves time somewhere: say where, or the numbers do not add up
         saved = gap[gap.gap_ms < 0].sort_values("gap_ms")
+        where_more = named.iloc[0].category if len(named) == 1 else parts
         text = (
             f"{who} on {where} is {extra:.2f} ms per call slower than {against}: it spends "
-            f"{explained:.2f} ms more in {parts}, and {-saved.gap_ms.sum():.2f} ms less "
+            f"{explained:.2f} ms more in {where_more}, and {-saved.gap_ms.sum():.2f} ms less "
             f"elsewhere (most in {saved.iloc[0].category}, {-saved.iloc[0].gap_ms:.2f} ms)"
         )
     if named.iloc[0].category == OVERHEAD:
