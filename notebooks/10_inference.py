@@ -157,6 +157,7 @@ throughput_chart = (
 if profile:
     from fwbench.families.inference.profiling import profile_side
 
+    found = None
     for batch_size in [r.batch_size for r in results if r.status == "ok"]:
         found = profile_side(side, framework, batch_size, image_size, seed)
         for category, ms in found.rows():
@@ -173,8 +174,9 @@ if profile:
                     "calls": found.calls,
                 },
             )
-    display(found.ops.head(15))
-    display(found.chart())
+    if found is not None:  # the largest batch size that fit
+        display(found.ops.head(15))
+        display(found.chart())
 
 # %%
 rec.emit()

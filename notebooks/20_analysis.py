@@ -7,7 +7,8 @@
 # time and its break-even, energy, the roofline with measured ceilings, CNN vs Transformer, the
 # training / memory / validation families when present, the trust checks (trials paired by round,
 # an A/A control, stability against the previous run, the regression detector scored on this
-# run's noise), the campaign's history through that detector, and the failures. It saves figures under `figures/<campaign>/`, tables under
+# run's noise), the campaign's history through that detector, and the failures. It saves figures
+# under `figures/<campaign>/`, tables under
 # `report/<campaign>/tables/` and a `content.json` from which `fwbench report` writes report.md and
 # report.html. It computes MFU here, from the run's calibration (else the latest of the same device
 # in the index), and emits it as records of its own (metric `mfu`, with the measured row's family

@@ -382,8 +382,6 @@ def _check_duet(path: Path, steps: list, cells: list[Cell]) -> None:
             f"{path}: the two duet steps (steps {trialled[0]} and {trialled[1]}) must have the "
             "same 'trials' and the same 'grid', so that their cells pair one to one"
         )
-    if (os.cpu_count() or 1) < 2:
-        raise CampaignError(f"{path}: order 'duet' needs two cores; this machine has one")
 
 
 def _validate(path: Path, notebook: str, declared: dict[str, NotebookParameter], cell: dict):

@@ -424,9 +424,9 @@ def convergence_chart(curves: pd.DataFrame) -> alt.FacetChart:
     )
 
 
-def stability_chart(stability: pd.DataFrame) -> alt.LayerChart:
+def stability_chart(stability: pd.DataFrame, band_share: float) -> alt.LayerChart:
     """Each comparison's ratio in this run against the earlier run's, on log axes around the
-    diagonal where they agree; the band marks ±10%, the stability goal."""
+    diagonal where they agree; the band marks ±``band_share``, the stability goal."""
     data = _plain(labelled(stability))
     data["configuration"] = [
         f"{m} · bs {int(b)}" for m, b in zip(data.model_label, data.batch_size, strict=True)
@@ -435,7 +435,7 @@ def stability_chart(stability: pd.DataFrame) -> alt.LayerChart:
     low, high = float(values.min()) / 1.15, float(values.max()) * 1.15
     scale = alt.Scale(type="log", domain=[low, high], nice=False)
     grid = np.geomspace(low, high, 50)
-    band = pd.DataFrame({"x": grid, "lo": grid / (1 + 0.10), "hi": grid * (1 + 0.10)})
+    band = pd.DataFrame({"x": grid, "lo": grid / (1 + band_share), "hi": grid * (1 + band_share)})
     tips = _tooltip(
         data,
         ["configuration", "comparison", "ratio", "ci_low", "ci_high", "winner"]

@@ -163,6 +163,10 @@ class Analysis:
         return regressions.find_regressions(self.histories)
 
     @cached_property
+    def history_line(self) -> str:
+        return sentences.history_sentence(self.changes, self.history_runs, self.run_id)
+
+    @cached_property
     def breakdown(self) -> pd.DataFrame:
         return why.breakdown(self.meas)
 
@@ -498,7 +502,7 @@ SECTIONS: tuple[Section, ...] = (
                 "JAX ÷ PyTorch throughput in run {run_id} against run {baseline_run_id}, with "
                 "this run's 95% interval; the dashed diagonal is perfect agreement, the band "
                 "±10%.",
-                lambda a: charts.stability_chart(a.stability),
+                lambda a: charts.stability_chart(a.stability, trust.STABLE_CHANGE),
                 when=_nonempty("stability"),
             ),
             Table(
@@ -894,7 +898,7 @@ SECTIONS: tuple[Section, ...] = (
     ),
     Section(
         "History",
-        lambda a: sentences.history_sentence(a.changes, a.history_runs, a.run_id),
+        lambda a: a.history_line,
         (
             Table(
                 "history",
@@ -1020,7 +1024,7 @@ def summarise(content: ReportContent, analysis: Analysis) -> None:
     content.summary = sentences.executive_summary(
         a.matrix,
         a.kind_table,
-        sentences.history_sentence(a.changes, a.history_runs, a.run_id),
+        a.history_line,
         a.failures,
         a.retries,
         training,

@@ -15,8 +15,8 @@ from fwbench import vocab
 from fwbench.measure.meters.contention import SHARED_FRACTION
 from fwbench.report import regressions, trust
 from fwbench.report.tables import (
-    INTERVALS,
     MIN_CLEAN_ROUNDS,
+    PAIRED_INTERVAL,
     SAMPLE_SOURCE_TEXT,
     energy_unavailable_reasons,
 )
@@ -464,7 +464,7 @@ def ratio_method(samples: list[pd.DataFrame]) -> str:
     if trialled:
         text += (
             f"Where both frameworks ran in trials, a ratio pairs the trials of the same round: "
-            f"{INTERVALS['paired']}, leaving out rounds with an arm on a shared machine when "
+            f"{PAIRED_INTERVAL}, leaving out rounds with an arm on a shared machine when "
             f"{MIN_CLEAN_ROUNDS} or more clean ones remain. "
         )
     if used:

@@ -36,10 +36,7 @@ MIN_TRIALS_AS_SAMPLES = 3
 # A comparison keeps only the rounds in which neither arm ran on a shared machine when at least
 # this many are left; with fewer it keeps them all and says so.
 MIN_CLEAN_ROUNDS = 3
-INTERVALS = {
-    "paired": "t-interval on the log ratios of rounds paired by trial (between-run spread)",
-    "within-run": "percentile bootstrap over within-run samples (no between-run noise)",
-}
+PAIRED_INTERVAL = "t-interval on the log ratios of rounds paired by trial (between-run spread)"
 
 
 # --------------------------------------------------------------------------- loading
@@ -224,6 +221,13 @@ def verdict(ratio: float, low: float, high: float) -> str:
     return "jax" if ratio > 1.0 else "torch"
 
 
+def kept_rounds(items: list, shared: list[bool]) -> list:
+    """The items (rounds, or an arm's values) whose trial did not run on a shared machine, when at
+    least ``MIN_CLEAN_ROUNDS`` of them are left; else all of them."""
+    clean = [item for item, hit in zip(items, shared, strict=True) if not hit]
+    return clean if len(clean) >= MIN_CLEAN_ROUNDS else list(items)
+
+
 def paired_rounds(a, b) -> tuple[list[float], list[float], int] | None:
     """The values of two arms (``throughput_samples`` rows with trials) in the rounds both ran,
     and how many rounds were dropped because one of them ran on a shared machine: those are kept
@@ -235,8 +239,7 @@ def paired_rounds(a, b) -> tuple[list[float], list[float], int] | None:
     common = sorted(set(a_by) & set(b_by))
     if len(common) < 2:
         return None
-    clean = [t for t in common if not a_by[t][1] and not b_by[t][1]]
-    use = clean if len(clean) >= MIN_CLEAN_ROUNDS else common
+    use = kept_rounds(common, [a_by[t][1] or b_by[t][1] for t in common])
     return [a_by[t][0] for t in use], [b_by[t][0] for t in use], len(common) - len(use)
 
 

@@ -16,7 +16,7 @@ from scipy import stats as scipy_stats
 
 from fwbench.measure.stats import paired_ratio_interval
 from fwbench.report import regressions
-from fwbench.report.tables import CONFIG, MIN_CLEAN_ROUNDS, SERIES
+from fwbench.report.tables import CONFIG, SERIES, kept_rounds
 
 # Two halves of two rounds each is the least an A/A split can put an interval on.
 AA_MIN_ROUNDS = 4
@@ -42,8 +42,7 @@ def with_trials(samples: pd.DataFrame) -> pd.DataFrame:
 
 def used_values(row) -> list[float]:
     """An arm's trial values, without the ones run on a shared machine when enough are left."""
-    clean = [v for v, shared in zip(row.samples, row.shared, strict=True) if not shared]
-    return clean if len(clean) >= MIN_CLEAN_ROUNDS else list(row.samples)
+    return kept_rounds(row.samples, row.shared)
 
 
 def trials_table(samples: pd.DataFrame) -> pd.DataFrame:
