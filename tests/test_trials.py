@@ -151,6 +151,14 @@ def _visible_notebooks(run_dir):
     return {f"{p.parent.name}/{p.stem}": p for p in run_dir.glob("*/[!.]*.ipynb")}
 
 
+def _recorded_ok(run_dir):
+    path = run_dir / "manifest.json"
+    if not path.is_file():
+        return 0
+    cells = json.loads(path.read_text())["cells"].values()
+    return sum(c["status"] == "ok" for c in cells)
+
+
 def test_a_killed_interleaved_run_resumes_at_trial_granularity_in_its_recorded_order(
     write_campaign, tmp_path
 ):
@@ -170,7 +178,9 @@ def test_a_killed_interleaved_run_resumes_at_trial_granularity_in_its_recorded_o
         run_dirs = []
         while time.time() < deadline:
             run_dirs = [p for p in (out / "arms").glob("*") if p.is_dir()]
-            if run_dirs and len(_visible_notebooks(run_dirs[0])) >= 3:
+            # the manifest, written atomically after each notebook, is what resume reads; a
+            # notebook on disk whose result is not yet recorded would count as unfinished
+            if run_dirs and _recorded_ok(run_dirs[0]) >= 3:
                 break
             assert proc.poll() is None, "the runner ended before it could be stopped"
             time.sleep(0.05)
