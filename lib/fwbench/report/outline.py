@@ -452,7 +452,8 @@ SECTIONS: tuple[Section, ...] = (
             Figure(
                 "ratio_matrix",
                 "JAX ÷ PyTorch throughput",
-                "Median images/s of JAX divided by PyTorch's, on {devices}; best modes (each "
+                "JAX images/s ÷ PyTorch's on {devices} (the geometric mean of the rounds' "
+                "ratios where trials pair by round, else the ratio of medians); best modes (each "
                 "framework's fastest variant) and defaults (PyTorch eager vs JAX jit). Colour is "
                 "log₂ of the ratio; 'tie' marks a 95% interval that contains 1.",
                 _ratio_heatmap("matrix"),
