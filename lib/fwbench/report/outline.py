@@ -758,7 +758,7 @@ SECTIONS: tuple[Section, ...] = (
             Figure(
                 "cnn_vs_transformer",
                 "Who wins, by architecture",
-                "JAX ÷ PyTorch median throughput with 95% bootstrap intervals per model and batch "
+                "JAX ÷ PyTorch throughput with its 95% interval (as in the ratio matrix) per model and batch "
                 "size, best modes and defaults, on {devices}; right of the dashed line JAX is "
                 "faster.",
                 lambda a: charts.kind_chart(a.matrix, a.kinds),

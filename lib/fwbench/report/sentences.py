@@ -146,7 +146,7 @@ def history_sentence(changes: pd.DataFrame, runs: int, run_id: str) -> str:
 def matrix_intro(matrix: pd.DataFrame) -> str:
     """The comparison section's opening, which says where the intervals come from."""
     text = (
-        "JAX ÷ PyTorch median throughput (images/s) for every model, device, precision and "
+        "JAX ÷ PyTorch throughput (images/s) for every model, device, precision and "
         "batch size, with a 95% interval; > 1 means JAX is faster, and a winner is declared only "
         "when the interval excludes 1."
     )
@@ -155,8 +155,8 @@ def matrix_intro(matrix: pd.DataFrame) -> str:
     paired = int((matrix.interval == "paired").sum())
     if paired == len(matrix):
         return text + (
-            " Every ratio pairs the frameworks' trials of the same round; its interval comes "
-            "from the spread between rounds."
+            " Every ratio is the geometric mean of the ratios of the frameworks' trials of the "
+            "same round; its interval comes from the spread between rounds."
         )
     single = (
         " This campaign ran one trial per cell, so its ratios carry no between-run interval: "
@@ -459,7 +459,7 @@ def ratio_method(samples: list[pd.DataFrame]) -> str:
         {s for frame in samples if not frame.empty for s in frame.sample_source if s != "trials"}
     )
     trialled = any(not f.empty and (f.sample_source == "trials").any() for f in samples)
-    text = "Ratios are JAX ÷ PyTorch median throughput with a 95% interval; an interval "
+    text = "Ratios are JAX ÷ PyTorch throughput with a 95% interval; an interval "
     text += "containing 1 is reported as a tie. "
     if trialled:
         text += (

@@ -36,7 +36,10 @@ MIN_TRIALS_AS_SAMPLES = 3
 # A comparison keeps only the rounds in which neither arm ran on a shared machine when at least
 # this many are left; with fewer it keeps them all and says so.
 MIN_CLEAN_ROUNDS = 3
-PAIRED_INTERVAL = "t-interval on the log ratios of rounds paired by trial (between-run spread)"
+PAIRED_INTERVAL = (
+    "the geometric mean of the ratios of rounds paired by trial, with a t-interval on their logs "
+    "(between-run spread)"
+)
 
 
 # --------------------------------------------------------------------------- loading
