@@ -8,9 +8,8 @@
 # training / memory / validation families when present, the trust checks (trials paired by round,
 # an A/A control, stability against the previous run, the regression detector scored on this
 # run's noise), the campaign's history through that detector, and the failures. It saves figures
-# under `figures/<campaign>/`, tables under
-# `report/<campaign>/tables/` and a `content.json` from which `fwbench report` writes report.md and
-# report.html. It computes MFU here, from the run's calibration (else the latest of the same device
+# under `figures/<campaign>/`, tables under `report/<campaign>/tables/` and a `content.json` from
+# which `fwbench report` writes report.md and report.html. It computes MFU here, from the run's calibration (else the latest of the same device
 # in the index), and emits it as records of its own (metric `mfu`, with the measured row's family
 # and columns), which the index takes in with this notebook. The sections, in order, with their
 # figures, tables, captions and the note each shows when its data is absent, are

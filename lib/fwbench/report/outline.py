@@ -502,14 +502,15 @@ SECTIONS: tuple[Section, ...] = (
                 "Stability between two runs",
                 "JAX ÷ PyTorch throughput in run {run_id} against run {baseline_run_id}, with "
                 "this run's 95% interval; the dashed diagonal is perfect agreement, the band "
-                "±10%.",
+                f"±{trust.STABLE_CHANGE:.0%}.",
                 lambda a: charts.stability_chart(a.stability, trust.STABLE_CHANGE),
                 when=_nonempty("stability"),
             ),
             Table(
                 "stability",
                 "Each comparison in both runs: ratio, winner, change of the ratio, whether the "
-                "runs name opposite winners, and whether the ratios agree within 10%.",
+                "runs name opposite winners, and whether the ratios agree within "
+                f"{trust.STABLE_CHANGE:.0%}.",
                 lambda a: a.stability,
                 records("inference", ["throughput_img_s"]),
                 drop=("device",),
@@ -758,9 +759,9 @@ SECTIONS: tuple[Section, ...] = (
             Figure(
                 "cnn_vs_transformer",
                 "Who wins, by architecture",
-                "JAX ÷ PyTorch throughput with its 95% interval (as in the ratio matrix) per model and batch "
-                "size, best modes and defaults, on {devices}; right of the dashed line JAX is "
-                "faster.",
+                "JAX ÷ PyTorch throughput with its 95% interval (as in the ratio matrix) per "
+                "model and batch size, best modes and defaults, on {devices}; right of the "
+                "dashed line JAX is faster.",
                 lambda a: charts.kind_chart(a.matrix, a.kinds),
             ),
             Table(
