@@ -21,6 +21,7 @@ matmul_sizes = [512, 1024]
 copy_mib = 64
 min_iters = 10
 min_seconds = 1.0
+threads = 0  # cores (and intra-op threads) to run on, as in 10_inference; 0: all the machine gives
 timer_check = True  # PyTorch fp32 cells: our timer vs torch.utils.benchmark on a real forward
 timer_check_model = "resnet50"
 timer_check_batch = 8
@@ -37,13 +38,16 @@ from fwbench.measure import precision as fw_precision
 from fwbench.measure.timing import StopRule
 from fwbench.results.records import Recorder
 
+# first: XLA sizes its thread pool from the cores the process may use when its backend starts;
+# a one-core configuration is placed against one core's ceilings
+threads = fw_device.limit_threads(threads)
 kind = fw_device.resolve_device(framework, device)
 settings = fw_precision.configure(framework, precision)
 name = fw_device.device_name(framework, kind)
 ceilings = measure_ceilings(
     framework, kind, precision, matmul_sizes, copy_mib, StopRule(min_iters, min_seconds)
 )
-print(f"{framework} on {name} ({kind}), {precision}: {settings}")
+print(f"{framework} on {name} ({kind}), {precision}, {threads} threads: {settings}")
 
 # %% [markdown]
 # ## Matmul throughput by size

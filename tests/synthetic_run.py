@@ -19,6 +19,8 @@ CAMPAIGN = "synth"
 EARLIER_RUNS = ("20251229T000000Z", "20251230T000000Z", "20251231T000000Z")
 BASELINE_RUN, CURRENT_RUN = "20260101T000000Z", "20260102T000000Z"
 DEVICE_NAME = "Test CPU 9000"
+# every record says so, whatever the machine running the tests has
+THREADS = 2
 FLOPS_PER_IMG = {"resnet50": 8.2e9, "vit_b_16": 35.1e9}
 BYTES_PER_IMG = {"resnet50": 1.0e8, "vit_b_16": 2.0e8}
 COMPILE_S = {"eager": 0.0, "compile": 20.0, "jit": 5.0}
@@ -95,6 +97,7 @@ def inference_rows(rng, model, framework, mode, batch_size, center, throughput=N
         framework=framework,
         mode=mode,
         device="cpu",
+        threads=THREADS,
         device_name=DEVICE_NAME,
         precision="fp32",
         batch_size=batch_size,
@@ -157,6 +160,7 @@ def calibration_rows():
             "calibration",
             framework=framework,
             device="cpu",
+            threads=THREADS,
             device_name=DEVICE_NAME,
             precision="fp32",
         )
@@ -231,6 +235,7 @@ def build_run(out, run_id, seed, regressed_center=None):
                     framework=framework,
                     mode=mode,
                     device="cpu",
+                    threads=THREADS,
                     device_name=DEVICE_NAME,
                     precision="fp32",
                 )
@@ -284,6 +289,7 @@ def build_run(out, run_id, seed, regressed_center=None):
             framework=framework,
             mode=mode,
             device="cpu",
+            threads=THREADS,
             device_name=DEVICE_NAME,
             precision="fp32",
             batch_size=8,
@@ -334,6 +340,7 @@ def build_run(out, run_id, seed, regressed_center=None):
         model="resnet50",
         framework="torch",
         device="cpu",
+        threads=THREADS,
         device_name=DEVICE_NAME,
         precision="fp32",
         batch_size=8,

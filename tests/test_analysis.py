@@ -76,7 +76,7 @@ def test_ratio_and_sentence_match_numpy_medians(synthetic, comparison):
     assert row.torch_variant == ("compile" if comparison == "best" else "eager")
     sentence = sentences.ratio_sentence(row)
     assert sentence.startswith(f"JAX is {expected:.2f}× [")
-    assert "ResNet-50 at batch 8 in fp32 on Test CPU 9000" in sentence
+    assert "ResNet-50 at batch 8 in fp32 with 2 threads on Test CPU 9000" in sentence
 
 
 def test_pytorch_win_is_said_as_pytorch_faster(synthetic):
@@ -493,6 +493,7 @@ def test_an_mfu_above_one_is_kept_and_said_to_come_from_a_low_ceiling():
         "framework": "jax",
         "device_name": "Test CPU 9000",
         "precision": "fp32",
+        "threads": 2,
         "ceiling_run_id": CURRENT_RUN,
         "ceiling_campaign": CAMPAIGN,
         "model": "vit_b_16",
@@ -506,3 +507,107 @@ def test_an_mfu_above_one_is_kept_and_said_to_come_from_a_low_ceiling():
     assert len(notes) == 1
     assert notes[0].startswith("MFU above 1 (1.07) for vit_b_16 jax jit at batch 4")
     assert "understates" in notes[0]
+
+
+def _ceiling_and_flop_rows(threads_peaks: dict, achieved: dict) -> pd.DataFrame:
+    """Calibration records of one device at several thread counts, and one inference
+    configuration's achieved TFLOP/s at each, as the loader returns them."""
+    rows = []
+    for threads, peak in threads_peaks.items():
+        for metric, value in (("peak_matmul_tflops", peak), ("copy_bandwidth_gbs", 10.0 * peak)):
+            rec = Recorder("calibration", framework="torch", mode="eager", device="cpu")
+            rec.add(metric, value, "TFLOP/s", device_name=DEVICE_NAME, precision="fp32")
+            rows.append({**rec.rows[0], "threads": threads, "cell": f"t{threads}"})
+    for threads, value in achieved.items():
+        rec = Recorder("inference", model="resnet50", framework="torch", mode="eager")
+        rec.add("achieved_tflops", value, "TFLOP/s", device="cpu", device_name=DEVICE_NAME)
+        rows.append({**rec.rows[0], "threads": threads, "precision": "fp32", "batch_size": 8})
+    meas = pd.DataFrame(rows).assign(run_id=CURRENT_RUN, campaign=CAMPAIGN, status="ok")
+    meas["extra"] = [{"flops_per_img": 8.2e9, "bytes_per_img": 1e8} for _ in range(len(meas))]
+    meas["variant"] = meas["mode"]
+    meas["batch_size"] = meas["batch_size"].astype("Int64")
+    return meas
+
+
+def test_a_one_core_configuration_divides_by_the_one_core_peak():
+    meas = _ceiling_and_flop_rows({1: 0.05, 2: 0.1}, {1: 0.04, 2: 0.06})
+    mfu = roofline.mfu_table(meas, meas).set_index("threads")
+    assert mfu.loc[1].mfu == pytest.approx(0.8) and mfu.loc[2].mfu == pytest.approx(0.6)
+    ceilings = roofline.device_ceilings(meas).set_index("threads")
+    assert ceilings.peak_tflops.to_dict() == {1: 0.05, 2: 0.1}
+    points = roofline.roofline_points(meas).set_index("threads")
+    # intensity 82 FLOP/byte against each count's own bandwidth (0.5 and 1 GB/s): memory-bound
+    assert points.bound_tflops.to_dict() == pytest.approx({1: 0.041, 2: 0.082})
+    # a thread count nobody calibrated gets no ceiling, rather than another count's
+    alone = _ceiling_and_flop_rows({2: 0.1}, {1: 0.04})
+    assert roofline.mfu_table(alone, alone).mfu.isna().all()
+    notes = roofline.mfu_notes(roofline.mfu_table(alone, alone), CURRENT_RUN)
+    assert notes and "at fp32 with 1 thread:" in notes[0]
+
+
+def _bound_inputs(share: float, ops: dict):
+    key = {"model": "resnet50", "device": "cpu", "device_name": DEVICE_NAME, "precision": "fp32"}
+    key |= {"threads": 2, "batch_size": 8}
+    points = pd.DataFrame(
+        [
+            {**key, "framework": "torch", "variant": "compile", "share_of_bound": share},
+            {**key, "framework": "jax", "variant": "jit", "share_of_bound": 0.9},
+            {
+                **key,
+                "model": "mobilenet_v3_small",
+                "framework": "jax",
+                "variant": "jit",
+                "share_of_bound": 0.1,
+            },
+        ]
+    ).assign(achieved_tflops=lambda f: f.share_of_bound * 0.1, bound_tflops=0.1)
+    points["regime"] = "compute-bound"
+    matrix = pd.DataFrame(
+        [
+            {**key, "comparison": c, "jax_variant": "jit", "torch_variant": v}
+            for c, v in (("best", "compile"), ("defaults", "eager"))
+        ]
+        + [
+            {
+                **key,
+                "model": "mobilenet_v3_small",
+                "comparison": "best",
+                "jax_variant": "jit",
+                "torch_variant": "eager",
+            }
+        ]
+    )
+    breakdown = pd.DataFrame(
+        [
+            {**key, "framework": "torch", "variant": "compile", "category": c, "ms": ms}
+            for c, ms in ops.items()
+        ]
+    )
+    return points, matrix, breakdown
+
+
+def test_the_share_of_the_bound_is_said_for_each_best_mode_and_what_holds_it_back():
+    # 60 of 100 ms in convolution and matmul at a share of 0.45: they reach 0.75 while they run
+    ops = {
+        "convolution": 50.0,
+        "matmul/linear": 10.0,
+        "framework overhead": 25.0,
+        "elementwise/activation": 10.0,
+        "normalisation": 5.0,
+    }
+    lines = roofline.bound_share_sentences(*_bound_inputs(0.45, ops))
+    assert len(lines) == 2  # PyTorch's and JAX's best modes on ResNet-50; not MobileNetV3-S
+    torch, jax = lines
+    assert torch.startswith(
+        f"PyTorch's best mode on ResNet-50 at batch 8 in fp32 with 2 threads on {DEVICE_NAME}, "
+        "compile, reaches 0.45 of its roofline bound (0.045 of 0.100 TFLOP/s, compute-bound)."
+    )
+    assert "take 60% of the time and, while they run, reach about 0.75 of the bound" in torch
+    # the other 40 ms: overhead and elementwise hold 35 of them (>= 80%), normalisation is left
+    assert "framework overhead 25.00 ms (25%), elementwise/activation 10.00 ms (10%)." in torch
+    assert "normalisation" not in torch
+    assert jax.startswith("JAX's best mode on ResNet-50") and "holds it back" not in jax
+    unprofiled = roofline.bound_share_sentences(*_bound_inputs(0.45, {}))
+    assert "No per-op profile" in unprofiled[0]
+    at_bound = roofline.bound_share_sentences(*_bound_inputs(0.7, ops))
+    assert "holds it back" not in at_bound[0]

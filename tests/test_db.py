@@ -51,6 +51,26 @@ def test_ingest_is_idempotent(tmp_path):
     assert db.query("select count(*) as n from runs", dbp).n[0] == 1
 
 
+def test_a_run_deleted_from_disk_leaves_the_index_on_the_next_ingest_of_its_folder(tmp_path):
+    import shutil
+
+    kept = make_run(tmp_path)
+    gone = make_run(tmp_path, run_id="20260102T000000Z")
+    dbp = tmp_path / "x.duckdb"
+    assert db.ingest(tmp_path, dbp)["runs"] == 2
+    shutil.rmtree(gone)
+    # a run folder given alone says nothing of its campaign's other runs: nothing is dropped
+    assert db.ingest(kept, dbp)["dropped"] == 0
+    assert len(db.query("select * from runs", dbp)) == 1 + 1
+    counts = db.ingest(tmp_path, dbp)
+    assert (counts["runs"], counts["dropped"]) == (1, 1)
+    for table in ("runs", "cells", "measurements"):
+        ids = db.query(f"select distinct run_id from {table}", dbp).run_id.tolist()
+        assert ids == ["20260101T000000Z"], table
+    proc = run_cli("ingest", tmp_path, "--db", dbp)
+    assert proc.returncode == 0 and "dropped" not in proc.stdout
+
+
 def test_the_machine_share_of_a_cell_is_indexed_and_absent_readings_are_null(tmp_path):
     machine = {
         "load_average": {"before": [2.5, 1.0, 0.5], "after": [3.0, 1.2, 0.6], "cpus": 2},

@@ -261,6 +261,7 @@ def _breakdown_rows(framework, variant, values, batch_size=8):
             "device": "cpu",
             "device_name": "Test CPU",
             "precision": "fp32",
+            "threads": 2,
             "batch_size": batch_size,
             "framework": framework,
             "variant": variant,
@@ -285,6 +286,7 @@ def test_the_why_sentence_names_the_categories_that_make_up_most_of_the_gap():
                 "device": "cpu",
                 "device_name": "Test CPU",
                 "precision": "fp32",
+                "threads": 2,
                 "batch_size": 8,
                 "comparison": "defaults",
                 "jax_variant": "jit",
@@ -299,7 +301,9 @@ def test_the_why_sentence_names_the_categories_that_make_up_most_of_the_gap():
     # 7.1 of the 7.8 ms of positive gap is depthwise (91% >= 80%): one category is enough
     assert named.category.tolist() == [DEPTHWISE]
     (sentence,) = why.why_sentences(gaps)
-    assert sentence.startswith("JAX jit on EfficientNet-B0 at batch 8 in fp32 spends 7.10 of its")
+    assert sentence.startswith(
+        "JAX jit on EfficientNet-B0 at batch 8 in fp32 with 2 threads spends 7.10 of its"
+    )
     assert (
         "7.50 extra ms per call" in sentence
         and "depthwise/grouped convolution (7.10 ms)" in sentence
@@ -312,7 +316,9 @@ def test_the_why_sentence_names_the_categories_that_make_up_most_of_the_gap():
     table.loc[(table.framework == "jax") & (table.category == OVERHEAD), "ms"] = 0.4
     table.loc[(table.framework == "torch") & (table.category == CONV), "ms"] = 6.0
     (sentence,) = why.why_sentences(why.gaps(matrix, table))
-    assert sentence.startswith("JAX jit on EfficientNet-B0 at batch 8 in fp32 is 4.70 ms per call")
+    assert sentence.startswith(
+        "JAX jit on EfficientNet-B0 at batch 8 in fp32 with 2 threads is 4.70 ms per call"
+    )
     assert (
         "it spends 7.10 ms more in depthwise/grouped convolution, and 3.10 ms less elsewhere"
         in sentence

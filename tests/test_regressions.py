@@ -200,6 +200,7 @@ def write_run(root, index, values):
             device="cpu",
             device_name="Test CPU",
             precision="fp32",
+            threads=2,
             batch_size=8,
         )
         # two trials around the point: the history takes their median
@@ -251,7 +252,7 @@ def test_the_command_prints_the_run_where_the_level_moved(index):
     assert metric == "latency_p50_ms"
     assert configuration == (
         "family=inference model=resnet50 framework=torch mode=eager device_name=Test CPU "
-        "precision=fp32 batch_size=8"
+        "precision=fp32 threads=2 batch_size=8"
     )
     assert direction == "regression"  # a latency that went up
     assert run_id == ids[4]

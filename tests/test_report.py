@@ -29,6 +29,7 @@ from tests.synthetic_run import (
 )
 
 LINK_RE = re.compile(r"\]\(([^)]+)\)")
+BEGIN, END = readme.markers(CAMPAIGN)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,8 @@ def test_summary_sentences_match_the_inserted_samples(built):
         ratio = expected_ratio(built["current"], "resnet50", 8, comparison)
         assert (
             f"JAX is {ratio:.2f}× [" in summary
-            and f"on ResNet-50 at batch 8 in fp32 on Test CPU 9000 ({label}:" in summary
+            and f"on ResNet-50 at batch 8 in fp32 with 2 threads on Test CPU 9000 ({label}:"
+            in summary
         )
     assert "JAX and PyTorch are tied on ViT-B/16 at batch 8" in summary
     assert "1 failed, 1 oom" in summary
@@ -111,7 +113,8 @@ def test_the_why_section_names_the_category_behind_each_gap(built):
     # ResNet-50 at batch 8: JAX (180 img/s) beats PyTorch eager (100): per call 80 vs 44.4 ms,
     # 70% of each in convolution, so 24.9 of the 35.6 extra ms are convolution
     assert (
-        "PyTorch eager on ResNet-50 at batch 8 in fp32 spends " in why and "in convolution (" in why
+        "PyTorch eager on ResNet-50 at batch 8 in fp32 with 2 threads spends " in why
+        and "in convolution (" in why
     )
     assert "why_resnet50.svg" in why and "why_vit_b_16.svg" in why
 
@@ -230,7 +233,11 @@ def _readme_around(built, text):
     return path
 
 
-README_AROUND = "# Title\n\nintro kept\n\n{begin}\nold quote\n{end}\n\n## After\nkept too\n"
+# a second campaign's block, which quoting this campaign must leave as it is
+OTHER_BLOCK = "\n".join(readme.markers("other")).replace("\n", "\nother quote\n") + "\n"
+README_AROUND = (
+    "# Title\n\nintro kept\n\n{begin}\nold quote\n{end}\n\n## After\nkept too\n" + OTHER_BLOCK
+)
 
 
 def readme_cli(capsys, *args):
@@ -240,15 +247,15 @@ def readme_cli(capsys, *args):
 
 
 def test_readme_block_is_written_from_the_report_only_between_the_markers(built, capsys):
-    text = README_AROUND.format(begin=readme.BEGIN, end=readme.END)
+    text = README_AROUND.format(begin=BEGIN, end=END)
     path = _readme_around(built, text)
     code, output = readme_cli(capsys, "--readme", path, "--out", built["out"])
     assert code == 0, output.err
     new = path.read_text()
-    head, rest = new.split(readme.BEGIN + "\n")
-    block, tail = rest.split(readme.END)
-    assert head + readme.BEGIN + "\n" == text.split("old quote")[0]
-    assert readme.END + tail == text.split("old quote\n")[1]
+    head, rest = new.split(BEGIN + "\n")
+    block, tail = rest.split(END)
+    assert head + BEGIN + "\n" == text.split("old quote")[0]
+    assert END + tail == text.split("old quote\n")[1] and tail.endswith(OTHER_BLOCK)
     assert "old quote" not in block and f"run `{CURRENT_RUN}`" in block
     ratio = expected_ratio(built["current"], "resnet50", 8, "best")
     assert "| ResNet-50 | " in block and f"{ratio:.2f}× [" in block
@@ -258,7 +265,7 @@ def test_readme_block_is_written_from_the_report_only_between_the_markers(built,
     assert "its ratios carry no between-run interval" in block
     mfu = pd.read_csv(built["report_dir"] / "tables" / "mfu.csv")
     jax_train = mfu[(mfu.family == "training") & (mfu.framework == "jax")].mfu.iloc[0]
-    assert "| training | ResNet-50 | JAX jit | fp32 | " in block
+    assert "| training | ResNet-50 | JAX jit | fp32 with 2 threads | " in block
     assert f"| {readme.percent(jax_train)} |" in block and "ceilings from this run" in block
     headings = {github_anchor(h) for h in re.findall(r"^#+ (.+)$", built["text"], re.M)}
     for link in LINK_RE.findall(block):
@@ -276,11 +283,32 @@ def test_readme_without_markers_exits_2_and_is_left_alone(built, capsys):
     code, output = readme_cli(capsys, "--readme", path, "--out", built["out"])
     assert code == 2
     lines = output.err.strip().splitlines()
-    assert len(lines) == 1 and readme.BEGIN in lines[0] and readme.END in lines[0]
+    assert len(lines) == 1 and BEGIN in lines[0] and END in lines[0]
     assert path.read_text() == text
-    swapped = _readme_around(built, f"{readme.END}\n{readme.BEGIN}\n")
+    swapped = _readme_around(built, f"{END}\n{BEGIN}\n")
     assert readme_cli(capsys, "--readme", swapped)[0] == 2
-    marked = _readme_around(built, f"{readme.BEGIN}\n{readme.END}\n")
+    # markers of another campaign are not this one's
+    marked = _readme_around(built, f"{BEGIN}\n{END}\n")
+    assert cli.main(["readme", "nosuch", "--readme", str(marked)]) == 2
+    assert "<!-- results:nosuch:start -->" in capsys.readouterr().err
+    nosuch = "\n".join(readme.markers("nosuch")) + "\n"
+    marked = _readme_around(built, nosuch)
     assert cli.main(["readme", "nosuch", "--readme", str(marked)]) == 2
     assert "no report at" in capsys.readouterr().err
-    assert marked.read_text() == f"{readme.BEGIN}\n{readme.END}\n"
+    assert marked.read_text() == nosuch
+
+
+def test_the_readme_says_how_much_of_an_unfinished_run_it_quotes(tmp_path):
+    manifest = tmp_path / "manifest.json"
+    order = {"before_rounds": ["00_setup/a"], "rounds": [["10/x__trial=1"], ["10/x__trial=2"]]}
+    cells = {"00_setup/a": {"status": "ok"}, "10/x__trial=1": {"status": "ok"}}
+    cells["10/x__trial=2"] = {"status": "pending"}
+    spec = {"campaign_file": "params/study.yaml", "run_order": order, "cells": cells}
+    manifest.write_text(json.dumps(spec))
+    sentence = readme.progress_sentence(manifest)
+    assert "2 of its 3 cells have run" in sentence
+    assert "`fwbench run params/study.yaml --resume`" in sentence
+    cells["10/x__trial=2"]["status"] = "ok"
+    manifest.write_text(json.dumps(spec))
+    assert readme.progress_sentence(manifest) == ""
+    assert readme.progress_sentence(tmp_path / "absent.json") == ""

@@ -7,10 +7,10 @@ import pytest
 
 from fwbench.pipeline import runner
 from fwbench.pipeline.campaign import Cell
-from fwbench.report import tables, trust
+from fwbench.report import sentences, tables, trust
 from fwbench.results.records import Recorder
 
-CONFIG_VALUES = {"device": "cpu", "device_name": "Test CPU", "precision": "fp32"}
+CONFIG_VALUES = {"device": "cpu", "device_name": "Test CPU", "precision": "fp32", "threads": 2}
 
 
 def trial_records(model, framework, mode, values, batch_size=4, shared=()):
@@ -226,3 +226,22 @@ def test_a_shared_trial_runs_again_up_to_the_bound_and_keeps_each_reading(monkey
     single = Cell("standin", tmp_path / "standin.py", "x=1", {}, trial=0, interleaved=False)
     assert runner.run_trial(single, tmp_path, {}, None, rerun_shared=2).reruns == []
     assert len(calls) == 1
+
+
+def test_one_core_and_two_are_two_configurations_and_are_never_pooled():
+    rng = np.random.default_rng(5)
+    arms = []
+    for threads, ratio in ((1, 2.0), (2, 0.5)):
+        torch, jax = rounds_with_effects(rng, 5, 100.0, ratio=ratio)
+        for arm in (
+            trial_records("resnet50", "torch", "eager", torch),
+            trial_records("resnet50", "jax", "jit", jax),
+        ):
+            arms.append([{**row, "threads": threads} for row in arm])
+    matrix = tables.comparison_matrix(tables.throughput_samples(frame(*arms)))
+    best = matrix[matrix.comparison == "best"].set_index("threads")
+    assert sorted(best.index) == [1, 2] and (best.rounds == 5).all()
+    assert best.loc[1].ratio == pytest.approx(2.0, rel=0.05) and best.loc[1].winner == "jax"
+    assert best.loc[2].ratio == pytest.approx(0.5, rel=0.05) and best.loc[2].winner == "torch"
+    one = matrix[(matrix.threads == 1) & (matrix.comparison == "best")].iloc[0]
+    assert "at batch 4 in fp32 with 1 thread on Test CPU" in sentences.ratio_sentence(one)

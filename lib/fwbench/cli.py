@@ -91,8 +91,10 @@ def cmd_ingest(args) -> int:
         counts = db.ingest(root, db_path)
     except db.IngestError as exc:
         return _fail(str(exc))
+    gone = f"; {counts['dropped']} runs no longer on disk dropped" if counts["dropped"] else ""
     print(
-        f"{db_path}: {counts['runs']} runs, {counts['cells']} cells, {counts['measurements']} records"
+        f"{db_path}: {counts['runs']} runs, {counts['cells']} cells, "
+        f"{counts['measurements']} records{gone}"
     )
     return EXIT_OK
 
@@ -254,11 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     readme = sub.add_parser(
         "readme",
-        help="rewrite README.md's results block from report/<campaign>/",
-        description="Replace the lines between <!-- results:start --> and <!-- results:end --> "
-        "in the README with the run, contention reading, JAX ÷ PyTorch ratios, training and MFU "
-        "read from report/<campaign>/ (content.json, tables/*.csv) beside it. Nothing else in "
-        "the README changes; build the report first with `fwbench report CAMPAIGN`.",
+        help="rewrite README.md's results block of a campaign from report/<campaign>/",
+        description="Replace the lines between <!-- results:CAMPAIGN:start --> and "
+        "<!-- results:CAMPAIGN:end --> in the README with the run, contention reading, JAX ÷ "
+        "PyTorch ratios, training, MFU, share of the roofline bound, trust figures and "
+        "why-sentences read from report/<campaign>/ (content.json, tables/*.csv) beside it. "
+        "Nothing else in the README changes; build the report first with `fwbench report "
+        "CAMPAIGN`.",
     )
     readme.add_argument("campaign", help="campaign whose report to quote, e.g. smoke")
     readme.add_argument(

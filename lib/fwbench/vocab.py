@@ -79,6 +79,20 @@ def series_label(framework: str, variant: str) -> str:
     return f"{framework_label(framework)} {variant}"
 
 
+def threads_words(threads) -> str:
+    """A CPU configuration's intra-op threads as words ("1 thread", "2 threads"); "" for 0, which
+    the report uses where threads are not a setting of the configuration or were not recorded."""
+    n = int(threads or 0)
+    return "" if n <= 0 else f"{n} thread" if n == 1 else f"{n} threads"
+
+
+def setting_words(precision: str, threads) -> str:
+    """ "fp32" or "fp32 with 2 threads": how a sentence names a configuration's precision and,
+    for a CPU one, its threads."""
+    words = threads_words(threads)
+    return f"{precision} with {words}" if words else str(precision)
+
+
 def family_of(notebook: str) -> str:
     return FAMILIES.get(str(notebook)[:2], "unknown")
 

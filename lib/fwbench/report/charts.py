@@ -14,7 +14,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from fwbench.vocab import kind_label, model_label, series_label
+from fwbench.vocab import kind_label, model_label, series_label, setting_words, threads_words
 
 THEME = "fwbench"
 PNG_SCALE = 2  # 2x pixels so text stays legible when the PNG is scaled into a page
@@ -76,14 +76,19 @@ def save(chart: alt.TopLevelMixin, directory: Path, name: str, title: str, capti
 
 
 def labelled(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add the display columns every chart uses: model, series and panel (device · precision)."""
+    """Add the display columns every chart uses: model, series and panel (device · precision, and
+    a CPU configuration's threads)."""
     out = frame.copy()
     out["model_label"] = out.model.map(model_label)
     if "framework" in out and "variant" in out:
         out["series"] = [
             series_label(f, v) for f, v in zip(out.framework, out.variant, strict=True)
         ]
-    out["panel"] = out.device_name.astype(str) + " · " + out.precision.astype(str)
+    threads = out["threads"] if "threads" in out else pd.Series(0, index=out.index)
+    out["panel"] = [
+        " · ".join(p for p in (str(d), str(prec), threads_words(t)) if p)
+        for d, prec, t in zip(out.device_name, out.precision, threads, strict=True)
+    ]
     return out
 
 
@@ -242,14 +247,15 @@ def latency_chart(table: pd.DataFrame) -> alt.FacetChart:
 
 
 def roofline_chart(points: pd.DataFrame, curve: pd.DataFrame) -> alt.LayerChart:
-    """One device: the measured roofline of each precision and every configuration on it."""
+    """One device: the measured roofline of each precision (and thread count) and every
+    configuration on it."""
     data = _plain(labelled(points)).dropna(subset=["intensity", "achieved_tflops"])
     tips = _tooltip(
         data,
         [
             "model_label",
             "series",
-            "precision",
+            "panel",
             "batch_size",
             "intensity",
             "achieved_tflops",
@@ -270,8 +276,8 @@ def roofline_chart(points: pd.DataFrame, curve: pd.DataFrame) -> alt.LayerChart:
                 scale=alt.Scale(type="log", nice=False),
             ),
             y=alt.Y("bound_tflops:Q", title="achieved TFLOP/s", scale=alt.Scale(type="log")),
-            strokeDash=alt.StrokeDash("precision:N", title="ceiling (precision)"),
-            tooltip=_tooltip(curve, ["precision", "intensity", "bound_tflops"]),
+            strokeDash=alt.StrokeDash("ceiling:N", title="ceiling"),
+            tooltip=_tooltip(curve, ["ceiling", "intensity", "bound_tflops"]),
         )
     )
     dots = (
@@ -475,8 +481,10 @@ def breakdown_chart(table: pd.DataFrame, order: list[str]) -> alt.FacetChart:
     """One model's per-op breakdowns: ms per call stacked by category, a bar per framework
     variant, a panel per batch size (and precision); ``order`` stacks the categories."""
     data = _plain(labelled(table))
+    threads = data["threads"] if "threads" in data else pd.Series(0, index=data.index)
     data["panel"] = [
-        f"bs {int(b)} · {p}" for b, p in zip(data.batch_size, data.precision, strict=True)
+        f"bs {int(b)} · {setting_words(p, t)}"
+        for b, p, t in zip(data.batch_size, data.precision, threads, strict=True)
     ]
     data["stack"] = data.category.map({c: i for i, c in enumerate(order)})
     colours = PALETTE + ["#666666", "#cccccc"]

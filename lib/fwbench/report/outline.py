@@ -179,6 +179,10 @@ class Analysis:
         return why.why_sentences(self.gaps)
 
     @cached_property
+    def bound_share_lines(self) -> list[str]:
+        return roofline.bound_share_sentences(self.points, self.matrix, self.breakdown)
+
+    @cached_property
     def trials(self) -> pd.DataFrame:
         return trust.trials_table(self.samples)
 
@@ -720,26 +724,30 @@ SECTIONS: tuple[Section, ...] = (
                 drop=("device",),
                 when=_nonempty("points"),
             ),
+            Each(lambda a: [Note(literal(text)) for text in a.bound_share_lines]),
             Table(
                 "ceilings",
-                "Measured ceilings per device and precision, and the run each was measured in.",
+                "Measured ceilings per device, precision and (on a CPU) thread count, and the run "
+                "each was measured in.",
                 lambda a: a.ceilings,
                 records("calibration"),
                 when=_nonempty("ceilings"),
             ),
         ),
+        name="roofline",
     ),
     Section(
         "MFU",
         "Model FLOP utilisation of every configuration with a FLOP count, inference and "
         "training: achieved TFLOP/s ÷ the peak matmul TFLOP/s that 02_calibrate measured through "
-        "the same framework on the same device and precision.",
+        "the same framework on the same device and precision (and, on a CPU, thread count).",
         (
             Each(_mfu_notes),
             Table(
                 "mfu",
                 "MFU per configuration: median achieved TFLOP/s over trials ÷ the peak matmul "
-                "TFLOP/s of the same framework, device and precision, measured in the run named.",
+                "TFLOP/s of the same framework, device, precision and threads, measured in the run "
+                "named.",
                 lambda a: a.mfu.dropna(subset=["mfu"]),
                 records(None, ["achieved_tflops", "peak_matmul_tflops"]),
                 drop=("mode", "device", "ceiling_campaign", "ceiling_cell", "channels_last"),

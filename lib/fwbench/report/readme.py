@@ -1,24 +1,29 @@
-"""``fwbench readme CAMPAIGN``: the README's results block, written from a built report.
+"""``fwbench readme CAMPAIGN``: a results block of the README, written from a built report.
 
-The README quotes one reference run. Copied by hand, the quote drifts from the report it cites;
-here it is generated from ``report/<campaign>/`` (its ``content.json`` and ``tables/*.csv``): which
-run, the contention reading, the JAX ÷ PyTorch ratios, training, MFU, the trust figures and the
-why-sentences. Only the text between the
-two marker lines is rewritten, and rewriting it again from the same report changes nothing.
+The README quotes reference runs, one block per campaign. Copied by hand, a quote drifts from the
+report it cites; here it is generated from ``report/<campaign>/`` (its ``content.json`` and
+``tables/*.csv``): which run, the contention reading, the JAX ÷ PyTorch ratios, training, MFU,
+the share of the roofline bound, the trust figures and the why-sentences. Only the text between
+the campaign's two marker lines (``markers``) is rewritten, and rewriting it again from the same
+report changes nothing.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pandas as pd
 
 from fwbench.report import sections
-from fwbench.vocab import model_label, series_label
+from fwbench.report.tables import PAIRED_INTERVAL
+from fwbench.vocab import model_label, series_label, setting_words, threads_words
 
-BEGIN = "<!-- results:start -->"
-END = "<!-- results:end -->"
+
+def markers(campaign: str) -> tuple[str, str]:
+    """The lines around ``campaign``'s block in the README."""
+    return f"<!-- results:{campaign}:start -->", f"<!-- results:{campaign}:end -->"
 
 
 class ReadmeError(ValueError):
@@ -31,7 +36,12 @@ def _link(target: Path, readme_dir: Path) -> str:
 
 def _table(tables: Path, name: str) -> pd.DataFrame:
     path = tables / f"{name}.csv"
-    return pd.read_csv(path) if path.is_file() else pd.DataFrame()
+    if not path.is_file():
+        return pd.DataFrame()
+    table = pd.read_csv(path)
+    if "threads" not in table and "precision" in table:
+        table["threads"] = 0  # a report built before threads were part of a configuration
+    return table
 
 
 def _markdown(header: list[str], rows: list[list[str]]) -> str:
@@ -56,28 +66,46 @@ def percent(ratio: float) -> str:
 
 
 def _comparison_groups(matrix: pd.DataFrame):
-    """Per device and precision: one group when best modes are the defaults everywhere, else two."""
-    for (device, precision), rows in matrix.groupby(["device_name", "precision"], sort=True):
+    """Per device, precision and threads: one group when best modes are the defaults everywhere,
+    else two."""
+    keys = ["device_name", "precision", "threads"]
+    for (device, precision, threads), rows in matrix.groupby(keys, sort=True):
         best, defaults = rows[rows.comparison == "best"], rows[rows.comparison == "defaults"]
         key = ["model", "batch_size", "jax_variant", "torch_variant"]
         same = best[key].reset_index(drop=True).equals(defaults[key].reset_index(drop=True))
+        setting = f"{precision} on {device}"
+        if threads_words(threads):
+            setting += f", {threads_words(threads)}"
         if same:
-            yield device, precision, "best modes and defaults", best
+            yield setting, "best modes and defaults", best
         else:
-            yield device, precision, "best modes", best
+            yield setting, "best modes", best
             if not defaults.empty:
-                yield device, precision, "defaults", defaults
+                yield setting, "defaults", defaults
+
+
+def interval_words(matrix: pd.DataFrame) -> str:
+    """How the matrix's ratios and intervals were computed, in the words of the report."""
+    kinds = set(matrix.interval) if "interval" in matrix else {"within-run"}
+    paired = matrix[matrix.interval == "paired"] if "interval" in matrix else matrix.iloc[0:0]
+    rounds = sorted({int(r) for r in paired.rounds}) if not paired.empty else []
+    span = f"{rounds[0]}" if len(rounds) == 1 else f"{rounds[0]}-{rounds[-1]}" if rounds else ""
+    words = {
+        "paired": f"{PAIRED_INTERVAL}, 95%, over {span} interleaved rounds",
+        "within-run": "the ratio of median images/s with a 95% bootstrap interval over samples "
+        "from one run (no between-run spread)",
+    }
+    return "; where no trials pair, ".join(words[k] for k in ("paired", "within-run") if k in kinds)
 
 
 def inference_part(matrix: pd.DataFrame, report_link: str) -> list[str]:
     if matrix.empty:
         return ["No inference configuration was measured with both frameworks in this run."]
     parts = [
-        "Inference: JAX ÷ PyTorch median images/s with a 95% bootstrap interval; below 1, PyTorch "
-        f"is faster; (tie): the interval contains 1 ([comparison matrix]({report_link}"
-        "#comparison-matrix))."
+        f"Inference: JAX ÷ PyTorch images/s, {interval_words(matrix)}; below 1, PyTorch is faster; "
+        f"(tie): the interval contains 1 ([comparison matrix]({report_link}#comparison-matrix))."
     ]
-    for device, precision, label, rows in _comparison_groups(matrix):
+    for setting, label, rows in _comparison_groups(matrix):
         pairs = rows[["jax_variant", "torch_variant"]].drop_duplicates()
         uniform = len(pairs) == 1
         modes = f": {modes_label(next(pairs.itertuples()))}" if uniform else ""
@@ -91,7 +119,7 @@ def inference_part(matrix: pd.DataFrame, report_link: str) -> list[str]:
                 variants = group[["jax_variant", "torch_variant"]].drop_duplicates()
                 row.append("; ".join(map(modes_label, variants.itertuples())))
             body.append(row + [cells.get(b, "") for b in batches])
-        parts.append(f"{precision} on {device}, {label}{modes}:")
+        parts.append(f"{setting}, {label}{modes}:")
         parts.append(_markdown(header, body))
     return parts
 
@@ -102,29 +130,30 @@ def training_part(matrix: pd.DataFrame, speed: pd.DataFrame, report_link: str) -
     step = {}
     if not speed.empty and "step_time_p50_ms" in speed:
         for r in speed.itertuples():
-            key = (r.model, r.device_name, r.precision, int(r.batch_size), r.framework, r.variant)
+            key = (r.model, r.device_name, r.precision, r.threads, int(r.batch_size))
+            key += (r.framework, r.variant)
             step[key] = r.step_time_p50_ms
     rows = matrix[matrix.comparison == "best"]
     body = []
     for r in rows.sort_values(["model", "device_name", "precision", "batch_size"]).itertuples():
-        base = (r.model, r.device_name, r.precision, int(r.batch_size))
+        base = (r.model, r.device_name, r.precision, r.threads, int(r.batch_size))
         torch_ms = step.get((*base, "torch", r.torch_variant))
         jax_ms = step.get((*base, "jax", r.jax_variant))
         body.append(
             [
                 model_label(r.model),
                 str(int(r.batch_size)),
-                r.precision,
+                setting_words(r.precision, r.threads),
                 modes_label(r),
                 ratio_cell(r),
                 "" if pd.isna(torch_ms) else f"{torch_ms:.0f}",
                 "" if pd.isna(jax_ms) else f"{jax_ms:.0f}",
             ]
         )
-    header = ["model", "batch", "precision", "modes (best)", "JAX ÷ PyTorch"]
+    header = ["model", "batch", "setting", "modes (best)", "JAX ÷ PyTorch"]
     header += ["PyTorch ms/step", "JAX ms/step"]
     return [
-        "Training, every step synced: JAX ÷ PyTorch images/s with a 95% bootstrap interval, and "
+        f"Training, every step synced: JAX ÷ PyTorch images/s, {interval_words(rows)}, and "
         f"the median step time ([training]({report_link}#training)):",
         _markdown(header, body),
     ]
@@ -141,15 +170,16 @@ def mfu_part(mfu: pd.DataFrame, section: dict | None, run_id: str, report_link: 
     )
     batches = sorted({int(b) for b in mfu.batch_size})
     body = []
-    keys = ["family", "model", "framework", "variant", "device_name", "precision"]
+    keys = ["family", "model", "framework", "variant", "device_name", "precision", "threads"]
     for key, group in mfu.groupby(keys, sort=True):
-        family, model, framework, variant, device, precision = key
+        family, model, framework, variant, _device, precision, threads = key
         cells = {int(r.batch_size): percent(r.mfu) for r in group.itertuples()}
         label = series_label(framework, variant)
+        setting = setting_words(precision, threads)
         body.append(
-            [family, model_label(model), label, precision] + [cells.get(b, "") for b in batches]
+            [family, model_label(model), label, setting] + [cells.get(b, "") for b in batches]
         )
-    header = ["family", "model", "framework · mode", "precision", *(f"batch {b}" for b in batches)]
+    header = ["family", "model", "framework · mode", "setting", *(f"batch {b}" for b in batches)]
     return [
         "MFU: achieved FLOP/s ÷ the peak matmul FLOP/s that 02_calibrate measured through the same "
         f"framework on the same device and precision, ceilings from {where} {link}:",
@@ -185,6 +215,9 @@ def results_block(
         + (f", on {', '.join(devices)}" if devices else "")
         + f". {contention}".rstrip(),
     ]
+    progress = progress_sentence(Path(out) / campaign / run_id / "manifest.json")
+    if progress:
+        parts.append(progress)
     figure = Path(figures_dir) / "ratio_matrix.png"
     if figure.is_file():
         parts.append(
@@ -196,9 +229,29 @@ def results_block(
     )
     section = sections.section_by_name(content, "mfu")
     parts += mfu_part(_table(tables, "mfu"), section, run_id, report_link)
+    parts += notes_part(content, "roofline", "Share of the roofline bound", report_link)
     parts += notes_part(content, "trust", "How far these ratios can be trusted", report_link)
     parts += notes_part(content, "why", "Why", report_link)
     return "\n\n".join(parts)
+
+
+def progress_sentence(manifest_path: Path) -> str:
+    """For a run still being continued in sittings: how many of its cells have run, from its
+    manifest (its recorded order holds every trial of the campaign); "" for a finished run."""
+    if not manifest_path.is_file():
+        return ""
+    manifest = json.loads(manifest_path.read_text())
+    order = manifest.get("run_order") or {}
+    planned = set(order.get("before_rounds", [])) | {k for r in order.get("rounds", []) for k in r}
+    planned |= set(manifest.get("cells", {}))
+    done = {k for k, c in manifest.get("cells", {}).items() if c.get("status") == "ok"}
+    if not planned or planned <= done:
+        return ""
+    command = f"fwbench run {manifest.get('campaign_file') or 'CAMPAIGN_FILE'} --resume"
+    return (
+        f"**This run is not finished:** {len(done & planned)} of its {len(planned)} cells have "
+        f"run, and the numbers below cover those only; `{command}` continues it."
+    )
 
 
 def notes_part(content: dict, name: str, heading: str, report_link: str) -> list[str]:
@@ -210,15 +263,16 @@ def notes_part(content: dict, name: str, heading: str, report_link: str) -> list
     return [f"{heading} ([report]({report_link})):", "\n".join(f"- {n}" for n in notes)]
 
 
-def replace_block(text: str, block: str, where: str = "README") -> str:
-    """``text`` with everything between the marker lines replaced by ``block``."""
+def replace_block(text: str, block: str, campaign: str, where: str = "README") -> str:
+    """``text`` with everything between ``campaign``'s marker lines replaced by ``block``."""
+    begin, end = markers(campaign)
     lines = text.splitlines(keepends=True)
-    starts = [i for i, ln in enumerate(lines) if ln.strip() == BEGIN]
-    ends = [i for i, ln in enumerate(lines) if ln.strip() == END]
+    starts = [i for i, ln in enumerate(lines) if ln.strip() == begin]
+    ends = [i for i, ln in enumerate(lines) if ln.strip() == end]
     if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
         raise ReadmeError(
-            f"{where} needs one line {BEGIN} followed by one line {END} around its results "
-            f"(found {len(starts)} and {len(ends)})"
+            f"{where} needs one line {begin} followed by one line {end} around the results of "
+            f"{campaign} (found {len(starts)} and {len(ends)})"
         )
     head, tail = lines[: starts[0] + 1], lines[ends[0] :]
     return "".join(head) + block.rstrip("\n") + "\n" + "".join(tail)
@@ -241,7 +295,8 @@ def update_readme(
         raise ReadmeError(f"{readme}: no such file")
     root = readme.parent
     text = readme.read_text()
-    replace_block(text, "", str(readme))  # markers first: a README without them is bad input
+    # markers first: a README without them is bad input
+    replace_block(text, "", campaign, str(readme))
     block = results_block(
         campaign,
         Path(report_dir or root / "report" / campaign),
@@ -249,7 +304,7 @@ def update_readme(
         Path(out),
         Path(figures_dir or root / "figures" / campaign),
     )
-    new = replace_block(text, block, str(readme))
+    new = replace_block(text, block, campaign, str(readme))
     if new == text:
         return False
     tmp = readme.with_name(f".{readme.name}.tmp")

@@ -43,7 +43,19 @@ MIN_CHANGE = 0.06
 MIN_SIZE = 2
 
 # the family too: a training and an inference throughput of one model and batch are two metrics
-CONFIGURATION = ("family", "model", "framework", "mode", "device_name", "precision", "batch_size")
+# and the threads of a CPU configuration (one core and two are different hardware)
+CONFIGURATION = (
+    "family",
+    "model",
+    "framework",
+    "mode",
+    "device_name",
+    "precision",
+    "threads",
+    "batch_size",
+)
+# threads mean something on a CPU only: a GPU configuration is one history whatever its host had
+SQL_KEYS = {"threads": "case when m.device = 'cpu' then m.threads end as threads"}
 COLUMNS = ["metric", "configuration", "run_id", "change_pct", "p_value", "direction"]
 
 
@@ -162,7 +174,7 @@ def histories_query(campaign: str | None = None) -> tuple[str, list]:
     if campaign is not None:
         where += " and m.campaign = ?"
         params.append(campaign)
-    keys = ", ".join(f"m.{k}" for k in CONFIGURATION)
+    keys = ", ".join(SQL_KEYS.get(k, f"m.{k}") for k in CONFIGURATION)
     sql = f"""
         with points as (
             select m.campaign, m.metric, {keys}, m.run_id, median(m.value) as value,
@@ -194,7 +206,7 @@ def configuration_label(row, with_campaign: bool) -> str:
     for key in CONFIGURATION:
         value = row[key]
         if not pd.isna(value):
-            parts.append(f"{key}={int(value) if key == 'batch_size' else value}")
+            parts.append(f"{key}={int(value) if key in ('batch_size', 'threads') else value}")
     return " ".join(parts)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from fwbench.report.tables import CONFIG, SERIES, metric_table
+from fwbench.vocab import framework_label, model_label, setting_words
 
 # Below this share of the roofline bound, time goes to something other than arithmetic or memory
 # traffic (kernel launches, Python, synchronisation): the configuration is overhead-bound.
@@ -31,11 +32,13 @@ RULE = (
 
 
 CEILING_METRICS = ("peak_matmul_tflops", "copy_bandwidth_gbs")
-# A peak is measured per framework, device and precision (DESIGN.md section 5).
-CEILING_KEY = ["framework", "device_name", "precision"]
+# A peak is measured per framework, device, precision and (on a CPU) thread count (DESIGN.md
+# section 5): one core's peak is not two cores'.
+CEILING_KEY = ["framework", "device_name", "precision", "threads"]
 CEILING_COLUMNS = [
     "device_name",
     "precision",
+    "threads",
     "peak_tflops",
     "peak_framework",
     "peak_run_id",
@@ -45,7 +48,17 @@ CEILING_COLUMNS = [
     "ridge_flop_per_byte",
 ]
 # One MFU per configuration and family; ``variant`` tells torch's channels_last apart.
-MFU_KEY = ["family", "model", "framework", "mode", "variant", "device", "device_name", "precision"]
+MFU_KEY = [
+    "family",
+    "model",
+    "framework",
+    "mode",
+    "variant",
+    "device",
+    "device_name",
+    "precision",
+    "threads",
+]
 MFU_COLUMNS = [
     *MFU_KEY,
     "batch_size",
@@ -103,16 +116,16 @@ def device_ceilings(calibration: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=CEILING_COLUMNS)
     best_peak = (
         peak.sort_values(["value", "framework"], ascending=[False, True])
-        .groupby(["device_name", "precision"], sort=True)
-        .head(1)[["device_name", "precision", "value", "framework", "run_id"]]
+        .groupby(["device_name", "precision", "threads"], sort=True)
+        .head(1)[["device_name", "precision", "threads", "value", "framework", "run_id"]]
         .rename(
             columns={"value": "peak_tflops", "framework": "peak_framework", "run_id": "peak_run_id"}
         )
     )
     best_bw = (
         bandwidth.sort_values(["value", "framework"], ascending=[False, True])
-        .groupby("device_name", sort=True)
-        .head(1)[["device_name", "value", "framework", "run_id"]]
+        .groupby(["device_name", "threads"], sort=True)
+        .head(1)[["device_name", "threads", "value", "framework", "run_id"]]
         .rename(
             columns={
                 "value": "bandwidth_gbs",
@@ -121,9 +134,10 @@ def device_ceilings(calibration: pd.DataFrame) -> pd.DataFrame:
             }
         )
     )
-    table = best_peak.merge(best_bw, on="device_name")
+    table = best_peak.merge(best_bw, on=["device_name", "threads"])
     table["ridge_flop_per_byte"] = table.peak_tflops * 1e12 / (table.bandwidth_gbs * 1e9)
-    return table[CEILING_COLUMNS].sort_values(["device_name", "precision"], ignore_index=True)
+    order = ["device_name", "precision", "threads"]
+    return table[CEILING_COLUMNS].sort_values(order, ignore_index=True)
 
 
 def mfu_table(meas: pd.DataFrame, calibration: pd.DataFrame) -> pd.DataFrame:
@@ -172,7 +186,7 @@ def mfu_notes(mfu: pd.DataFrame, run_id: str) -> list[str]:
     notes = []
     keys = mfu[CEILING_KEY + ["ceiling_run_id", "ceiling_campaign"]].drop_duplicates()
     for r in keys.sort_values(CEILING_KEY).itertuples():
-        what = f"{r.framework} on {r.device_name} at {r.precision}"
+        what = f"{r.framework} on {r.device_name} at {setting_words(r.precision, r.threads)}"
         if pd.isna(r.ceiling_run_id):
             notes.append(
                 f"No MFU for {what}: neither this run nor any run in the index calibrated it "
@@ -189,7 +203,7 @@ def mfu_notes(mfu: pd.DataFrame, run_id: str) -> list[str]:
         # kept as measured rather than capped: the ceiling, not the model, is what is wrong
         notes.append(
             f"MFU above 1 ({r.mfu:.2f}) for {r.model} {r.framework} {r.variant} at batch "
-            f"{r.batch_size}: the model reached {r.achieved_tflops:.3f} TFLOP/s, more than the "
+            f"{r.batch_size} in {setting_words(r.precision, r.threads)}: the model reached {r.achieved_tflops:.3f} TFLOP/s, more than the "
             f"{r.peak_tflops:.3f} that 02_calibrate's square matmuls reached, so that ceiling "
             "understates this framework's peak on this device."
         )
@@ -211,8 +225,8 @@ def add_mfu_records(rec, mfu: pd.DataFrame) -> None:
         }
         if not found:
             extra["reason"] = (
-                f"no peak matmul TFLOP/s of {r.framework} on {r.device_name} at {r.precision} "
-                "in this run or in the index"
+                f"no peak matmul TFLOP/s of {r.framework} on {r.device_name} at "
+                f"{setting_words(r.precision, r.threads)} in this run or in the index"
             )
         rec.add(
             "mfu",
@@ -227,6 +241,7 @@ def add_mfu_records(rec, mfu: pd.DataFrame) -> None:
             device=r.device or None,
             device_name=r.device_name or None,
             precision=r.precision or None,
+            threads=int(r.threads) or None,
             batch_size=None if pd.isna(r.batch_size) else int(r.batch_size),
         )
 
@@ -282,7 +297,7 @@ def roofline_points(meas: pd.DataFrame, calibration: pd.DataFrame | None = None)
     table.loc[table.bytes_used.isna(), "intensity_source"] = "unknown"
     table["intensity"] = table.flops_per_img / table.bytes_used
     ceilings = device_ceilings(calibration)
-    table = table.merge(ceilings, on=["device_name", "precision"], how="left")
+    table = table.merge(ceilings, on=["device_name", "precision", "threads"], how="left")
     regimes, bounds = [], []
     for r in table.itertuples():
         if any(pd.isna(v) for v in (r.intensity, r.peak_tflops, r.bandwidth_gbs)):
@@ -317,7 +332,8 @@ def roofline_points(meas: pd.DataFrame, calibration: pd.DataFrame | None = None)
 
 
 def roofline_curve(ceilings: pd.DataFrame, intensities) -> pd.DataFrame:
-    """Points along each device/precision roofline spanning ``intensities`` (for plotting)."""
+    """Points along each device/precision/threads roofline spanning ``intensities`` (for
+    plotting)."""
     values = np.asarray([i for i in intensities if i and np.isfinite(i) and i > 0], dtype=float)
     rows = []
     for c in ceilings.itertuples():
@@ -329,8 +345,101 @@ def roofline_curve(ceilings: pd.DataFrame, intensities) -> pd.DataFrame:
                 {
                     "device_name": c.device_name,
                     "precision": c.precision,
+                    "threads": c.threads,
+                    "ceiling": setting_words(c.precision, c.threads),
                     "intensity": float(i),
                     "bound_tflops": float(bound_tflops(i, c.peak_tflops, c.bandwidth_gbs)),
                 }
             )
     return pd.DataFrame(rows)
+
+
+# The two dense models of the zoo: their FLOPs are convolutions and matmuls, which can run near a
+# roofline bound, so the share of it says how much a framework leaves on the table. The depthwise
+# networks sit far below any such bound by design; their share would say little.
+BOUND_SHARE_MODELS = ("resnet50", "vit_b_16")
+# A best mode below this share of its bound says what holds it back.
+HELD_BACK_SHARE = 0.7
+# The categories that hold a dense model's FLOPs: time elsewhere is time the bound does not pay for.
+FLOP_CATEGORIES = ("convolution", "depthwise/grouped convolution", "matmul/linear", "attention")
+# A held-back sentence names other categories until they hold this share of the time outside the
+# FLOP categories.
+NAMED_SHARE = 0.8
+
+
+def bound_share_sentences(points: pd.DataFrame, matrix: pd.DataFrame, ops: pd.DataFrame) -> list:
+    """For ResNet-50 and ViT-B/16 (``BOUND_SHARE_MODELS``), each framework's best mode's share of
+    its roofline bound, one sentence per configuration and framework; below ``HELD_BACK_SHARE``,
+    what holds it back, from its per-op breakdown ``ops`` (``why.breakdown``).
+
+    The share factors into the fraction f of the profiled time spent in the categories that hold
+    the FLOPs (``FLOP_CATEGORIES``) and the share those ops reach while they run (share ÷ f):
+    the first says how much time goes elsewhere, the second how far the FLOP ops themselves fall
+    short of the bound.
+    """
+    if points.empty or matrix.empty or "share_of_bound" not in points:
+        return []
+    best = matrix[(matrix.comparison == "best") & matrix.model.isin(BOUND_SHARE_MODELS)]
+    lines = []
+    for r in best.sort_values([c for c in CONFIG if c in best]).itertuples():
+        key = {c: getattr(r, c) for c in CONFIG}
+        for framework in ("torch", "jax"):
+            variant = getattr(r, f"{framework}_variant")
+            mask = (points.framework == framework) & (points.variant == variant)
+            for column, value in key.items():
+                mask &= points[column] == value
+            point = points[mask]
+            if point.empty or pd.isna(point.share_of_bound.iloc[0]):
+                continue
+            p = point.iloc[0]
+            sentence = _share_sentence(p, framework, variant)
+            if p.share_of_bound < HELD_BACK_SHARE:
+                sentence += " " + _held_back(p, _ops_of(ops, key, framework, variant))
+            lines.append(sentence)
+    return lines
+
+
+def _ops_of(ops: pd.DataFrame, key: dict, framework: str, variant: str) -> pd.DataFrame:
+    if ops.empty:
+        return ops
+    mask = (ops.framework == framework) & (ops.variant == variant)
+    for column, value in key.items():
+        mask &= ops[column] == value
+    return ops[mask]
+
+
+def _share_sentence(p, framework: str, variant: str) -> str:
+    where = (
+        f"{model_label(p.model)} at batch {int(p.batch_size)} in "
+        f"{setting_words(p.precision, p.threads)} on {p.device_name}"
+    )
+    return (
+        f"{framework_label(framework)}'s best mode on {where}, {variant}, reaches "
+        f"{p.share_of_bound:.2f} of its roofline bound ({p.achieved_tflops:.3f} of "
+        f"{p.bound_tflops:.3f} TFLOP/s, {p.regime})."
+    )
+
+
+def _held_back(p, ops: pd.DataFrame) -> str:
+    if ops.empty:
+        return "No per-op profile of it was recorded, so nothing here says what holds it back."
+    total = float(ops.ms.sum())
+    flop_ms = float(ops[ops.category.isin(FLOP_CATEGORIES)].ms.sum())
+    if total <= 0 or flop_ms <= 0:
+        return "Its profile holds no convolution or matmul time, so it cannot say more."
+    fraction = flop_ms / total
+    others = ops[~ops.category.isin(FLOP_CATEGORIES)].sort_values("ms", ascending=False)
+    others = others[others.ms > 0]
+    outside = float(others.ms.sum())
+    reached = others.ms.cumsum().shift(fill_value=0.0) < NAMED_SHARE * outside
+    named = ", ".join(
+        f"{o.category} {o.ms:.2f} ms ({o.ms / total:.0%})" for o in others[reached].itertuples()
+    )
+    text = (
+        f"What holds it back, from its profile ({total:.2f} ms per call): its convolution and "
+        f"matmul ops take {fraction:.0%} of the time and, while they run, reach about "
+        f"{p.share_of_bound / fraction:.2f} of the bound"
+    )
+    if named:
+        text += f"; the other {1 - fraction:.0%} goes to {named}"
+    return text + "."

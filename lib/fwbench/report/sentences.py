@@ -25,6 +25,7 @@ from fwbench.vocab import (
     framework_label,
     kind_label,
     model_label,
+    setting_words,
 )
 
 
@@ -39,7 +40,8 @@ def interval(low: float, high: float) -> str:
 def ratio_sentence(row) -> str:
     """One comparison-matrix row as a sentence; a ratio whose interval holds 1 is a tie."""
     where = (
-        f"on {model_label(row.model)} at batch {row.batch_size} in {row.precision} "
+        f"on {model_label(row.model)} at batch {row.batch_size} in "
+        f"{setting_words(row.precision, row.threads)} "
         f"on {row.device_name or row.device}"
     )
     label = "best modes" if row.comparison == "best" else "defaults"
@@ -66,9 +68,10 @@ def headline_rows(matrix: pd.DataFrame) -> pd.DataFrame:
     """
     if matrix.empty:
         return matrix
-    largest = matrix.groupby(["model", "device_name", "precision"]).batch_size.transform("max")
+    setting = ["model", "device_name", "precision", "threads"]
+    largest = matrix.groupby(setting).batch_size.transform("max")
     rows = matrix[matrix.batch_size == largest]
-    key = ["model", "device_name", "precision", "batch_size"]
+    key = [*setting, "batch_size"]
     best = rows[rows.comparison == "best"][[*key, "jax_variant", "torch_variant"]]
     joined = rows.merge(best, on=key, how="left", suffixes=("", "_best"))
     joined.index = rows.index
@@ -81,7 +84,7 @@ def headline_rows(matrix: pd.DataFrame) -> pd.DataFrame:
     order = {"best": 0, "defaults": 1}
     return (
         rows.assign(_order=rows.comparison.map(order))
-        .sort_values(["model", "device_name", "precision", "_order"])
+        .sort_values([*setting, "_order"])
         .drop(columns="_order")
     )
 

@@ -19,7 +19,9 @@ from fwbench.vocab import ANSI_RE, DEFAULT_MODE, kind_label, series_label
 RATIO_SEED = 0
 ANALYSIS_NOTEBOOK = "20_analysis"
 # A framework's "default" variant is vocab.DEFAULT_MODE; "best" is whichever variant is fastest.
-CONFIG = ["model", "device", "device_name", "precision", "batch_size"]
+# ``threads`` is part of a CPU configuration (one core and two are two points of hardware); see
+# ``_tidy`` for what it holds elsewhere.
+CONFIG = ["model", "device", "device_name", "precision", "threads", "batch_size"]
 SERIES = ["framework", "variant"]
 TEXT_COLUMNS = ["notebook", "cell", "family", "model", "framework", "mode", "device", "device_name"]
 HIGHER_IS_BETTER_UNITS = {"img/s", "TFLOP/s", "GB/s"}
@@ -108,6 +110,12 @@ def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
         frame[col] = frame[col].astype(object).where(frame[col].notna(), "")
     frame["trial"] = frame["trial"].fillna(0).astype(int)
     frame["batch_size"] = frame["batch_size"].astype("Int64")
+    # a CPU configuration's intra-op threads; 0 where it is not a CPU setting (a GPU run is one
+    # configuration whatever its host's thread count) or was not recorded (records made before
+    # the column), so that grouping never drops a row for a missing key
+    threads = frame["threads"] if "threads" in frame else pd.Series(np.nan, index=frame.index)
+    on_cpu = frame["device"].eq("cpu") & threads.notna()
+    frame["threads"] = threads.where(on_cpu, 0).fillna(0).astype(int)
     frame["variant"] = [_variant(r.framework, r.mode, r.extra) for r in frame.itertuples()]
     return frame
 
@@ -313,7 +321,8 @@ def latency_at_smallest_batch(meas: pd.DataFrame) -> pd.DataFrame:
     table = metric_table(meas, ["latency_p50_ms", "latency_p95_ms", "latency_p99_ms"])
     if table.empty:
         return table
-    smallest = table.groupby(["model", "device_name", "precision"]).batch_size.transform("min")
+    keys = ["model", "device_name", "precision", "threads"]
+    smallest = table.groupby(keys).batch_size.transform("min")
     return table[table.batch_size == smallest].reset_index(drop=True)
 
 
@@ -342,12 +351,14 @@ def break_even_table(matrix: pd.DataFrame, meas: pd.DataFrame) -> pd.DataFrame:
     """For every compared pair, the faster side's compile time and when it is paid back."""
     compile_s = metric_table(meas, ["compile_s"])
     lookup = {
-        (r.model, r.device_name, r.precision, r.batch_size, r.framework, r.variant): r.compile_s
+        (r.model, r.device_name, r.precision, r.threads, r.batch_size, r.framework, r.variant): (
+            r.compile_s
+        )
         for r in compile_s.itertuples()
     }
     rows = []
     for r in matrix.itertuples():
-        base = (r.model, r.device_name, r.precision, r.batch_size)
+        base = (r.model, r.device_name, r.precision, r.threads, r.batch_size)
         sides = {
             "jax": (r.jax_variant, r.jax_img_s, lookup.get((*base, "jax", r.jax_variant))),
             "torch": (
@@ -367,6 +378,7 @@ def break_even_table(matrix: pd.DataFrame, meas: pd.DataFrame) -> pd.DataFrame:
                 "model": r.model,
                 "device_name": r.device_name,
                 "precision": r.precision,
+                "threads": r.threads,
                 "batch_size": r.batch_size,
                 "comparison": r.comparison,
                 "faster": series_label(faster, fv),

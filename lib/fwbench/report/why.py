@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fwbench.report.tables import CONFIG, SERIES
-from fwbench.vocab import OP_CATEGORIES, OVERHEAD, framework_label, model_label
+from fwbench.vocab import OP_CATEGORIES, OVERHEAD, framework_label, model_label, setting_words
 
 METRIC = "op_time_ms"
 # A why-sentence names categories until they hold this share of the gap.
@@ -110,7 +110,8 @@ def why_sentence(gap: pd.DataFrame) -> str:
     extra = float(gap.slower_ms.sum() - gap.faster_ms.sum())
     who = f"{framework_label(first.slower)} {first.slower_variant}"
     against = f"{framework_label(first.faster)} {first.faster_variant}"
-    where = f"{model_label(first.model)} at batch {int(first.batch_size)} in {first.precision}"
+    setting = setting_words(first.precision, first.threads)
+    where = f"{model_label(first.model)} at batch {int(first.batch_size)} in {setting}"
     named = explaining(gap)
     if named.empty or extra <= 0:
         return (

@@ -187,13 +187,39 @@ def collect(root: Path) -> list[RunData]:
     return runs
 
 
+def _scanned_campaigns(root: Path, runs: list[RunData]) -> dict[str, set[str]]:
+    """Per campaign whose whole folder lies under ``root``: the run ids found in it. A run folder
+    given alone says nothing of its campaign's other runs, so it is left out."""
+    root = root.resolve()
+    found: dict[str, set[str]] = {}
+    for run in runs:
+        folder = run.run_dir.resolve().parent
+        if folder == root or root in folder.parents:
+            found.setdefault(run.manifest["campaign"], set()).add(run.manifest["run_id"])
+    return found
+
+
 def ingest(root: str | os.PathLike, db_path: str | os.PathLike) -> dict:
-    """Validate everything first, then replace each run's rows in one transaction."""
+    """Validate everything first, then replace each run's rows in one transaction.
+
+    The index mirrors the folders it was ingested from: a run of a scanned campaign folder that is
+    no longer on disk (deleted, never committed) is dropped, so that no report compares with a run
+    nobody can open. ``dropped`` counts them."""
     runs = collect(Path(root))
     con = connect(db_path)
-    counts = {"runs": 0, "cells": 0, "measurements": 0}
+    counts = {"runs": 0, "cells": 0, "measurements": 0, "dropped": 0}
     try:
         con.execute("BEGIN TRANSACTION")
+        for campaign, present in sorted(_scanned_campaigns(Path(root), runs).items()):
+            known = con.execute("SELECT run_id FROM runs WHERE campaign = ?", [campaign]).fetchall()
+            for (run_id,) in known:
+                if run_id in present:
+                    continue
+                for table in ("runs", "cells", "measurements"):
+                    con.execute(
+                        f"DELETE FROM {table} WHERE campaign = ? AND run_id = ?", [campaign, run_id]
+                    )
+                counts["dropped"] += 1
         for run in runs:
             m = run.manifest
             key = (m["campaign"], m["run_id"])
