@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fwbench.report.tables import CONFIG, SERIES, metric_table
+from fwbench.report.tables import CONFIG, SERIES, metric_table, series_rows
 from fwbench.vocab import framework_label, model_label, setting_words
 
 # Below this share of the roofline bound, time goes to something other than arithmetic or memory
@@ -385,27 +385,15 @@ def bound_share_sentences(points: pd.DataFrame, matrix: pd.DataFrame, ops: pd.Da
         key = {c: getattr(r, c) for c in CONFIG}
         for framework in ("torch", "jax"):
             variant = getattr(r, f"{framework}_variant")
-            mask = (points.framework == framework) & (points.variant == variant)
-            for column, value in key.items():
-                mask &= points[column] == value
-            point = points[mask]
+            point = series_rows(points, key, framework, variant)
             if point.empty or pd.isna(point.share_of_bound.iloc[0]):
                 continue
             p = point.iloc[0]
             sentence = _share_sentence(p, framework, variant)
             if p.share_of_bound < HELD_BACK_SHARE:
-                sentence += " " + _held_back(p, _ops_of(ops, key, framework, variant))
+                sentence += " " + _held_back(p, series_rows(ops, key, framework, variant))
             lines.append(sentence)
     return lines
-
-
-def _ops_of(ops: pd.DataFrame, key: dict, framework: str, variant: str) -> pd.DataFrame:
-    if ops.empty:
-        return ops
-    mask = (ops.framework == framework) & (ops.variant == variant)
-    for column, value in key.items():
-        mask &= ops[column] == value
-    return ops[mask]
 
 
 def _share_sentence(p, framework: str, variant: str) -> str:

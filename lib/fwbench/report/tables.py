@@ -210,6 +210,16 @@ def throughput_samples(meas: pd.DataFrame, family: str = "inference") -> pd.Data
     return pd.DataFrame(rows)
 
 
+def series_rows(frame: pd.DataFrame, key: dict, framework: str, variant: str) -> pd.DataFrame:
+    """The rows of ``frame`` of one configuration (``key``: column -> value) and framework variant."""
+    if frame.empty:
+        return frame
+    mask = (frame.framework == framework) & (frame.variant == variant)
+    for column, value in key.items():
+        mask &= frame[column] == value
+    return frame[mask]
+
+
 def _column(frame: pd.DataFrame, name: str, missing):
     if name not in frame:
         return [missing] * len(frame)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fwbench.report.tables import CONFIG, SERIES
+from fwbench.report.tables import CONFIG, SERIES, series_rows
 from fwbench.vocab import OP_CATEGORIES, OVERHEAD, framework_label, model_label, setting_words
 
 METRIC = "op_time_ms"
@@ -43,10 +43,7 @@ def breakdown(meas: pd.DataFrame) -> pd.DataFrame:
 
 
 def _side(table: pd.DataFrame, key: dict, framework: str, variant: str) -> pd.Series:
-    mask = (table.framework == framework) & (table.variant == variant)
-    for column, value in key.items():
-        mask &= table[column] == value
-    return table[mask].set_index("category").ms
+    return series_rows(table, key, framework, variant).set_index("category").ms
 
 
 def gaps(matrix: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
