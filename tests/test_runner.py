@@ -120,6 +120,30 @@ def test_resume_reruns_only_cells_without_an_ok_result(write_campaign, tmp_path)
     assert "1 ok, 0 not ok" in proc.stdout
 
 
+def test_a_run_is_never_resumed_on_another_cpu(write_campaign, tmp_path):
+    """Two CPUs sold under one name (a VM's "AMD EPYC") differ in family and model; a run started
+    on one is refused on the other, and so is a run that predates the record, before any work."""
+    out = tmp_path / "out"
+    path = write_campaign(
+        HEALTHY_AND_ABORT.replace("behaviour: abort", "behaviour: abort_unless_env")
+    )
+    assert run_cli("run", path, "--out", out).returncode == 1
+    manifest_path = only_run_dir(out, "iso") / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    cpu = manifest["environment"]["cpu"]
+    assert cpu["name"] and "isa" in cpu
+    for other in ({**cpu, "model": (cpu["model"] or 0) + 1, "family": cpu["family"] or 6}, None):
+        manifest["environment"]["cpu"] = other
+        manifest_path.write_text(json.dumps(manifest))
+        before = manifest_path.read_bytes()
+        proc = run_cli("run", path, "--out", out, "--resume", env={"STANDIN_OK": "1"})
+        assert proc.returncode == 2
+        assert proc.stderr.count("error:") == 1
+        assert "start a new one" in proc.stderr
+        assert ("does not record" in proc.stderr) == (other is None)
+        assert manifest_path.read_bytes() == before
+
+
 def test_sigkill_leaves_no_result_that_looks_real(write_campaign, tmp_path):
     out = tmp_path / "out"
     path = write_campaign(

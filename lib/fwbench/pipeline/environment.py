@@ -11,7 +11,7 @@ import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
-from fwbench.measure.device import cpu_model_name
+from fwbench.measure.device import cpu_identity, cpu_model_name
 
 PACKAGES = (
     "torch",
@@ -139,6 +139,7 @@ def capture(repo_dir: str | os.PathLike | None = None, *, frameworks: bool = Tru
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu_model": cpu_model_name(),
+        "cpu": cpu_identity(),
         "cpu_count": os.cpu_count(),
         "git_sha": git_sha(repo_dir),
         "packages": package_versions(),
@@ -150,3 +151,39 @@ def capture(repo_dir: str | os.PathLike | None = None, *, frameworks: bool = Tru
         env["torch"] = torch_settings()
         env["jax"] = jax_settings()
     return env
+
+
+def machine_words(env: dict) -> str | None:
+    """The hardware a run's records describe, as ``--resume`` compares it: the CPU with family and
+    model, and the GPUs by name; None for an environment captured before the CPU's family and
+    model were recorded."""
+    cpu = env.get("cpu")
+    if not cpu:
+        return None
+    name = cpu.get("name") or "unknown CPU"
+    if cpu.get("family") is not None and cpu.get("model") is not None:
+        name = f"{name} (family {cpu['family']}, model {cpu['model']})"
+    gpus = sorted(g.get("name", "?") for g in env.get("gpus") or [])
+    return " + ".join([name, *gpus])
+
+
+def resume_problem(started: dict, here: dict) -> str | None:
+    """Why a run started under environment ``started`` must not go on under ``here``, or None.
+
+    Its trials pair by round and its intervals come from their spread: cells measured on two CPUs
+    sold under one name would make one configuration of two machines (a Zen 4 ran these models
+    1.5 times as fast as a Zen 3, both "AMD EPYC")."""
+    then, now = machine_words(started), machine_words(here)
+    if then is None:
+        return (
+            "it does not record its CPU's family and model (it was started before fwbench "
+            f"recorded them), so resuming it on this {now} could mix two CPUs"
+        )
+    if then != now:
+        return f"it was started on {then} and this machine is {now}"
+    return None
+
+
+def machine() -> dict:
+    """The part of ``capture`` that ``resume_problem`` compares, without its slower parts."""
+    return {"cpu": cpu_identity(), "gpus": gpu_info()}

@@ -425,6 +425,15 @@ def run_campaign(
     with output_lock(out):
         run_dir = latest_run_dir(out, campaign.name) if resume else None
         manifest = json.loads((run_dir / "manifest.json").read_text()) if run_dir else None
+        if manifest is not None:
+            problem = environment.resume_problem(
+                manifest.get("environment") or {}, environment.machine()
+            )
+            if problem:
+                raise CampaignError(
+                    f"cannot resume {campaign.name} run {manifest['run_id']}: {problem}; "
+                    "a run never spans two machines, so start a new one (without --resume)"
+                )
         if run_dir is None:
             run_id = new_run_id()
             run_dir = out / campaign.name / run_id

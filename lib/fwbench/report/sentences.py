@@ -484,6 +484,15 @@ def ratio_method(samples: list[pd.DataFrame]) -> str:
     )
 
 
+def _cpu_words(env: dict) -> str:
+    """The CPU with its family, model and vector extensions where the run recorded them."""
+    cpu = env.get("cpu") or {}
+    if cpu.get("family") is None:
+        return env.get("cpu_model") or "unrecorded"
+    isa = ", ".join(cpu.get("isa") or []) or "none of AVX2, AVX-512, AMX"
+    return f"{cpu['name']} (family {cpu['family']}, model {cpu['model']}; {isa})"
+
+
 def methodology(
     run: dict, meas: pd.DataFrame, cells: pd.DataFrame, samples: list[pd.DataFrame] = ()
 ) -> list[str]:
@@ -497,8 +506,8 @@ def methodology(
         f"Run `{run['run_id']}` started {run.get('started_at') or 'at an unrecorded time'} and "
         f"finished {run.get('finished_at') or 'at an unrecorded time'}; code at "
         f"`{run.get('git_sha') or 'unknown commit'}` on host `{run.get('host') or 'unknown'}`.",
-        f"Devices measured: {', '.join(devices) or 'none recorded'}. CPU: "
-        f"{env.get('cpu_model') or 'unrecorded'} ({env.get('cpu_count') or '?'} logical cores); "
+        f"Devices measured: {', '.join(devices) or 'none recorded'}. CPU: {_cpu_words(env)} "
+        f"({env.get('cpu_count') or '?'} logical cores); "
         f"Python {env.get('python') or '?'} on {env.get('platform') or 'an unrecorded platform'}.",
     ]
     gpus = [g for g in env.get("gpus") or [] if g.get("name")]
