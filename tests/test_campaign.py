@@ -156,3 +156,14 @@ def test_an_unguarded_variable_must_be_set(write_campaign, monkeypatch):
     text = "campaign: demo\nsteps:\n  - notebook: STANDIN\n    params: {label: '${FWBENCH_TEST_LABEL}'}\n"
     with pytest.raises(CampaignError, match="FWBENCH_TEST_LABEL is not set"):
         load_campaign(write_campaign(text))
+
+
+def test_a_torchvision_model_without_a_twin_runs_on_torch_only(write_campaign):
+    step = f"campaign: demo\nsteps:\n  - notebook: {REPO}/notebooks/10_inference\n"
+    cells = load_campaign(write_campaign(step + "    params: {framework: torch, model: swin_t}\n"))
+    assert [c.parameters["model"] for c in cells.cells] == ["swin_t"]
+    with pytest.raises(CampaignError, match="swin_t has no Flax twin.*resnet50"):
+        load_campaign(write_campaign(step + "    params: {framework: jax, model: swin_t}\n"))
+    validation = f"campaign: demo\nsteps:\n  - notebook: {REPO}/notebooks/01_validation\n"
+    with pytest.raises(CampaignError, match="swin_t has no Flax twin"):
+        load_campaign(write_campaign(validation + "    params: {model: swin_t}\n"))

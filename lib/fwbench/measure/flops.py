@@ -59,15 +59,14 @@ def _conv_backward_flops(
     return forward * (int(bool(output_mask[0])) + int(bool(output_mask[1])))
 
 
-def torch_flops(fn) -> int:
-    """Matmul and convolution FLOPs of everything ``fn()`` runs, forward and backward alike.
+def custom_formulas() -> dict:
+    """Corrections to torch's FLOP formulas, keyed by op packet, taking shapes as torch's own do.
 
-    torch counts the CUDA attention kernels but not the CPU flash-attention ops; without the
-    custom entries a ViT on CPU would miss its QK^T and AV products (4% of ViT-B/16's forward
-    FLOPs) and their gradients. Convolution gradients go through ``_conv_backward_flops``.
+    torch counts the CUDA attention kernels but not the CPU flash-attention ops; without these
+    entries a ViT on CPU would miss its QK^T and AV products (4% of ViT-B/16's forward FLOPs) and
+    their gradients. Convolution gradients go through ``_conv_backward_flops``.
     """
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
     custom = {torch.ops.aten.convolution_backward: _conv_backward_flops}
     for name, count in (
@@ -80,7 +79,15 @@ def torch_flops(fn) -> int:
         op = getattr(torch.ops.aten, name, None)
         if op is not None:
             custom[op] = count
-    counter = FlopCounterMode(display=False, custom_mapping=custom)
+    return custom
+
+
+def torch_flops(fn) -> int:
+    """Matmul and convolution FLOPs of everything ``fn()`` runs, forward and backward alike,
+    with ``custom_formulas`` over torch's own."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False, custom_mapping=custom_formulas())
     with counter:
         fn()
     return int(counter.get_total_flops())

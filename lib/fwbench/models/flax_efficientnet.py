@@ -1,14 +1,21 @@
-"""EfficientNet-B0 in Flax NNX, layer for layer torchvision's ``efficientnet_b0``.
+"""EfficientNet-B0 to B3 in Flax NNX, layer for layer torchvision's ``efficientnet_b0`` to ``_b3``.
 
 Taken from torchvision rather than the paper: the squeeze-excitation width is
 ``max(1, in_channels // 4)`` (the block's *input* channels, not the expanded ones) with SiLU inside
-and a sigmoid gate; BatchNorm is torch's default (eps 1e-5, momentum 0.1) for B0, unlike
+and a sigmoid gate; BatchNorm is torch's default (eps 1e-5, momentum 0.1) for B0 to B3, unlike
 MobileNetV3; stochastic depth ("row" mode, one draw per sample) grows linearly with the block index,
-``0.2 * i / 16``, and only acts on residual blocks.
+``0.2 * i / total_blocks`` (16 blocks in B0), and only acts on residual blocks.
+
+B1 to B3 are B0's table scaled as torchvision scales it: channels
+``_make_divisible(c * width_mult, 8)``, layers per stage ``ceil(n * depth_mult)`` (so B1, at depth
+1.1, has two layers wherever B0 has one), the head 4x the last stage's scaled width, and dropout
+0.2 (B0, B1) or 0.3 (B2, B3). B4 onwards are left out: B5 to B7 also change BatchNorm
+(eps 1e-3, momentum 0.01), and none of them has a registry entry to be tested through.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -30,7 +37,8 @@ class StageConfig(NamedTuple):
     num_layers: int
 
 
-# torchvision's ``_efficientnet_conf("efficientnet_b0")``: width and depth multipliers are 1.0.
+# torchvision's ``_efficientnet_conf("efficientnet_b*")`` table before scaling, which is B0's
+# (width and depth multipliers 1.0 change nothing in it).
 B0_SETTING = (
     StageConfig(1, 3, 1, 32, 16, 1),
     StageConfig(6, 3, 2, 16, 24, 2),
@@ -40,6 +48,37 @@ B0_SETTING = (
     StageConfig(6, 5, 2, 112, 192, 4),
     StageConfig(6, 3, 1, 192, 320, 1),
 )
+
+
+class Variant(NamedTuple):
+    width_mult: float
+    depth_mult: float
+    dropout: float  # the classifier's; torchvision's builders set it per variant
+
+
+# torchvision's ``efficientnet_b0`` .. ``efficientnet_b3`` builders.
+VARIANTS = {
+    0: Variant(1.0, 1.0, 0.2),
+    1: Variant(1.0, 1.1, 0.2),
+    2: Variant(1.1, 1.2, 0.3),
+    3: Variant(1.2, 1.4, 0.3),
+}
+
+
+def scaled_setting(width_mult: float, depth_mult: float) -> tuple[StageConfig, ...]:
+    """B0's table scaled as torchvision's ``MBConvConfig`` scales it.
+
+    Written as torchvision's own float expressions rather than from a table of results, so a
+    product a rounding error off an integer (3 * 1.1 is 3.3000000000000003) rounds as torch's does.
+    """
+    return tuple(
+        cfg._replace(
+            in_channels=make_divisible(cfg.in_channels * width_mult, 8),
+            out_channels=make_divisible(cfg.out_channels * width_mult, 8),
+            num_layers=int(math.ceil(cfg.num_layers * depth_mult)),
+        )
+        for cfg in B0_SETTING
+    )
 
 
 class StochasticDepth(nnx.Module):
@@ -119,23 +158,34 @@ class MBConv(nnx.Module):
         ]
 
 
-class EfficientNetB0(nnx.Module):
+class EfficientNet(nnx.Module):
     def __init__(
         self,
         num_classes: int = 1000,
         *,
-        dropout: float = 0.2,
+        variant: int = 0,
+        dropout: float | None = None,
         stochastic_depth_prob: float = 0.2,
         rngs: nnx.Rngs,
     ):
+        """``dropout`` None takes the variant's, as torchvision's builders do."""
+        if variant not in VARIANTS:
+            raise ValueError(
+                f"unknown EfficientNet variant {variant!r}: one of {', '.join(map(str, VARIANTS))}"
+            )
+        width_mult, depth_mult, default_dropout = VARIANTS[variant]
+        dropout = default_dropout if dropout is None else dropout
+        setting = scaled_setting(width_mult, depth_mult)
         bn = dict(bn_eps=BN_EPS, bn_momentum=BN_MOMENTUM, rngs=rngs)
         stem = ConvNormActivation(
-            3, B0_SETTING[0].in_channels, 3, stride=2, activation=jax.nn.silu, **bn
+            3, setting[0].in_channels, 3, stride=2, activation=jax.nn.silu, **bn
         )
-        total_blocks = sum(cfg.num_layers for cfg in B0_SETTING)
+        # the rate's denominator counts the scaled variant's blocks, not B0's 16: every variant's
+        # last block drops with close to ``stochastic_depth_prob``, as in torchvision
+        total_blocks = sum(cfg.num_layers for cfg in setting)
         block_id = 0
         stages = []
-        for cfg in B0_SETTING:
+        for cfg in setting:
             stage = []
             for i in range(cfg.num_layers):
                 stage.append(
@@ -151,7 +201,7 @@ class EfficientNetB0(nnx.Module):
                 )
                 block_id += 1
             stages.append(nnx.List(stage))
-        last_in = B0_SETTING[-1].out_channels
+        last_in = setting[-1].out_channels
         head = ConvNormActivation(last_in, 4 * last_in, 1, activation=jax.nn.silu, **bn)
         self.features = nnx.List([stem, *stages, head])
         self.dropout = nnx.Dropout(dropout, rngs=rngs)
@@ -188,14 +238,21 @@ class EfficientNetB0(nnx.Module):
         return found + porting.linear_links(self.fc, "classifier.1")
 
 
-def build_flax(num_classes: int = 1000, *, rngs: nnx.Rngs, image_size: int = 224) -> nnx.Module:
-    """The twin of ``torchvision.models.efficientnet_b0``, in train mode as torch builds it.
+# The default variant is B0, so the name that predates B1 to B3 still builds what it always built.
+EfficientNetB0 = EfficientNet
 
-    ``image_size`` is accepted for a uniform registry interface; a CNN does not depend on it.
+
+def build_flax(
+    num_classes: int = 1000, *, rngs: nnx.Rngs, image_size: int = 224, variant: int = 0
+) -> nnx.Module:
+    """The twin of ``torchvision.models.efficientnet_b{variant}``, in train mode as torch builds it.
+
+    ``image_size`` is accepted for a uniform registry interface; a CNN does not depend on it (B1 to
+    B3 are only published at larger sizes, 240 to 300, not built differently for them).
     """
     del image_size
-    return EfficientNetB0(num_classes, rngs=rngs)
+    return EfficientNet(num_classes, variant=variant, rngs=rngs)
 
 
-def links(model: EfficientNetB0) -> list[porting.Link]:
+def links(model: EfficientNet) -> list[porting.Link]:
     return model.torch_links()

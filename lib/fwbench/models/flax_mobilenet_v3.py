@@ -1,9 +1,15 @@
-"""MobileNetV3-Small in Flax NNX, layer for layer torchvision's ``mobilenet_v3_small``.
+"""MobileNetV3 in Flax NNX, layer for layer torchvision's ``mobilenet_v3_small`` and ``_large``.
 
 Details that a from-the-paper reimplementation tends to get wrong, all taken from torchvision:
 expanded widths are given as channel counts (72, 88, 96, ...), never as rounded ratios; the
-squeeze-excitation gate is hard-sigmoid and its width is ``_make_divisible(expanded // 4, 8)``;
-BatchNorm uses eps 1e-3 and momentum 0.01; dropout sits between the two classifier layers.
+squeeze-excitation gate is hard-sigmoid and its width is ``_make_divisible(expanded // 4, 8)``
+(Large's 72-wide blocks squeeze to 24, not 18 or 16); BatchNorm uses eps 1e-3 and momentum 0.01;
+dropout sits between the two classifier layers. Both sizes differ only in their block table and
+the classifier's hidden width (1024 for Small, 1280 for Large).
+
+Only what the classification builders build is reproduced: width 1.0, no reduced tail and no
+dilation (torchvision's ``dilated=True`` serves its segmentation backbones), so no block here
+needs a dilated convolution.
 
 The building blocks (``ConvNormActivation``, ``SqueezeExcitation``) mirror torchvision's
 ``ops.misc`` and are shared with the EfficientNet twin, as they are in torchvision.
@@ -119,8 +125,9 @@ class BlockConfig(NamedTuple):
     stride: int
 
 
-# torchvision's ``_mobilenet_v3_conf("mobilenet_v3_small")`` at width 1.0, where every channel
-# count is already a multiple of 8 so ``adjust_channels`` changes nothing.
+# torchvision's ``_mobilenet_v3_conf(arch)`` tables at width 1.0. Every channel count in them is
+# already a multiple of 8, so ``adjust_channels`` (``_make_divisible(c * 1.0, 8)``) changes
+# nothing; the tests hold both tables to torchvision's through the parameter counts and logits.
 SMALL_SETTING = (
     BlockConfig(16, 3, 16, 16, True, False, 2),
     BlockConfig(16, 3, 72, 24, False, False, 2),
@@ -134,7 +141,32 @@ SMALL_SETTING = (
     BlockConfig(96, 5, 576, 96, True, True, 1),
     BlockConfig(96, 5, 576, 96, True, True, 1),
 )
-LAST_CHANNEL = 1024
+LARGE_SETTING = (
+    BlockConfig(16, 3, 16, 16, False, False, 1),
+    BlockConfig(16, 3, 64, 24, False, False, 2),
+    BlockConfig(24, 3, 72, 24, False, False, 1),
+    BlockConfig(24, 5, 72, 40, True, False, 2),
+    BlockConfig(40, 5, 120, 40, True, False, 1),
+    BlockConfig(40, 5, 120, 40, True, False, 1),
+    BlockConfig(40, 3, 240, 80, False, True, 2),
+    BlockConfig(80, 3, 200, 80, False, True, 1),
+    BlockConfig(80, 3, 184, 80, False, True, 1),
+    BlockConfig(80, 3, 184, 80, False, True, 1),
+    BlockConfig(80, 3, 480, 112, True, True, 1),
+    BlockConfig(112, 3, 672, 112, True, True, 1),
+    BlockConfig(112, 5, 672, 160, True, True, 2),
+    BlockConfig(160, 5, 960, 160, True, True, 1),
+    BlockConfig(160, 5, 960, 160, True, True, 1),
+)
+
+
+class Arch(NamedTuple):
+    setting: tuple[BlockConfig, ...]
+    last_channel: int  # the classifier's hidden width, torchvision's ``last_channel``
+
+
+ARCHS = {"small": Arch(SMALL_SETTING, 1024), "large": Arch(LARGE_SETTING, 1280)}
+LAST_CHANNEL = ARCHS["small"].last_channel  # Small's, the name's meaning before Large existed
 BN_EPS, BN_MOMENTUM = 1e-3, 0.01
 
 
@@ -189,20 +221,30 @@ class InvertedResidual(nnx.Module):
         ]
 
 
-class MobileNetV3Small(nnx.Module):
-    def __init__(self, num_classes: int = 1000, *, dropout: float = 0.2, rngs: nnx.Rngs):
+class MobileNetV3(nnx.Module):
+    def __init__(
+        self,
+        num_classes: int = 1000,
+        *,
+        arch: str = "small",
+        dropout: float = 0.2,
+        rngs: nnx.Rngs,
+    ):
+        if arch not in ARCHS:
+            raise ValueError(f"unknown MobileNetV3 arch {arch!r}: one of {', '.join(ARCHS)}")
+        setting, last_channel = ARCHS[arch]
         bn = dict(bn_eps=BN_EPS, bn_momentum=BN_MOMENTUM, rngs=rngs)
-        first, last = SMALL_SETTING[0].in_channels, SMALL_SETTING[-1].out_channels
+        first, last = setting[0].in_channels, setting[-1].out_channels
         features = [ConvNormActivation(3, first, 3, stride=2, activation=jax.nn.hard_swish, **bn)]
-        features += [InvertedResidual(cfg, rngs=rngs) for cfg in SMALL_SETTING]
+        features += [InvertedResidual(cfg, rngs=rngs) for cfg in setting]
         features.append(ConvNormActivation(last, 6 * last, 1, activation=jax.nn.hard_swish, **bn))
         self.features = nnx.List(features)
         linear_init = dict(
             kernel_init=nnx.initializers.normal(0.01), bias_init=nnx.initializers.zeros, rngs=rngs
         )
-        self.fc_hidden = nnx.Linear(6 * last, LAST_CHANNEL, **linear_init)
+        self.fc_hidden = nnx.Linear(6 * last, last_channel, **linear_init)
         self.dropout = nnx.Dropout(dropout, rngs=rngs)
-        self.fc_out = nnx.Linear(LAST_CHANNEL, num_classes, **linear_init)
+        self.fc_out = nnx.Linear(last_channel, num_classes, **linear_init)
 
     def __call__(self, x):
         for layer in self.features:
@@ -225,14 +267,20 @@ class MobileNetV3Small(nnx.Module):
         )
 
 
-def build_flax(num_classes: int = 1000, *, rngs: nnx.Rngs, image_size: int = 224) -> nnx.Module:
-    """The twin of ``torchvision.models.mobilenet_v3_small``, in train mode as torch builds it.
+# The default arch is Small, so the name that predates Large still builds what it always built.
+MobileNetV3Small = MobileNetV3
+
+
+def build_flax(
+    num_classes: int = 1000, *, rngs: nnx.Rngs, image_size: int = 224, arch: str = "small"
+) -> nnx.Module:
+    """The twin of ``torchvision.models.mobilenet_v3_{arch}``, in train mode as torch builds it.
 
     ``image_size`` is accepted for a uniform registry interface; a CNN does not depend on it.
     """
     del image_size
-    return MobileNetV3Small(num_classes, rngs=rngs)
+    return MobileNetV3(num_classes, arch=arch, rngs=rngs)
 
 
-def links(model: MobileNetV3Small) -> list[porting.Link]:
+def links(model: MobileNetV3) -> list[porting.Link]:
     return model.torch_links()

@@ -1,4 +1,9 @@
-"""ResNet-50 in Flax NNX, layer for layer as torchvision builds it (v1.5: stride on the 3x3 conv).
+"""ResNet-18/34/50/101/152 in Flax NNX, layer for layer as torchvision builds them.
+
+Like torchvision, 18 and 34 stack ``BasicBlock`` (two 3x3 convs) and 50, 101 and 152 stack
+``Bottleneck`` (1x1, 3x3, 1x1, four times wider out than in) in v1.5 form: the stride sits on the
+3x3 conv, not on the first 1x1 as in the paper. Depths differ only in the block and in how many
+blocks each of the four stages holds (``BLOCKS``); stem, stage widths and strides are shared.
 
 Every padding is written out as ((p, p), (p, p)) like torch's symmetric ``padding=p``. Flax's
 "SAME" would pad (0, 1) for a stride-2 3x3 conv on an even input, which shifts every window by one
@@ -14,8 +19,7 @@ from flax import nnx
 from fwbench.models import porting
 from fwbench.models.layers import TorchBatchNorm
 
-STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))  # (width, blocks, stride) per layerN
-EXPANSION = 4
+WIDTHS, STRIDES = (64, 128, 256, 512), (1, 2, 2, 2)  # per layerN: the block's inner width, stride
 
 
 def _conv(cin: int, cout: int, k: int, stride: int, rngs: nnx.Rngs) -> nnx.Conv:
@@ -31,22 +35,48 @@ def _conv(cin: int, cout: int, k: int, stride: int, rngs: nnx.Rngs) -> nnx.Conv:
     )
 
 
-class Bottleneck(nnx.Module):
+def _downsample(cin: int, cout: int, stride: int, rngs: nnx.Rngs) -> nnx.Sequential | None:
+    # torchvision projects the shortcut whenever the shape changes: for Bottleneck that includes
+    # layer1's 64 -> 256 at stride 1, while BasicBlock's layer1 (64 -> 64) keeps the identity
+    if stride == 1 and cin == cout:
+        return None
+    return nnx.Sequential(_conv(cin, cout, 1, stride, rngs), TorchBatchNorm(cout))
+
+
+class BasicBlock(nnx.Module):
+    expansion = 1  # output channels per unit of inner width, torchvision's ``block.expansion``
+    convs = 2  # conv1..conv2, each with its bn1..bn2: what ``block_links`` walks
+
     def __init__(self, cin: int, width: int, stride: int, *, rngs: nnx.Rngs):
-        cout = width * EXPANSION
+        cout = width * self.expansion
+        self.conv1 = _conv(cin, width, 3, stride, rngs)
+        self.bn1 = TorchBatchNorm(width)
+        self.conv2 = _conv(width, cout, 3, 1, rngs)
+        self.bn2 = TorchBatchNorm(cout)
+        self.downsample = _downsample(cin, cout, stride, rngs)
+
+    def __call__(self, x):
+        identity = x
+        y = jax.nn.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        return jax.nn.relu(y + identity)
+
+
+class Bottleneck(nnx.Module):
+    expansion = 4
+    convs = 3
+
+    def __init__(self, cin: int, width: int, stride: int, *, rngs: nnx.Rngs):
+        cout = width * self.expansion
         self.conv1 = _conv(cin, width, 1, 1, rngs)
         self.bn1 = TorchBatchNorm(width)
         self.conv2 = _conv(width, width, 3, stride, rngs)
         self.bn2 = TorchBatchNorm(width)
         self.conv3 = _conv(width, cout, 1, 1, rngs)
         self.bn3 = TorchBatchNorm(cout)
-        # torchvision adds a projection whenever the shape changes, including layer1's 64 -> 256
-        if stride != 1 or cin != cout:
-            self.downsample = nnx.Sequential(
-                _conv(cin, cout, 1, stride, rngs), TorchBatchNorm(cout)
-            )
-        else:
-            self.downsample = None
+        self.downsample = _downsample(cin, cout, stride, rngs)
 
     def __call__(self, x):
         identity = x
@@ -58,18 +88,31 @@ class Bottleneck(nnx.Module):
         return jax.nn.relu(y + identity)
 
 
-class ResNet50(nnx.Module):
-    def __init__(self, num_classes: int = 1000, *, rngs: nnx.Rngs):
+# torchvision's resnet18 ... resnet152: the block type and the block count of layer1..layer4
+BLOCKS = {
+    18: (BasicBlock, (2, 2, 2, 2)),
+    34: (BasicBlock, (3, 4, 6, 3)),
+    50: (Bottleneck, (3, 4, 6, 3)),
+    101: (Bottleneck, (3, 4, 23, 3)),
+    152: (Bottleneck, (3, 8, 36, 3)),
+}
+
+
+class ResNet(nnx.Module):
+    def __init__(self, num_classes: int = 1000, *, depth: int = 50, rngs: nnx.Rngs):
+        if depth not in BLOCKS:
+            raise ValueError(f"no ResNet-{depth}: torchvision builds depths {sorted(BLOCKS)}")
+        block, counts = BLOCKS[depth]
         self.conv1 = nnx.Conv(
             3, 64, (7, 7), (2, 2), padding=((3, 3), (3, 3)), use_bias=False, rngs=rngs
         )
         self.bn1 = TorchBatchNorm(64)
         stages, cin = [], 64
-        for width, blocks, stride in STAGES:
+        for width, blocks, stride in zip(WIDTHS, counts, STRIDES, strict=True):
             stage = []
             for i in range(blocks):
-                stage.append(Bottleneck(cin, width, stride if i == 0 else 1, rngs=rngs))
-                cin = width * EXPANSION
+                stage.append(block(cin, width, stride if i == 0 else 1, rngs=rngs))
+                cin = width * block.expansion
             stages.append(nnx.List(stage))
         self.stages = nnx.List(stages)
         self.fc = nnx.Linear(cin, num_classes, rngs=rngs)
@@ -84,20 +127,26 @@ class ResNet50(nnx.Module):
         return self.fc(jnp.mean(x, axis=(1, 2)))
 
 
-def build_flax(num_classes: int = 1000, *, rngs: nnx.Rngs, image_size: int = 224) -> ResNet50:
-    """ResNet-50; ``image_size`` is accepted for a uniform contract but a CNN does not depend on it."""
+ResNet50 = ResNet  # the name from before other depths existed; ``depth`` defaults to 50
+
+
+def build_flax(
+    num_classes: int = 1000, *, rngs: nnx.Rngs, image_size: int = 224, depth: int = 50
+) -> ResNet:
+    """ResNet-``depth``; ``image_size`` is accepted for a uniform contract but a CNN does not
+    depend on it."""
     del image_size
-    return ResNet50(num_classes, rngs=rngs)
+    return ResNet(num_classes, depth=depth, rngs=rngs)
 
 
 def _join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
 
-def bottleneck_links(block: Bottleneck, prefix: str = "") -> list[porting.Link]:
+def block_links(block: BasicBlock | Bottleneck, prefix: str = "") -> list[porting.Link]:
     """One block's links; ``prefix`` is its torch path, e.g. "layer2.0" ("" for a bare block)."""
     out = []
-    for i in (1, 2, 3):
+    for i in range(1, block.convs + 1):
         out += porting.conv_links(getattr(block, f"conv{i}"), _join(prefix, f"conv{i}"))
         out += porting.batchnorm_links(getattr(block, f"bn{i}"), _join(prefix, f"bn{i}"))
     if block.downsample is not None:
@@ -107,9 +156,12 @@ def bottleneck_links(block: Bottleneck, prefix: str = "") -> list[porting.Link]:
     return out
 
 
-def links(model: ResNet50) -> list[porting.Link]:
+bottleneck_links = block_links  # the name from before BasicBlock existed
+
+
+def links(model: ResNet) -> list[porting.Link]:
     out = porting.conv_links(model.conv1, "conv1") + porting.batchnorm_links(model.bn1, "bn1")
     for s, stage in enumerate(model.stages):
         for b, block in enumerate(stage):
-            out += bottleneck_links(block, f"layer{s + 1}.{b}")
+            out += block_links(block, f"layer{s + 1}.{b}")
     return out + porting.linear_links(model.fc, "fc")

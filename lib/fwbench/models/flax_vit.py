@@ -1,10 +1,13 @@
-"""ViT-B/16 in Flax NNX, mirroring torchvision's ``VisionTransformer`` module for module.
+"""ViT-B/16 and ViT-B/32 in Flax NNX, torchvision's ``VisionTransformer`` module for module.
 
 The attribute tree follows torchvision's names (conv_proj, class_token, encoder.pos_embedding,
 encoder.layers[i].ln_1 / self_attention / ln_2 / mlp, encoder.ln, heads.head) so the port reads
 as a list of renames. Attention uses one fused q|k|v projection because torch's
 ``nn.MultiheadAttention`` stores exactly that (``in_proj_weight`` of shape (3E, E)); the split into
 q, k, v and then into heads happens in ``__call__`` in the same order torch uses.
+
+ViT-B/32 is ViT-B/16 with 32x32 patches: the same encoder and widths, so only ``conv_proj``'s
+kernel and the position embedding's length (one entry per patch, plus the class token) change.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from flax import nnx
 
 from fwbench.models import porting
 
-PATCH, HIDDEN, LAYERS, HEADS, MLP_DIM = 16, 768, 12, 12, 3072
+PATCH, HIDDEN, LAYERS, HEADS, MLP_DIM = 16, 768, 12, 12, 3072  # PATCH: ViT-B/16's, the default
 LN_EPS = 1e-6  # torchvision's partial(nn.LayerNorm, eps=1e-6), not torch's default 1e-5
 
 
@@ -110,17 +113,18 @@ class VisionTransformer(nnx.Module):
         num_classes: int = 1000,
         *,
         image_size: int = 224,
+        patch: int = PATCH,
         dropout: float = 0.0,
         attention_dropout: float = 0.0,
         rngs: nnx.Rngs,
     ):
-        if image_size % PATCH:
-            raise ValueError(f"image_size {image_size} is not a multiple of the patch size {PATCH}")
+        if image_size % patch:
+            raise ValueError(f"image_size {image_size} is not a multiple of the patch size {patch}")
         self.conv_proj = nnx.Conv(
-            3, HIDDEN, (PATCH, PATCH), (PATCH, PATCH), padding="VALID", rngs=rngs
+            3, HIDDEN, (patch, patch), (patch, patch), padding="VALID", rngs=rngs
         )
         self.class_token = nnx.Param(jnp.zeros((1, 1, HIDDEN), jnp.float32))
-        seq_length = (image_size // PATCH) ** 2 + 1
+        seq_length = (image_size // patch) ** 2 + 1
         self.encoder = Encoder(seq_length, dropout, attention_dropout, rngs=rngs)
         self.head = nnx.Linear(HIDDEN, num_classes, rngs=rngs)  # torch key heads.head
 
@@ -139,13 +143,15 @@ def build_flax(
     *,
     rngs: nnx.Rngs,
     image_size: int = 224,
+    patch: int = PATCH,
     dropout: float = 0.0,
     attention_dropout: float = 0.0,
 ) -> VisionTransformer:
-    """ViT-B/16; ``image_size`` sets the position-embedding length as in torchvision."""
+    """ViT-B/``patch``; ``image_size`` sets the position-embedding length as in torchvision."""
     return VisionTransformer(
         num_classes,
         image_size=image_size,
+        patch=patch,
         dropout=dropout,
         attention_dropout=attention_dropout,
         rngs=rngs,

@@ -1,12 +1,18 @@
-"""The one registry of models. Adding a model means adding one ``ModelSpec`` here.
+"""The one registry of models. Adding a model with a Flax twin means adding one ``ModelSpec`` here.
 
-Each entry names the torchvision builder (the PyTorch reference), the module holding the native Flax
-NNX twin with its weight converter, and torchvision's published metadata. Flax modules are imported
+Each entry of ``MODELS`` names the torchvision builder (the PyTorch reference), the module holding
+the native Flax NNX twin with its weight converter, the keyword arguments that select the variant
+(a depth, a patch size, a width), and torchvision's published metadata. Flax modules are imported
 lazily so that ``import fwbench`` stays cheap and torch-only users never import JAX.
+
+Any other torchvision classification model is accepted on the PyTorch side only: ``get_spec``
+builds its spec from torchvision's own metadata (``get_model_weights``, read without downloading
+anything), and ``require_twin`` turns a request for its JAX side into one clear message.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 
@@ -16,14 +22,21 @@ class ModelSpec:
     name: str  # torchvision's name
     kind: str  # "cnn" or "transformer"
     param_count: int  # torchvision's count, which both sides must equal
-    gmacs: float  # torchvision's published GMACs at 224x224 (FLOPs ~ 2 x MACs)
+    gmacs: float  # torchvision's published GMACs at ``image_size`` (FLOPs ~ 2 x MACs)
     image_size: int  # native input size
-    flax_module: str  # module with build_flax(num_classes, *, rngs) and links(model)
+    flax_module: str | None  # module with build_flax(num_classes, *, rngs, ...) and links(model)
     label: str  # how tables, charts and sentences name it
+    flax_kwargs: tuple = ()  # (name, value) pairs build_flax takes to build this variant
+
+    @property
+    def has_twin(self) -> bool:
+        return self.flax_module is not None
 
     def size_kwargs(self, image_size: int | None) -> dict:
-        """Builder kwargs for a non-native input size; only a ViT's architecture depends on it."""
-        if image_size is None or self.kind != "transformer":
+        """Builder kwargs for a non-native input size; only a ViT's architecture depends on it
+        (its position embedding has one entry per patch). Other transformers, such as Swin, take
+        any size without being rebuilt."""
+        if image_size is None or not self.name.startswith("vit_"):
             return {}
         return {"image_size": image_size}
 
@@ -35,7 +48,13 @@ class ModelSpec:
         return builder(weights=None, num_classes=num_classes, **self.size_kwargs(image_size))
 
     def flax_impl(self):
+        require_twin(self.name)
         return importlib.import_module(self.flax_module)
+
+    def build_flax(self, num_classes: int, *, rngs, **size_kwargs):
+        return self.flax_impl().build_flax(
+            num_classes, rngs=rngs, **dict(self.flax_kwargs), **size_kwargs
+        )
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -43,6 +62,46 @@ MODELS: dict[str, ModelSpec] = {
     for spec in (
         ModelSpec(
             "resnet50", "cnn", 25_557_032, 4.089, 224, "fwbench.models.flax_resnet", "ResNet-50"
+        ),
+        ModelSpec(
+            "resnet18",
+            "cnn",
+            11_689_512,
+            1.814,
+            224,
+            "fwbench.models.flax_resnet",
+            "ResNet-18",
+            (("depth", 18),),
+        ),
+        ModelSpec(
+            "resnet34",
+            "cnn",
+            21_797_672,
+            3.664,
+            224,
+            "fwbench.models.flax_resnet",
+            "ResNet-34",
+            (("depth", 34),),
+        ),
+        ModelSpec(
+            "resnet101",
+            "cnn",
+            44_549_160,
+            7.801,
+            224,
+            "fwbench.models.flax_resnet",
+            "ResNet-101",
+            (("depth", 101),),
+        ),
+        ModelSpec(
+            "resnet152",
+            "cnn",
+            60_192_808,
+            11.514,
+            224,
+            "fwbench.models.flax_resnet",
+            "ResNet-152",
+            (("depth", 152),),
         ),
         ModelSpec(
             "vit_b_16",
@@ -54,6 +113,16 @@ MODELS: dict[str, ModelSpec] = {
             "ViT-B/16",
         ),
         ModelSpec(
+            "vit_b_32",
+            "transformer",
+            88_224_232,
+            4.409,
+            224,
+            "fwbench.models.flax_vit",
+            "ViT-B/32",
+            (("patch", 32),),
+        ),
+        ModelSpec(
             "mobilenet_v3_small",
             "cnn",
             2_542_856,
@@ -61,6 +130,16 @@ MODELS: dict[str, ModelSpec] = {
             224,
             "fwbench.models.flax_mobilenet_v3",
             "MobileNetV3-S",
+        ),
+        ModelSpec(
+            "mobilenet_v3_large",
+            "cnn",
+            5_483_032,
+            0.217,
+            224,
+            "fwbench.models.flax_mobilenet_v3",
+            "MobileNetV3-L",
+            (("arch", "large"),),
         ),
         ModelSpec(
             "efficientnet_b0",
@@ -71,15 +150,86 @@ MODELS: dict[str, ModelSpec] = {
             "fwbench.models.flax_efficientnet",
             "EfficientNet-B0",
         ),
+        *(
+            ModelSpec(
+                f"efficientnet_b{b}",
+                "cnn",
+                params,
+                gmacs,
+                size,
+                "fwbench.models.flax_efficientnet",
+                f"EfficientNet-B{b}",
+                (("variant", b),),
+            )
+            for b, params, gmacs, size in (
+                (1, 7_794_184, 0.687, 240),
+                (2, 9_109_994, 1.088, 288),
+                (3, 12_233_232, 1.827, 300),
+            )
+        ),
     )
 }
 
 
 def get_spec(name: str) -> ModelSpec:
-    try:
+    """The twin's spec, or for any other torchvision classification model a PyTorch-only spec."""
+    if name in MODELS:
         return MODELS[name]
-    except KeyError:
-        raise KeyError(f"unknown model {name!r}; known models: {', '.join(MODELS)}") from None
+    if name in torchvision_models():
+        return _torchvision_spec(name)
+    raise KeyError(
+        f"unknown model {name!r}: the models with a Flax twin are {', '.join(twin_models())}, and "
+        "any torchvision classification model runs on PyTorch alone "
+        "(torchvision.models.list_models(module=torchvision.models))"
+    )
+
+
+def is_known(name: str) -> bool:
+    return name in MODELS or name in torchvision_models()
+
+
+def twin_models() -> list[str]:
+    return [name for name, spec in MODELS.items() if spec.has_twin]
+
+
+def require_twin(name: str) -> None:
+    """Raise the one-line answer to a request for the JAX side of a model that has none."""
+    spec = MODELS.get(name)
+    if spec is None or not spec.has_twin:
+        raise ValueError(
+            f"{name} has no Flax twin, so it runs on PyTorch only; the models with a JAX side "
+            f"are: {', '.join(twin_models())}"
+        )
+
+
+@functools.cache
+def torchvision_models() -> frozenset[str]:
+    """torchvision's classification models (its detection, video and quantized ones excluded)."""
+    import torchvision
+
+    return frozenset(torchvision.models.list_models(module=torchvision.models))
+
+
+TRANSFORMER_PREFIXES = ("vit_", "swin_", "maxvit_")
+
+
+@functools.cache
+def _torchvision_spec(name: str) -> ModelSpec:
+    from torchvision.models import get_model_weights
+
+    # metadata only: building the enum downloads nothing, and every entry carries the same
+    # architecture's count; the first is the one torchvision's documentation tables quote
+    weights = next(iter(get_model_weights(name)))
+    crop = weights.transforms().crop_size
+    return ModelSpec(
+        name=name,
+        kind="transformer" if name.startswith(TRANSFORMER_PREFIXES) else "cnn",
+        param_count=int(weights.meta["num_params"]),
+        gmacs=float(weights.meta["_ops"]),
+        image_size=int(crop[0] if isinstance(crop, (list, tuple)) else crop),
+        flax_module=None,
+        label=name,
+    )
 
 
 def build_torch(
@@ -121,11 +271,11 @@ def build_pair(
     from fwbench.models import porting
 
     spec = get_spec(name)
+    impl = spec.flax_impl()  # first: a model without a twin fails before torch builds anything
     torch_model = build_torch(
         name, seed=seed, num_classes=num_classes, state_dict=state_dict, image_size=image_size
     )
-    impl = spec.flax_impl()
-    flax_model = _abstract_flax(impl, num_classes, seed, spec.size_kwargs(image_size))
+    flax_model = _abstract_flax(spec, num_classes, seed, spec.size_kwargs(image_size))
     porting.port_state_dict(impl.links(flax_model), torch_model.state_dict())
     _check_concrete(flax_model, name)
     torch_model.eval()
@@ -133,7 +283,7 @@ def build_pair(
     return torch_model, flax_model
 
 
-def _abstract_flax(impl, num_classes: int, seed: int, size_kwargs: dict):
+def _abstract_flax(spec: ModelSpec, num_classes: int, seed: int, size_kwargs: dict):
     """The Flax model with shapes only, and concrete rng state for dropout/stochastic depth.
 
     Flax's own random initialisation costs one XLA compile per weight shape (about 30 s per model
@@ -143,7 +293,7 @@ def _abstract_flax(impl, num_classes: int, seed: int, size_kwargs: dict):
     import jax.numpy as jnp
     from flax import nnx
 
-    model = nnx.eval_shape(lambda: impl.build_flax(num_classes, rngs=nnx.Rngs(seed), **size_kwargs))
+    model = nnx.eval_shape(lambda: spec.build_flax(num_classes, rngs=nnx.Rngs(seed), **size_kwargs))
     base = jax.random.key(seed)
     for i, (_, node) in enumerate(nnx.iter_graph(model)):
         if isinstance(node, nnx.RngKey):

@@ -39,7 +39,8 @@ from pathlib import Path
 import yaml
 
 from fwbench import vocab
-from fwbench.pipeline.notebook_params import NotebookParameter, read_parameters
+from fwbench.models.registry import require_twin
+from fwbench.pipeline.notebook_params import REGISTRY_MODELS, NotebookParameter, read_parameters
 
 STEP_KEYS = {"notebook", "params", "grid", "trials", "retry_env", "timeout", "when_env", "order"}
 CAMPAIGN_KEYS = {"campaign", "description", "steps", "report", "order", "seed", "rerun_shared"}
@@ -327,6 +328,7 @@ def load_campaign(path: str | Path) -> Campaign:
             cell_params = {**params, **dict(zip(keys, combo, strict=True))}
             _validate(path, short_name, declared, cell_params)
             _check_mode(path, short_name, {k: p.default for k, p in declared.items()} | cell_params)
+            _check_twin(path, short_name, declared, cell_params)
             for trial in range(1, trials + 1):
                 cells.append(
                     Cell(
@@ -399,6 +401,22 @@ def _validate(path: Path, notebook: str, declared: dict[str, NotebookParameter],
                 raise CampaignError(
                     f"{path}: notebook {notebook}, parameter {key!r}: {value} does not exist"
                 )
+
+
+def _check_twin(path: Path, notebook: str, declared: dict, cell: dict) -> None:
+    """A JAX cell of a model without a Flax twin is bad input, not a failed cell.
+
+    A notebook with a registry ``model`` and no ``framework`` parameter compares both sides
+    (01_validation), so it needs the twin too."""
+    if "model" not in declared or declared["model"].choices is not REGISTRY_MODELS:
+        return
+    values = {k: p.default for k, p in declared.items()} | cell
+    if values.get("framework", "jax") != "jax":
+        return
+    try:
+        require_twin(values["model"])
+    except ValueError as exc:
+        raise CampaignError(f"{path}: notebook {notebook}: {exc}") from None
 
 
 def _check_mode(path: Path, notebook: str, parameters: dict) -> None:

@@ -2,8 +2,8 @@
 
 The parameters cell is the notebook's contract with campaigns: each line ``name = literal`` declares a
 parameter, its default and so its type. A trailing ``# one of: a, b, c`` comment restricts the values.
-A parameter called ``model`` (or ``<something>_model``) without such a comment must name a model of
-the registry.
+A parameter called ``model`` (or ``<something>_model``) without such a comment must name a model the
+registry knows: one with a Flax twin, or any torchvision classification model (PyTorch only).
 """
 
 from __future__ import annotations
@@ -123,10 +123,26 @@ def _choices(lines: list[str], node: ast.stmt, name: str) -> tuple | None:
     if match:
         return tuple(_literal(c.strip()) for c in match.group("choices").split(",") if c.strip())
     if name == "model" or name.endswith("_model"):
-        from fwbench.models.registry import MODELS
-
-        return tuple(MODELS)
+        return REGISTRY_MODELS
     return None
+
+
+class RegistryModels:
+    """The ``choices`` of a model parameter: too many to list (every torchvision classification
+    model), so membership asks the registry, and the error message names the twins."""
+
+    def __contains__(self, name) -> bool:
+        from fwbench.models.registry import is_known
+
+        return isinstance(name, str) and is_known(name)
+
+    def __iter__(self):
+        from fwbench.models.registry import twin_models
+
+        return iter([*twin_models(), "or any torchvision classification model (PyTorch only)"])
+
+
+REGISTRY_MODELS = RegistryModels()
 
 
 def _literal(text: str):

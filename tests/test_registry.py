@@ -1,0 +1,43 @@
+"""The registry: twins with exact torchvision metadata, and any other torchvision classification
+model on the PyTorch side alone, with one clear message when its JAX side is asked for."""
+
+import pytest
+import torch
+
+from fwbench.models import registry
+
+
+def test_a_torchvision_model_without_a_twin_gets_a_torch_only_spec():
+    spec = registry.get_spec("resnext50_32x4d")
+    assert not spec.has_twin and spec.kind == "cnn"
+    with torch.device("meta"):
+        built = spec.torch_model()
+    assert sum(p.numel() for p in built.parameters()) == spec.param_count == 25_028_904
+    assert registry.get_spec("swin_t").kind == "transformer"
+    assert registry.get_spec("efficientnet_b4").image_size == 380  # torchvision's crop size
+    assert registry.is_known("resnext50_32x4d") and not registry.is_known("resnet51")
+
+
+def test_the_jax_side_of_a_model_without_a_twin_is_one_clear_error():
+    with pytest.raises(ValueError, match="resnext50_32x4d has no Flax twin") as info:
+        registry.build_pair("resnext50_32x4d")
+    assert "resnet50" in str(info.value) and "vit_b_16" in str(info.value)
+    registry.require_twin("resnet50")
+
+
+def test_an_unknown_model_names_both_kinds_of_model():
+    with pytest.raises(KeyError, match="resnet51.*torchvision classification model"):
+        registry.get_spec("resnet51")
+
+
+def test_every_twin_module_builds_every_variant_it_is_registered_for():
+    """The registry's flax_kwargs reach build_flax: each variant builds (shapes only) with
+    torchvision's parameter count."""
+    import jax
+    from flax import nnx
+
+    for name in registry.twin_models():
+        spec = registry.get_spec(name)
+        model = nnx.eval_shape(lambda spec=spec: spec.build_flax(1000, rngs=nnx.Rngs(0)))
+        count = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+        assert count == spec.param_count, name
