@@ -307,7 +307,13 @@ def test_the_readme_says_how_much_of_an_unfinished_run_it_quotes(tmp_path):
     manifest.write_text(json.dumps(spec))
     sentence = readme.progress_sentence(manifest)
     assert "2 of its 3 cells have run" in sentence
-    assert "`fwbench run params/study.yaml --resume`" in sentence
+    assert "`--resume` refuses it" in sentence  # no record of its CPU's family and model
+    cpu = {"name": "AMD EPYC", "family": 25, "model": 17, "isa": []}
+    manifest.write_text(json.dumps({**spec, "environment": {"cpu": cpu}}))
+    sentence = readme.progress_sentence(manifest)
+    assert "`fwbench run params/study.yaml --resume` continues it on AMD EPYC (family 25, " in (
+        sentence
+    )
     cells["10/x__trial=2"]["status"] = "ok"
     manifest.write_text(json.dumps(spec))
     assert readme.progress_sentence(manifest) == ""

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fwbench.pipeline import environment
 from fwbench.report import sections
 from fwbench.report.tables import PAIRED_INTERVAL
 from fwbench.vocab import model_label, series_label, setting_words, threads_words
@@ -248,9 +249,18 @@ def progress_sentence(manifest_path: Path) -> str:
     if not planned or planned <= done:
         return ""
     command = f"fwbench run {manifest.get('campaign_file') or 'CAMPAIGN_FILE'} --resume"
+    machine = environment.machine_words(manifest.get("environment") or {})
+    if machine is None:
+        going_on = (
+            "it was started before runs recorded their CPU's family and model, so `--resume` "
+            "refuses it (it could mix two CPUs sold under one name) and the study goes on in new "
+            "runs"
+        )
+    else:
+        going_on = f"`{command}` continues it on {machine}, and on no other machine"
     return (
         f"**This run is not finished:** {len(done & planned)} of its {len(planned)} cells have "
-        f"run, and the numbers below cover those only; `{command}` continues it."
+        f"run, and the numbers below cover those only; {going_on}."
     )
 
 
