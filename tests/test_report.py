@@ -318,3 +318,24 @@ def test_the_readme_says_how_much_of_an_unfinished_run_it_quotes(tmp_path):
     manifest.write_text(json.dumps(spec))
     assert readme.progress_sentence(manifest) == ""
     assert readme.progress_sentence(tmp_path / "absent.json") == ""
+
+
+def test_a_second_report_of_one_campaign_has_its_own_folder_and_block(built, capsys):
+    """The same study on another CPU: report/NAME and the README block marked NAME, the
+    campaign's own block left alone."""
+    import shutil
+
+    root = built["report_dir"].parent.parent
+    shutil.copytree(built["report_dir"], root / "report" / "second", dirs_exist_ok=True)
+    shutil.copytree(built["figures_dir"], root / "figures" / "second", dirs_exist_ok=True)
+    second = "\n".join(readme.markers("second")) + "\n"
+    path = _readme_around(built, f"{BEGIN}\nfirst\n{END}\n{second}")
+    code, output = readme_cli(capsys, "--into", "second", "--readme", path, "--out", built["out"])
+    assert code == 0, output.err
+    text = path.read_text()
+    assert f"{BEGIN}\nfirst\n{END}" in text
+    assert f"`fwbench readme {CAMPAIGN} --into second`" in text
+    assert f"run `{CURRENT_RUN}`" in text.split(readme.markers("second")[0])[1]
+    with pytest.raises(SystemExit) as exit_info:
+        readme_cli(capsys, "--into", "../elsewhere", "--readme", path)
+    assert exit_info.value.code == 2

@@ -6,6 +6,7 @@ Exit status: 0 ok, 1 some cell failed, 2 bad input (nothing written).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -136,7 +137,16 @@ def cmd_report(args) -> int:
     out = Path(args.out)
     db_path = Path(args.db) if args.db else db.default_db_path(out)
     try:
-        path = build_report(args.campaign, out=out, db_path=db_path, run_id=args.run_id)
+        into = {}
+        if args.into:
+            from fwbench.report.render import repo_root
+
+            root = repo_root()
+            into = {
+                "report_dir": root / "report" / args.into,
+                "figures_dir": root / "figures" / args.into,
+            }
+        path = build_report(args.campaign, out=out, db_path=db_path, run_id=args.run_id, **into)
     except ReportError as exc:
         return _fail(str(exc))
     print(path)
@@ -147,11 +157,18 @@ def cmd_readme(args) -> int:
     from fwbench.report.readme import ReadmeError, update_readme
 
     try:
-        changed = update_readme(args.campaign, Path(args.readme), Path(args.out))
+        changed = update_readme(args.campaign, Path(args.readme), Path(args.out), into=args.into)
     except ReadmeError as exc:
         return _fail(str(exc))
     print(f"{args.readme}: results block {'rewritten' if changed else 'already up to date'}")
     return EXIT_OK
+
+
+def _name(text: str) -> str:
+    """A folder name for --into: letters, digits, '_' and '-' only, so it cannot leave report/."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a name (letters, digits, _ and -)")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -247,6 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("campaign", help="campaign name, e.g. smoke")
     report.add_argument("--run-id", help="run to report (default: the latest of the campaign)")
     report.add_argument(
+        "--into",
+        metavar="NAME",
+        type=_name,
+        help="write report/NAME and figures/NAME instead of report/CAMPAIGN: a second report of "
+        "one campaign, such as its run on another CPU (pass --run-id)",
+    )
+    report.add_argument(
         "--out", default="executed", help="executed-notebook folder (default: executed)"
     )
     report.add_argument(
@@ -265,6 +289,13 @@ def build_parser() -> argparse.ArgumentParser:
         "CAMPAIGN`.",
     )
     readme.add_argument("campaign", help="campaign whose report to quote, e.g. smoke")
+    readme.add_argument(
+        "--into",
+        metavar="NAME",
+        type=_name,
+        help="quote report/NAME (built by `fwbench report CAMPAIGN --into NAME`) in the block "
+        "marked <!-- results:NAME:start -->",
+    )
     readme.add_argument(
         "--readme", default="README.md", help="file to rewrite (default: README.md)"
     )

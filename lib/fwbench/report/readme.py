@@ -190,9 +190,15 @@ def mfu_part(mfu: pd.DataFrame, section: dict | None, run_id: str, report_link: 
 
 
 def results_block(
-    campaign: str, report_dir: Path, readme_dir: Path, out: Path, figures_dir: Path
+    campaign: str,
+    report_dir: Path,
+    readme_dir: Path,
+    out: Path,
+    figures_dir: Path,
+    into: str | None = None,
 ) -> str:
-    """The markdown between the markers, from report ``report_dir`` of ``campaign``."""
+    """The markdown between the markers, from report ``report_dir`` of ``campaign`` (built with
+    ``fwbench report CAMPAIGN --into INTO`` when ``into`` is given)."""
     try:
         content = sections.read(report_dir)
     except FileNotFoundError:
@@ -209,7 +215,8 @@ def results_block(
     shared = sections.section_by_name(content, "shared_machine") or {"items": []}
     contention = " ".join(i["text"] for i in shared["items"] if i["kind"] == "note")
     parts = [
-        f"<!-- Written by `fwbench readme {campaign}` from {_link(report_dir, readme_dir)}/ "
+        f"<!-- Written by `fwbench readme {campaign}{f' --into {into}' if into else ''}` from "
+        f"{_link(report_dir, readme_dir)}/ "
         "(content.json and tables/); rebuild the report and run it again instead of editing. -->",
         f"**Campaign `{campaign}`, run `{run_id}`** ([report]({report_link}), [executed notebooks]"
         f"({_link(Path(out) / campaign / run_id, readme_dir)}/))"
@@ -294,8 +301,12 @@ def update_readme(
     out: Path,
     report_dir: Path | None = None,
     figures_dir: Path | None = None,
+    into: str | None = None,
 ) -> bool:
     """Rewrite ``readme``'s results block from the report of ``campaign``; True if it changed.
+
+    ``into`` names a second report of one campaign (``fwbench report CAMPAIGN --into INTO``, e.g.
+    the same study on another CPU): report/INTO, figures/INTO and the README block marked INTO.
 
     ``report_dir`` and ``figures_dir`` default to report/<campaign> and figures/<campaign> beside
     the README; ``out`` is the executed-notebook folder the block links to.
@@ -306,15 +317,17 @@ def update_readme(
     root = readme.parent
     text = readme.read_text()
     # markers first: a README without them is bad input
-    replace_block(text, "", campaign, str(readme))
+    name = into or campaign
+    replace_block(text, "", name, str(readme))
     block = results_block(
         campaign,
-        Path(report_dir or root / "report" / campaign),
+        Path(report_dir or root / "report" / name),
         root,
         Path(out),
-        Path(figures_dir or root / "figures" / campaign),
+        Path(figures_dir or root / "figures" / name),
+        into,
     )
-    new = replace_block(text, block, campaign, str(readme))
+    new = replace_block(text, block, name, str(readme))
     if new == text:
         return False
     tmp = readme.with_name(f".{readme.name}.tmp")
