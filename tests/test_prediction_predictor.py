@@ -1,0 +1,121 @@
+"""The predictor on synthetic sweeps whose law is known: grouped hold-outs never leak, the
+conformal interval covers what it claims, and the correction learns what the prior misses."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fwbench.families.prediction import predictor
+
+FAMILIES = ("resnet", "mobilenet", "vit", "regnet", "densenet")
+
+
+def synthetic_sweep(seed=0, noise=0.05):
+    """Configurations of 15 models in 5 families; the true time is the prior times a known
+    correction: JAX slow on depthwise FLOPs, two threads 1.8x as fast, small batches dominated by
+    per-op overhead, plus log-normal noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for f, family in enumerate(FAMILIES):
+        for m in range(3):
+            gflops = rng.uniform(0.5, 10.0)
+            depthwise = rng.uniform(0.0, 0.3) if family in ("mobilenet", "regnet") else 0.0
+            for batch in (1, 4, 16, 32, 64):
+                for threads in (1, 2):
+                    for framework, mode in (("torch", "eager"), ("jax", "jit")):
+                        flops = gflops * 1e9 * batch
+                        rows.append(
+                            {
+                                "model": f"{family}{m}",
+                                "framework": framework,
+                                "mode": mode,
+                                "precision": "fp32",
+                                "batch_size": batch,
+                                "threads": threads,
+                                "device_name": "CPU A",
+                                "total_flops": flops,
+                                "flops:convolution": flops * (1 - depthwise),
+                                "flops:depthwise/grouped convolution": flops * depthwise,
+                                "total_bytes": flops / rng.uniform(5, 30),
+                                "param_bytes": gflops * 4e6,
+                                "op_count": 100 + 40 * f,
+                                "peak_tflops": 0.1 * threads,
+                                "bandwidth_gbs": 10.0 * threads,
+                                "depthwise": depthwise,
+                            }
+                        )
+    frame = pd.DataFrame(rows)
+    log_correction = (
+        0.4
+        + 4.0 * frame.depthwise * (frame.framework == "jax")
+        + 0.2 * (frame.threads == 2)
+        + rng.normal(0, noise, len(frame))
+    )
+    frame["seconds"] = predictor.prior_seconds(frame) * np.exp(log_correction)
+    return frame.drop(columns="depthwise")
+
+
+def test_model_family():
+    assert predictor.model_family("resnet50") == "resnet"
+    assert predictor.model_family("wide_resnet50_2") == "wide_resnet"
+    assert predictor.model_family("mobilenet_v3_small") == "mobilenet"
+    assert predictor.model_family("vit_b_16") == "vit"
+    assert predictor.model_family("efficientnet_b0") == "efficientnet"
+
+
+def test_grouped_holdouts_never_leak():
+    frame = synthetic_sweep()
+    folds = list(predictor.holdout_splits(frame, "family"))
+    assert [name for name, _, _ in folds] == sorted(FAMILIES)
+    for name, train, test in folds:
+        assert set(frame.loc[train].model) & set(frame.loc[test].model) == set()
+        assert set(frame.loc[test].model.map(predictor.model_family)) == {name}
+    [(_, train, test)] = predictor.holdout_splits(frame, "batch")
+    assert frame.loc[train].batch_size.max() <= 16 < frame.loc[test].batch_size.min()
+    assert len(list(predictor.holdout_splits(frame, "threads"))) == 2
+    assert list(predictor.holdout_splits(frame, "cpu")) == []  # one CPU: no such hold-out
+    with pytest.raises(ValueError, match="unknown hold-out"):
+        list(predictor.holdout_splits(frame, "random"))
+
+
+def test_a_leaking_split_would_be_caught():
+    """The check above fails on a random split, which is what it exists to catch."""
+    frame = synthetic_sweep()
+    shuffled = frame.sample(frac=1.0, random_state=0)
+    train, test = shuffled.index[: len(frame) // 2], shuffled.index[len(frame) // 2 :]
+    assert set(frame.loc[train].model) & set(frame.loc[test].model)
+
+
+def test_the_correction_learns_what_the_prior_misses_on_unseen_families():
+    frame = synthetic_sweep()
+    held = predictor.evaluate(frame, "family")
+    learned = predictor.errors(held.seconds, held.predicted)
+    prior_only = predictor.errors(held.seconds, predictor.prior_seconds(held))
+    assert learned["mape_pct"] < 15 < prior_only["mape_pct"]
+    batch = predictor.evaluate(frame, "batch")
+    assert predictor.errors(batch.seconds, batch.predicted)["mape_pct"] < 15
+
+
+def test_the_conformal_interval_covers_about_what_it_claims():
+    frame = synthetic_sweep(seed=1, noise=0.1)
+    held = predictor.evaluate(frame, "family")
+    covered = ((held.seconds >= held.low) & (held.seconds <= held.high)).mean()
+    assert 0.8 <= covered <= 1.0
+    assert (held.high > held.predicted).all() and (held.low < held.predicted).all()
+
+
+def test_errors_and_winner_rate_on_known_numbers():
+    measured = pd.Series([1.0, 1.0, 1.0, 1.0])
+    predicted = pd.Series([1.05, 0.88, 1.2, 1.0])
+    got = predictor.errors(measured, predicted)
+    assert got["mape_pct"] == pytest.approx((5 + 12 + 20 + 0) / 4)
+    assert got["within_10pct"] == 50 and got["within_15pct"] == 75
+    assert got["worst_pct"] == pytest.approx(20)
+    pairs = pd.DataFrame(
+        {
+            "measured_ratio": [2.0, 0.5, 1.5, 1.01],
+            "predicted_ratio": [1.5, 0.7, 0.9, 0.5],
+            "decided": [True, True, True, False],
+        }
+    )
+    assert predictor.correct_winner_rate(pairs) == pytest.approx(200 / 3)
