@@ -163,7 +163,8 @@ def machine_words(env: dict) -> str | None:
     name = cpu.get("name") or "unknown CPU"
     if cpu.get("family") is not None and cpu.get("model") is not None:
         name = f"{name} (family {cpu['family']}, model {cpu['model']})"
-    gpus = sorted(g.get("name", "?") for g in env.get("gpus") or [])
+    # an entry without a name says why no GPU could be read (no NVML), not that there is one
+    gpus = sorted(g["name"] for g in env.get("gpus") or [] if g.get("name"))
     return " + ".join([name, *gpus])
 
 
