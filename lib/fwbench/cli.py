@@ -164,6 +164,177 @@ def cmd_readme(args) -> int:
     return EXIT_OK
 
 
+QUICK_CALIBRATION = "params/calibrate_quick.yaml"
+
+
+def _predict_request(args):
+    """The request of ``fwbench predict``, checked before any work: (Request, None) or (None, the
+    one line that says what is wrong)."""
+    import os
+
+    from fwbench import vocab
+    from fwbench.families.prediction.forecast import Request
+    from fwbench.measure.device import cpu_device_name
+    from fwbench.models.registry import get_spec, require_twin
+
+    try:
+        spec = get_spec(args.model)
+        if args.framework == "jax":
+            require_twin(args.model)
+        mode = vocab.resolve_mode(args.framework, args.mode)
+    except (KeyError, ValueError) as exc:
+        return None, str(exc.args[0] if exc.args else exc)
+    cores = len(os.sched_getaffinity(0))
+    for name, value, top in (
+        ("--batch-size", args.batch_size, None),
+        ("--threads", args.threads, cores),
+    ):
+        if value is not None and (value < 1 or (top is not None and value > top)):
+            bound = f"between 1 and {top} (this machine's cores)" if top else "at least 1"
+            return None, f"{name} must be {bound}, got {value}"
+    image_size = args.image_size or spec.image_size
+    if image_size < 32:
+        return None, f"--image-size must be at least 32, got {image_size}"
+    request = Request(
+        model=args.model,
+        framework=args.framework,
+        mode=mode,
+        batch_size=args.batch_size,
+        precision=args.precision,
+        threads=args.threads or cores,
+        device="cpu",
+        device_name=cpu_device_name(),
+        image_size=image_size,
+    )
+    return request, None
+
+
+def _machine_ceiling(db_path: Path, out: Path, request):
+    """This machine's ceilings at the request's precision and threads; measured first (a quick
+    02_calibrate, executed and indexed like any run) when the index has none. None if that fails."""
+    from fwbench.families.prediction import dataset
+
+    def lookup():
+        con = db.connect(db_path, read_only=True)
+        try:
+            table = dataset.ceilings(con)
+        finally:
+            con.close()
+        match = table[
+            (table.device_name == request.device_name)
+            & (table.precision == request.precision)
+            & (table.threads == request.threads)
+        ]
+        return match.iloc[0] if len(match) else None
+
+    found = lookup() if db_path.exists() else None
+    if found is not None:
+        return found
+    from fwbench.pipeline.campaign import CampaignError, find_repo_root, load_campaign
+    from fwbench.pipeline.runner import RunnerBusy, run_campaign
+
+    print(
+        f"fwbench: no {request.precision} ceilings with {request.threads} threads for "
+        f"{request.device_name} in the index; calibrating first (about 30 s)",
+        file=sys.stderr,
+    )
+    only = f"*precision={request.precision}__threads={request.threads}*"
+    try:
+        campaign = load_campaign(find_repo_root(Path.cwd()) / QUICK_CALIBRATION)
+        if not campaign.select(only):
+            return None
+        run_dir, _ = run_campaign(campaign, out, only=only)
+    except (CampaignError, RunnerBusy) as exc:
+        print(f"fwbench: calibration failed: {exc}", file=sys.stderr)
+        return None
+    db.ingest(run_dir, db_path)
+    return lookup()
+
+
+def _training_table(db_path: Path, out: Path):
+    """The newest 21_prediction run's table, else one built from the index (slower: every
+    measured model's features)."""
+    from tqdm.auto import tqdm
+
+    from fwbench.families.prediction import dataset, forecast
+
+    saved = forecast.latest_table(out)
+    if saved is not None:
+        return forecast.load_table(saved), str(saved)
+    print("fwbench: no 21_prediction table; building one from the index", file=sys.stderr)
+    table, _ = dataset.build(db_path, progress=lambda items: tqdm(items, desc="features"))
+    return table, str(db_path)
+
+
+def cmd_predict(args) -> int:
+    import json
+    import math
+
+    from fwbench.families.prediction import dataset, forecast
+
+    request, problem = _predict_request(args)
+    if problem:
+        return _fail(problem)
+    out = Path(args.out)
+    db_path = Path(args.db) if args.db else db.default_db_path(out)
+    if not db_path.exists() and out.is_dir():
+        print(f"fwbench: no index at {db_path}; indexing {out} first", file=sys.stderr)
+        db.ingest(out, db_path)
+    table, source = _training_table(db_path, out)
+    if table.empty or table.model.nunique() < 2:
+        return _fail(
+            "too few measured configurations to learn from; run params/sweep_cpu.yaml "
+            "(or any inference campaign) and 21_prediction first"
+        )
+    ceiling = _machine_ceiling(db_path, out, request)
+    if ceiling is None:
+        return _fail(
+            f"no {request.precision} ceilings with {request.threads} threads for "
+            f"{request.device_name}, and {QUICK_CALIBRATION} has no such cell"
+        )
+    row = forecast.request_row(request, ceiling)
+    result = forecast.forecast(table, row)
+    con = db.connect(db_path, read_only=True)
+    try:
+        measured = forecast.measured_throughput(dataset.measured(con), request)
+    finally:
+        con.close()
+    result["measured"] = measured["throughput_img_s"] if measured else None
+    if args.json:
+        print(json.dumps({**result, "request": vars(request), "measured_in": measured}))
+        return EXIT_OK
+    low, high = result["interval"]["low"], result["interval"]["high"]
+    print(
+        f"{request.model} · {request.framework} {request.mode} · {request.precision} · batch "
+        f"{request.batch_size} · {request.threads} threads · {request.image_size} px · "
+        f"{request.device_name}"
+    )
+    print(
+        f"  predicted throughput   {result['throughput_img_s']:.4g} img/s "
+        f"({result['coverage']:.0%} interval {low:.4g} to {high:.4g})"
+    )
+    latency = result["latency_ms"]
+    print(f"  predicted p50 latency  {'n/a' if latency is None else f'{latency:.4g} ms'}")
+    scale = dataset.ELEMENT_BYTES[request.precision] / 4
+    params_mib = row.param_bytes.iloc[0] * scale / 2**20
+    activations_mib = row.peak_activation_bytes.iloc[0] * scale / 2**20
+    print(
+        f"  model peak memory      {result['peak_mem_bytes'] / 2**20:.1f} MiB (parameters "
+        f"{params_mib:.1f} MiB + activations alive at the forward's peak {activations_mib:.1f} MiB)"
+    )
+    if measured:
+        off = result["throughput_img_s"] / measured["throughput_img_s"] - 1
+        print(
+            f"  measured               {measured['throughput_img_s']:.4g} img/s "
+            f"({measured['campaign']} run {measured['run_id']}, {measured['trials']} trials): "
+            f"the prediction is {off:+.1%} off"
+        )
+    else:
+        print("  measured               no measurement of this configuration on this machine")
+    print(f"  learned from {result['trained_on']} measured configurations ({source})")
+    return EXIT_OK if not math.isnan(result["throughput_img_s"]) else EXIT_CELL_FAILED
+
+
 def _name(text: str) -> str:
     """A folder name for --into: letters, digits, '_' and '-' only, so it cannot leave report/."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", text):
@@ -303,6 +474,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default="executed", help="executed-notebook folder to link to (default: executed)"
     )
     readme.set_defaults(func=cmd_readme)
+    predict = sub.add_parser(
+        "predict",
+        help="predict a configuration's throughput, latency and memory without running it",
+        description="Predict throughput (img/s, with an interval), p50 latency and the model's own "
+        "peak bytes for any torchvision classification model on this machine, from the features "
+        "of its shapes (no timing) and the predictor fitted on the committed sweep. Shows the "
+        "measurement too where one exists. A machine without ceilings in the index is calibrated "
+        "first (about 30 s, executed and indexed like any run).",
+    )
+    predict.add_argument("--model", required=True, help="e.g. resnet50, convnext_tiny")
+    predict.add_argument("--framework", required=True, choices=["torch", "jax"])
+    predict.add_argument("--batch-size", required=True, type=int)
+    predict.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    predict.add_argument("--threads", type=int, help="intra-op threads (default: all cores)")
+    predict.add_argument("--mode", default="default", help="eager, compile, jit (default: default)")
+    predict.add_argument("--image-size", type=int, help="default: the model's own")
+    predict.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    predict.add_argument("--out", default="executed", help="executed-notebook folder")
+    predict.add_argument(
+        "--db", help="database path (default: $FWBENCH_DB, else OUT/fwbench.duckdb)"
+    )
+    predict.set_defaults(func=cmd_predict)
     return parser
 
 

@@ -1,0 +1,214 @@
+"""The predictor's data: every measured inference configuration in the index, with the features of
+its model (``features``), the ceilings of its hardware (02_calibrate) and its measured seconds per
+call, one row per configuration and run.
+
+A configuration's time is the median over its trials of batch size / throughput (throughput's
+blocks pipeline the calls, as a user's batch job does), and its latency the median of the trials'
+p50. Trials that ran on a shared machine are left out when at least ``MIN_CLEAN_TRIALS`` clean
+ones remain, the rule the report's comparisons follow.
+
+Only hardware that says what it is enters: a GPU by its name, a CPU by its name *with* family and
+model. Records made before fwbench recorded those name only "AMD EPYC", which was a Zen 3 on some
+days and a Zen 4 on others (1.5 times as fast), so a fit on them would learn two machines as one.
+channels_last arms are left out too: the predictor's settings are each framework's modes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fwbench.families.prediction import features as fw_features
+from fwbench.measure.stats import paired_ratio_interval
+from fwbench.results import db as fw_db
+
+MIN_CLEAN_TRIALS = 3
+# bytes per element the features (built in fp32) scale by
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
+CONFIG = [
+    "model",
+    "framework",
+    "mode",
+    "precision",
+    "batch_size",
+    "threads",
+    "device",
+    "device_name",
+    "image_size",
+]
+IDENTIFIED_CPU = re.compile(r"\(family \d+, model \d+\)$")
+FEATURE_KEY = ["model", "batch_size", "image_size"]
+
+_MEASURED_SQL = """
+select m.campaign, m.run_id, m.notebook, m.cell, m.trial, m.model, m.framework, m.mode,
+       m.precision, m.batch_size, m.threads, m.device, m.device_name, m.metric, m.value, m.extra,
+       coalesce(c.shared_machine, false) as shared
+from measurements m
+left join cells c on c.campaign = m.campaign and c.run_id = m.run_id and c.notebook = m.notebook
+     and c.cell = m.cell and coalesce(c.trial, 0) = coalesce(m.trial, 0)
+where m.family = 'inference' and m.status = 'ok' and m.value > 0
+  and m.metric in ('throughput_img_s', 'latency_p50_ms')
+"""
+_CEILINGS_SQL = """
+select device, device_name, framework, precision, coalesce(threads, 0) as threads, metric,
+       median(value) as value
+from measurements
+where family = 'calibration' and status = 'ok' and value > 0
+  and metric in ('peak_matmul_tflops', 'copy_bandwidth_gbs')
+group by all
+"""
+
+
+def identified(device: str, device_name: str) -> bool:
+    """Whether a record's hardware is named well enough to learn from (see the module's note)."""
+    return device != "cpu" or bool(IDENTIFIED_CPU.search(device_name or ""))
+
+
+def _extra(value) -> dict:
+    if isinstance(value, dict):
+        return value
+    return json.loads(value) if value else {}
+
+
+def _trial_rows(con) -> pd.DataFrame:
+    frame = con.execute(_MEASURED_SQL).df()
+    extra = frame.pop("extra").map(_extra)
+    frame["image_size"] = [int(e.get("image_size") or 224) for e in extra]
+    frame["channels_last"] = [bool(e.get("channels_last")) for e in extra]
+    frame["threads"] = frame["threads"].fillna(0).astype(int)
+    frame["trial"] = frame["trial"].fillna(0).astype(int)
+    named = np.array(
+        [identified(d, n) for d, n in zip(frame.device, frame.device_name, strict=True)], bool
+    )
+    keep = ~frame.channels_last & named
+    # a CPU record without its thread count cannot be placed against a ceiling
+    keep &= (frame.device != "cpu") | (frame.threads > 0)
+    return frame[keep]
+
+
+def _clean(group: pd.DataFrame) -> pd.DataFrame:
+    clean = group[~group.shared.astype(bool)]
+    return clean if len(clean) >= MIN_CLEAN_TRIALS else group
+
+
+def measured(con) -> pd.DataFrame:
+    """One row per configuration and run: ``seconds`` (per call, from throughput), ``latency_s``
+    (p50), ``n_trials`` and ``trial_img_s`` (trial -> images/s, for pairing by round)."""
+    trials = _trial_rows(con)
+    rows = []
+    for key, group in trials.groupby(["campaign", "run_id", *CONFIG], sort=True):
+        record = dict(zip(["campaign", "run_id", *CONFIG], key, strict=True))
+        thr = _clean(group[group.metric == "throughput_img_s"])
+        if thr.empty:
+            continue
+        lat = _clean(group[group.metric == "latency_p50_ms"])
+        batch = record["batch_size"]
+        record.update(
+            seconds=float(np.median(batch / thr.value)),
+            latency_s=float(np.median(lat.value) / 1000) if len(lat) else np.nan,
+            img_s=float(np.median(thr.value)),
+            n_trials=int(thr.trial.nunique()),
+            trial_img_s={int(t): float(v) for t, v in zip(thr.trial, thr.value, strict=True)},
+        )
+        rows.append(record)
+    columns = ["campaign", "run_id", *CONFIG, "seconds", "latency_s", "img_s", "n_trials"]
+    return pd.DataFrame(rows, columns=[*columns, "trial_img_s"])
+
+
+def ceilings(con) -> pd.DataFrame:
+    """The hardware's ceilings per device, precision and thread count: the best peak matmul and
+    copy bandwidth any framework reached (the medians over runs), as ``peak_tflops`` and
+    ``bandwidth_gbs``. A framework's shortfall against them is what the correction learns."""
+    frame = con.execute(_CEILINGS_SQL).df()
+    if frame.empty:
+        return pd.DataFrame(
+            columns=[
+                "device",
+                "device_name",
+                "precision",
+                "threads",
+                "peak_tflops",
+                "bandwidth_gbs",
+            ]
+        )
+    frame["threads"] = frame["threads"].astype(int)
+    best = frame.groupby(["device", "device_name", "precision", "threads", "metric"]).value.max()
+    table = best.unstack("metric").reset_index()
+    table.columns.name = None
+    return table.rename(
+        columns={"peak_matmul_tflops": "peak_tflops", "copy_bandwidth_gbs": "bandwidth_gbs"}
+    ).dropna(subset=["peak_tflops", "bandwidth_gbs"])
+
+
+def feature_rows(keys: pd.DataFrame, progress=None) -> pd.DataFrame:
+    """``features.torch_features`` for each distinct (model, batch size, image size) of ``keys``."""
+    distinct = keys[FEATURE_KEY].drop_duplicates().itertuples(index=False)
+    distinct = list(distinct)
+    rows = []
+    for model, batch_size, image_size in progress(distinct) if progress else distinct:
+        found = fw_features.torch_features(model, int(batch_size), int(image_size))
+        rows.append(found.row())
+    return pd.DataFrame(rows)
+
+
+def with_features(frame: pd.DataFrame, feats: pd.DataFrame, ceiling: pd.DataFrame) -> pd.DataFrame:
+    """``frame``'s rows joined with their model's features and hardware's ceilings, and the
+    ``total_bytes`` the prior divides by bandwidth: parameters plus every op's output, at the
+    row's precision. Rows without a ceiling are dropped."""
+    joined = frame.merge(feats, on=FEATURE_KEY, how="inner")
+    joined = joined.merge(ceiling, on=["device", "device_name", "precision", "threads"])
+    scale = joined.precision.map(ELEMENT_BYTES).fillna(4) / 4
+    written = joined[[c for c in joined if c.startswith("bytes:")]].sum(axis=1)
+    joined["total_bytes"] = (joined.param_bytes + written) * scale
+    joined["model_peak_bytes"] = joined.model_peak_bytes * scale
+    return joined.reset_index(drop=True)
+
+
+def build(db_path: str | Path, progress=None) -> tuple[pd.DataFrame, dict]:
+    """The training table from the index at ``db_path`` and what was left out of it, by reason."""
+    con = fw_db.connect(db_path, read_only=True)
+    try:
+        frame = measured(con)
+        ceiling = ceilings(con)
+    finally:
+        con.close()
+    feats = feature_rows(frame, progress) if len(frame) else pd.DataFrame(columns=FEATURE_KEY)
+    table = with_features(frame, feats, ceiling) if len(frame) else frame
+    left_out = {"no ceiling for its device, precision and threads": len(frame) - len(table)}
+    return table, left_out
+
+
+def winner_pairs(table: pd.DataFrame, predicted: pd.Series | None = None) -> pd.DataFrame:
+    """JAX jit against PyTorch eager in each configuration and run where both ran: the measured
+    ratio of seconds (JAX / PyTorch), whether its paired interval excludes 1 (``decided``), and,
+    given ``predicted`` seconds (indexed like ``table``), the predicted ratio."""
+    key = ["campaign", "run_id", "model", "precision", "batch_size", "threads", "device_name"]
+    rows = []
+    for values, group in table.groupby(key, sort=True):
+        jax = group[(group.framework == "jax") & (group["mode"] == "jit")]
+        torch = group[(group.framework == "torch") & (group["mode"] == "eager")]
+        if jax.empty or torch.empty:
+            continue
+        j, t = jax.iloc[0], torch.iloc[0]
+        common = sorted(set(j.trial_img_s) & set(t.trial_img_s))
+        decided = False
+        if len(common) >= 2:
+            paired = paired_ratio_interval(
+                [t.trial_img_s[k] for k in common], [j.trial_img_s[k] for k in common]
+            )
+            decided = bool(paired.low > 1 or paired.high < 1)
+        row = {
+            **dict(zip(key, values, strict=True)),
+            "measured_ratio": j.seconds / t.seconds,
+            "decided": decided,
+        }
+        if predicted is not None:
+            if jax.index[0] not in predicted.index or torch.index[0] not in predicted.index:
+                continue
+            row["predicted_ratio"] = predicted[jax.index[0]] / predicted[torch.index[0]]
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,253 @@
+"""The predictor's data, `fwbench predict` and 21_prediction, on an index these tests write: which
+configurations enter (named hardware, clean trials, a ceiling), the medians they carry, the
+JAX-vs-PyTorch pairs the correct-winner rate scores, and the command's answers."""
+
+import json
+
+import numpy as np
+import pytest
+
+from fwbench.families.prediction import dataset, forecast
+from fwbench.measure.device import cpu_device_name
+from fwbench.results import db as fw_db
+from tests.conftest import run_cli
+
+CPU = "Test CPU (family 1, model 2)"
+OLD_CPU = "Test CPU"  # a record made before family and model were recorded
+IMAGE = 64
+# images/s per trial, by (model, framework, batch size); the shared trial is the fourth
+THROUGHPUT = {
+    ("resnet18", "torch", 1): [10.0, 12.0, 11.0, 1.0],
+    ("resnet18", "jax", 1): [5.0, 6.0, 5.5, 5.0],
+    ("resnet18", "torch", 4): [30.0, 32.0, 31.0, 33.0],
+    ("mobilenet_v3_small", "torch", 1): [50.0, 52.0, 51.0, 49.0],
+    ("mobilenet_v3_small", "jax", 1): [52.0, 49.0, 51.0, 50.5],
+    ("squeezenet1_1", "torch", 1): [40.0, 44.0, 42.0, 41.0],
+}
+
+
+def _insert(
+    con,
+    *,
+    device_name,
+    model,
+    framework,
+    batch,
+    trial,
+    value,
+    metric="throughput_img_s",
+    extra=None,
+    shared=False,
+    threads=2,
+    family="inference",
+    precision="fp32",
+):
+    mode = "jit" if framework == "jax" else "eager"
+    cell = f"{model}-{framework}-{batch}-{trial}-{device_name}-{threads}-{family}"
+    con.execute(
+        "insert into measurements (run_id, campaign, notebook, cell, trial, status, family, model, "
+        "framework, mode, device, device_name, precision, batch_size, threads, metric, value, "
+        "unit, extra) values ('r1', 'synth', '10_inference', ?, ?, 'ok', ?, ?, ?, ?, 'cpu', ?, ?, "
+        "?, ?, ?, ?, 'x', ?)",
+        [
+            cell,
+            trial,
+            family,
+            model,
+            framework,
+            mode,
+            device_name,
+            precision,
+            batch,
+            threads,
+            metric,
+            value,
+            json.dumps(extra if extra is not None else {"image_size": IMAGE}),
+        ],
+    )
+    if metric != "latency_p50_ms":  # one cell row per cell, whatever it records
+        con.execute(
+            "insert into cells (run_id, campaign, notebook, cell, trial, status, shared_machine) "
+            "values ('r1', 'synth', '10_inference', ?, ?, 'ok', ?)",
+            [cell, trial, shared],
+        )
+
+
+def write_index(path, device_name=CPU, threads=2):
+    con = fw_db.connect(path)
+    for (model, framework, batch), values in THROUGHPUT.items():
+        for trial, value in enumerate(values, start=1):
+            kwargs = dict(
+                device_name=device_name,
+                model=model,
+                framework=framework,
+                batch=batch,
+                trial=trial,
+                threads=threads,
+            )
+            _insert(con, value=value, shared=trial == 4, **kwargs)
+            _insert(con, value=1000.0 * batch / value, metric="latency_p50_ms", **kwargs)
+    # neither of these may enter: hardware without family and model, and a channels_last arm
+    _insert(
+        con,
+        device_name=OLD_CPU,
+        model="resnet18",
+        framework="torch",
+        batch=1,
+        trial=1,
+        value=99.0,
+        threads=threads,
+    )
+    _insert(
+        con,
+        device_name=device_name,
+        model="resnet18",
+        framework="torch",
+        batch=8,
+        trial=1,
+        value=99.0,
+        extra={"image_size": IMAGE, "channels_last": True},
+        threads=threads,
+    )
+    for framework, peak, bandwidth in (("torch", 0.1, 20.0), ("jax", 0.2, 5.0)):
+        for metric, value in (("peak_matmul_tflops", peak), ("copy_bandwidth_gbs", bandwidth)):
+            _insert(
+                con,
+                device_name=device_name,
+                model=None,
+                framework=framework,
+                batch=None,
+                trial=0,
+                value=value,
+                metric=metric,
+                family="calibration",
+                threads=threads,
+            )
+    con.close()
+
+
+def test_measured_takes_clean_trials_of_named_hardware(tmp_path):
+    write_index(tmp_path / "i.duckdb")
+    con = fw_db.connect(tmp_path / "i.duckdb", read_only=True)
+    frame = dataset.measured(con).set_index(["model", "framework", "batch_size"])
+    con.close()
+    assert set(frame.device_name) == {CPU}  # the old CPU's row is left out
+    assert 8 not in frame.index.get_level_values("batch_size")  # so is channels_last
+    row = frame.loc[("resnet18", "torch", 1)]
+    # three clean trials remain, so the shared fourth (1 img/s) is left out
+    assert row.seconds == pytest.approx(np.median([1 / 10, 1 / 12, 1 / 11]))
+    assert row.latency_s == pytest.approx(np.median([1 / 10, 1 / 12, 1 / 11]))
+    assert row.n_trials == 3 and row.image_size == IMAGE
+    assert frame.loc[("resnet18", "torch", 4)].seconds == pytest.approx(
+        np.median([4 / 30, 4 / 32, 4 / 31])
+    )
+
+
+def test_ceilings_are_the_best_any_framework_reached(tmp_path):
+    write_index(tmp_path / "i.duckdb")
+    con = fw_db.connect(tmp_path / "i.duckdb", read_only=True)
+    table = dataset.ceilings(con)
+    con.close()
+    [row] = table.to_dict("records")
+    assert (row["peak_tflops"], row["bandwidth_gbs"], row["threads"]) == (0.2, 20.0, 2)
+
+
+def test_winner_pairs_decide_only_where_the_paired_interval_excludes_one(tmp_path):
+    write_index(tmp_path / "i.duckdb")
+    con = fw_db.connect(tmp_path / "i.duckdb", read_only=True)
+    frame = dataset.measured(con)
+    con.close()
+    pairs = dataset.winner_pairs(frame).set_index("model")
+    # JAX at about half PyTorch's throughput in every round: decided, twice the seconds
+    assert pairs.loc["resnet18"].decided
+    assert pairs.loc["resnet18"].measured_ratio == pytest.approx(
+        np.median([1 / 5, 1 / 6, 1 / 5.5]) / np.median([1 / 10, 1 / 12, 1 / 11])
+    )
+    # MobileNetV3-S: the rounds point both ways, a tie
+    assert not pairs.loc["mobilenet_v3_small"].decided
+    assert "squeezenet1_1" not in pairs.index  # PyTorch only: no pair
+
+
+def test_build_joins_features_and_ceilings(tmp_path):
+    write_index(tmp_path / "i.duckdb")
+    table, left_out = dataset.build(tmp_path / "i.duckdb")
+    assert left_out == {"no ceiling for its device, precision and threads": 0}
+    assert len(table) == len(THROUGHPUT)
+    row = table.set_index(["model", "framework", "batch_size"]).loc[("resnet18", "torch", 4)]
+    # ResNet-18 at 64 px: torchvision's 1.81 GMACs at 224 px scale by (64/224)^2; FLOPs = 2 MACs
+    assert row.total_flops == pytest.approx(4 * 2 * 1.814e9 * (64 / 224) ** 2, rel=0.05)
+    assert row.peak_tflops == 0.2 and row.bandwidth_gbs == 20.0
+    assert row.total_bytes > row.param_bytes > 11e6 * 4
+
+
+def _predict(tmp_path, *args):
+    return run_cli("predict", "--db", tmp_path / "i.duckdb", "--out", tmp_path / "executed", *args)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--model", "no_such_net", "--framework", "torch", "--batch-size", "1"], "unknown model"),
+        (["--model", "convnext_tiny", "--framework", "jax", "--batch-size", "1"], "no Flax twin"),
+        (["--model", "resnet18", "--framework", "torch", "--batch-size", "0"], "--batch-size"),
+        (
+            [
+                "--model",
+                "resnet18",
+                "--framework",
+                "torch",
+                "--batch-size",
+                "1",
+                "--threads",
+                "999",
+            ],
+            "--threads",
+        ),
+        (
+            ["--model", "resnet18", "--framework", "jax", "--batch-size", "1", "--mode", "compile"],
+            "not a jax mode",
+        ),
+    ],
+)
+def test_predict_refuses_bad_input_in_one_line_before_any_work(tmp_path, args, words):
+    done = _predict(tmp_path, *args)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], done.stderr
+    assert not (tmp_path / "i.duckdb").exists() and not (tmp_path / "executed").exists()
+
+
+def test_predict_answers_from_the_index_and_shows_the_measurement(tmp_path):
+    name = cpu_device_name()
+    if not dataset.identified("cpu", name):
+        pytest.skip(f"this CPU ({name}) reports no family and model")
+    write_index(tmp_path / "i.duckdb", device_name=name, threads=1)
+    args = [
+        "--model",
+        "resnet18",
+        "--framework",
+        "torch",
+        "--batch-size",
+        "4",
+        "--threads",
+        "1",
+        "--image-size",
+        str(IMAGE),
+    ]
+    done = _predict(tmp_path, *args, "--json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["measured"] == pytest.approx(np.median([30.0, 32.0, 31.0]))
+    assert answer["interval"]["low"] <= answer["throughput_img_s"] <= answer["interval"]["high"]
+    assert answer["latency_ms"] > 0 and answer["peak_mem_bytes"] > 11e6 * 4
+    text = _predict(tmp_path, *args)
+    assert text.returncode == 0 and "measured" in text.stdout and "img/s" in text.stdout
+
+
+def test_the_newest_saved_table_is_found(tmp_path):
+    for run in ("20260101T000000Z", "20260102T000000Z"):
+        folder = tmp_path / "prediction" / run / "21_prediction"
+        folder.mkdir(parents=True)
+        (folder / forecast.TABLE_NAME).write_text("model\nx\n")
+    assert forecast.latest_table(tmp_path).parts[-3] == "20260102T000000Z"
+    assert forecast.latest_table(tmp_path / "nothing") is None
