@@ -99,7 +99,10 @@ for kind in holdouts:
         rec.add(metric, found[metric], "%", n=found["n"], extra=extra)
     rec.add("interval_coverage_pct", found["interval_coverage_pct"], "%", n=found["n"], extra=extra)
     rec.add(
-        "correct_winner_rate", found["correct_winner_rate"], "%", n=found["decided_pairs"],
+        "correct_winner_rate",
+        found["correct_winner_rate"],
+        "%",
+        n=found["decided_pairs"],
         extra=extra,
     )
     summary.append({"holdout": kind, **found})
@@ -138,8 +141,19 @@ display(Markdown("\n".join(lines) or "No hold-out could be scored."))
 # %%
 if scored:
     points = pd.concat(scored)[
-        ["holdout", "fold", "model", "framework", "mode", "precision", "batch_size", "threads",
-         "device_name", "seconds", "predicted"]
+        [
+            "holdout",
+            "fold",
+            "model",
+            "framework",
+            "mode",
+            "precision",
+            "batch_size",
+            "threads",
+            "device_name",
+            "seconds",
+            "predicted",
+        ]
     ].assign(error_pct=lambda f: (f.predicted / f.seconds - 1) * 100)
     scatter = (
         alt.Chart(points)
@@ -153,12 +167,18 @@ if scored:
         )
         .properties(width=220, height=220)
     )
-    diagonal = alt.Chart(points).mark_line(color="gray", strokeDash=[4, 4]).encode(
-        x="seconds:Q", y="seconds:Q"
+    diagonal = (
+        alt.Chart(points)
+        .mark_line(color="gray", strokeDash=[4, 4])
+        .encode(x="seconds:Q", y="seconds:Q")
     )
-    display((scatter + diagonal).facet(column="holdout:N").properties(
-        title="Predicted against measured, each point by a fit that never saw its group"
-    ))
+    display(
+        (scatter + diagonal)
+        .facet(column="holdout:N")
+        .properties(
+            title="Predicted against measured, each point by a fit that never saw its group"
+        )
+    )
     by_group = points.assign(abs_error_pct=points.error_pct.abs())
     display(
         alt.Chart(by_group)

@@ -335,6 +335,137 @@ def cmd_predict(args) -> int:
     return EXIT_OK if not math.isnan(result["throughput_img_s"]) else EXIT_CELL_FAILED
 
 
+def _prices(path: str) -> dict:
+    """A price per hour per device name, from YAML (``name: price``) or CSV (``device,
+    price_per_hour``); ValueError with the one line to show when the file says anything else."""
+    import csv
+
+    import yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"--price-per-hour: no file {path}")
+    text = file.read_text()
+    try:
+        if file.suffix.lower() == ".csv":
+            rows = list(csv.DictReader(text.splitlines()))
+            table = {row["device"]: row["price_per_hour"] for row in rows}
+        else:
+            table = yaml.safe_load(text)
+    except (KeyError, yaml.YAMLError, csv.Error) as exc:
+        raise ValueError(
+            f"--price-per-hour {path}: expected YAML 'device name: price' lines or a CSV with "
+            f"columns device,price_per_hour ({exc})"
+        ) from None
+    if not isinstance(table, dict) or not table:
+        raise ValueError(f"--price-per-hour {path}: expected a mapping of device name to price")
+    prices = {}
+    for name, price in table.items():
+        try:
+            prices[str(name)] = float(price)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"--price-per-hour {path}: price of {name!r} is not a number"
+            ) from None
+        if not prices[str(name)] > 0:
+            raise ValueError(f"--price-per-hour {path}: price of {name!r} must be positive")
+    return prices
+
+
+def _recommend_query(args):
+    """(Query, has_twin, image size, None) or (None, None, None, the one line that is wrong)."""
+    from fwbench.families.prediction.recommend import Query
+    from fwbench.models.registry import get_spec
+
+    try:
+        spec = get_spec(args.model)
+    except KeyError as exc:
+        return None, None, None, str(exc.args[0])
+    for name, value in (
+        ("--batch-size", args.batch_size),
+        ("--max-latency-ms", args.max_latency_ms),
+        ("--max-memory-gb", args.max_memory_gb),
+    ):
+        if value is not None and not value > 0:
+            return None, None, None, f"{name} must be positive, got {value}"
+    if args.objective == "cost" and not args.price_per_hour:
+        return None, None, None, "--objective cost needs --price-per-hour FILE"
+    try:
+        prices = _prices(args.price_per_hour) if args.price_per_hour else None
+    except ValueError as exc:
+        return None, None, None, str(exc)
+    query = Query(
+        model=args.model,
+        batch_size=args.batch_size,
+        max_latency_ms=args.max_latency_ms,
+        max_memory_bytes=args.max_memory_gb * 2**30 if args.max_memory_gb else None,
+        objective=args.objective,
+        prices=prices,
+    )
+    return query, spec.has_twin, args.image_size or spec.image_size, None
+
+
+def cmd_recommend(args) -> int:
+    import json
+
+    from fwbench.families.prediction import dataset, forecast, recommend
+
+    query, has_twin, image_size, problem = _recommend_query(args)
+    if problem:
+        return _fail(problem)
+    out = Path(args.out)
+    db_path = Path(args.db) if args.db else db.default_db_path(out)
+    if not db_path.exists():
+        if not out.is_dir():
+            return _fail(f"no index at {db_path} and no executed notebooks at {out}")
+        print(f"fwbench: no index at {db_path}; indexing {out} first", file=sys.stderr)
+        db.ingest(out, db_path)
+    con = db.connect(db_path, read_only=True)
+    try:
+        ceilings = dataset.ceilings(con)
+        measured = dataset.measured(con)
+    finally:
+        con.close()
+    if query.objective == "energy" and not measured.energy_j_per_img.notna().any():
+        return _fail(
+            "--objective energy: no configuration in the index has an energy measurement (no "
+            "RAPL or NVML counter could be read where they ran), and fwbench does not predict energy"
+        )
+    if query.prices and not set(query.prices) & set(ceilings.device_name):
+        known = ", ".join(sorted(set(ceilings.device_name))) or "none"
+        return _fail(f"--price-per-hour prices no device in the index; its devices: {known}")
+    table, source = _training_table(db_path, out)
+    if table.empty or table.model.nunique() < 2 or ceilings.empty:
+        return _fail(
+            "too few measured configurations or no calibrated hardware to recommend from; run "
+            "params/sweep_cpu.yaml and params/prediction.yaml first"
+        )
+    ceilings = ceilings[
+        [
+            dataset.identified(d, n)
+            for d, n in zip(ceilings.device, ceilings.device_name, strict=True)
+        ]
+    ]
+    rows = recommend.candidate_rows(query, table, ceilings, has_twin, image_size)
+    measured = measured[measured.image_size == image_size]
+    scored = recommend.score(rows, forecast.fit_targets(table), measured)
+    ranking = recommend.rank(scored, query)
+    sentence = recommend.explain(ranking, query)
+    if args.json:
+        keys = recommend.JSON_KEYS + (["cost_per_million_img"] if query.prices else [])
+        records = ranking.ranked[keys].to_dict("records")
+        print(json.dumps(records, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+    else:
+        shown = ranking.ranked.head(args.top)
+        if len(shown):
+            columns = [c for c in recommend.JSON_KEYS if c != "device_name"]
+            columns += ["cost_per_million_img"] if query.prices else []
+            print(shown[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print(sentence)
+        print(f"(p95 latency in latency_ms; learned from {len(table)} configurations, {source})")
+    return EXIT_OK if len(ranking.ranked) else EXIT_CELL_FAILED
+
+
 def _name(text: str) -> str:
     """A folder name for --into: letters, digits, '_' and '-' only, so it cannot leave report/."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", text):
@@ -496,6 +627,34 @@ def build_parser() -> argparse.ArgumentParser:
         "--db", help="database path (default: $FWBENCH_DB, else OUT/fwbench.duckdb)"
     )
     predict.set_defaults(func=cmd_predict)
+    recommend = sub.add_parser(
+        "recommend",
+        help="rank configurations of a model: measured where they ran, predicted elsewhere",
+        description="Rank the candidate configurations of a model (framework, mode, precision, "
+        "batch size, threads, every calibrated device in the index) by an objective, after "
+        "dropping those over the latency or memory limit. Each row says whether it was measured "
+        "or predicted, and whether it lies on the Pareto front over throughput, p95 latency, "
+        "memory and (with prices) cost. The first row is the recommendation.",
+    )
+    recommend.add_argument("--model", required=True, help="any torchvision classification model")
+    limit = recommend.add_mutually_exclusive_group()
+    limit.add_argument("--batch-size", type=int, help="fix the batch size (default: 1 to 64)")
+    limit.add_argument("--max-latency-ms", type=float, help="limit on p95 latency per call")
+    recommend.add_argument("--max-memory-gb", type=float, help="limit on the model's own bytes")
+    recommend.add_argument(
+        "--objective", default="throughput", choices=["throughput", "latency", "cost", "energy"]
+    )
+    recommend.add_argument(
+        "--price-per-hour", metavar="FILE", help="YAML 'device: price' or CSV device,price_per_hour"
+    )
+    recommend.add_argument("--image-size", type=int, help="default: the model's own")
+    recommend.add_argument("--top", type=int, default=10, help="rows to print (default: 10)")
+    recommend.add_argument("--json", action="store_true", help="a JSON list, best first")
+    recommend.add_argument("--out", default="executed", help="executed-notebook folder")
+    recommend.add_argument(
+        "--db", help="database path (default: $FWBENCH_DB, else OUT/fwbench.duckdb)"
+    )
+    recommend.set_defaults(func=cmd_recommend)
     return parser
 
 

@@ -51,7 +51,7 @@ from measurements m
 left join cells c on c.campaign = m.campaign and c.run_id = m.run_id and c.notebook = m.notebook
      and c.cell = m.cell and coalesce(c.trial, 0) = coalesce(m.trial, 0)
 where m.family = 'inference' and m.status = 'ok' and m.value > 0
-  and m.metric in ('throughput_img_s', 'latency_p50_ms')
+  and m.metric in ('throughput_img_s', 'latency_p50_ms', 'latency_p95_ms', 'energy_j_per_img')
 """
 _CEILINGS_SQL = """
 select device, device_name, framework, precision, coalesce(threads, 0) as threads, metric,
@@ -95,9 +95,16 @@ def _clean(group: pd.DataFrame) -> pd.DataFrame:
     return clean if len(clean) >= MIN_CLEAN_TRIALS else group
 
 
+def _median(group: pd.DataFrame, metric: str) -> float:
+    rows = _clean(group[group.metric == metric])
+    return float(np.median(rows.value)) if len(rows) else np.nan
+
+
 def measured(con) -> pd.DataFrame:
     """One row per configuration and run: ``seconds`` (per call, from throughput), ``latency_s``
-    (p50), ``n_trials`` and ``trial_img_s`` (trial -> images/s, for pairing by round)."""
+    and ``latency_p95_s`` (the trials' medians of p50 and p95), ``energy_j_per_img`` where a
+    counter measured it, ``n_trials`` and ``trial_img_s``
+    (trial -> images/s, for pairing by round)."""
     trials = _trial_rows(con)
     rows = []
     for key, group in trials.groupby(["campaign", "run_id", *CONFIG], sort=True):
@@ -105,17 +112,19 @@ def measured(con) -> pd.DataFrame:
         thr = _clean(group[group.metric == "throughput_img_s"])
         if thr.empty:
             continue
-        lat = _clean(group[group.metric == "latency_p50_ms"])
         batch = record["batch_size"]
         record.update(
             seconds=float(np.median(batch / thr.value)),
-            latency_s=float(np.median(lat.value) / 1000) if len(lat) else np.nan,
+            latency_s=_median(group, "latency_p50_ms") / 1000,
+            latency_p95_s=_median(group, "latency_p95_ms") / 1000,
+            energy_j_per_img=_median(group, "energy_j_per_img"),
             img_s=float(np.median(thr.value)),
             n_trials=int(thr.trial.nunique()),
             trial_img_s={int(t): float(v) for t, v in zip(thr.trial, thr.value, strict=True)},
         )
         rows.append(record)
-    columns = ["campaign", "run_id", *CONFIG, "seconds", "latency_s", "img_s", "n_trials"]
+    columns = ["campaign", "run_id", *CONFIG, "seconds", "latency_s", "latency_p95_s", "img_s"]
+    columns += ["energy_j_per_img", "n_trials"]
     return pd.DataFrame(rows, columns=[*columns, "trial_img_s"])
 
 

@@ -19,6 +19,7 @@ TABLE_NAME = "training_table.csv"
 TABLE_GLOB = f"prediction/*/21_prediction/{TABLE_NAME}"
 # columns that hold per-trial dicts in memory and cannot round-trip a CSV
 _NOT_SAVED = ("trial_img_s",)
+TARGETS = ("seconds", "latency_s", "latency_p95_s")
 
 
 @dataclass
@@ -62,30 +63,50 @@ def request_row(request: Request, ceiling: pd.Series) -> pd.DataFrame:
     return dataset.with_features(config, pd.DataFrame([found.row()]), ceilings)
 
 
-def fit_pair(table: pd.DataFrame, seed: int = 0) -> tuple[predictor.Predictor, object]:
-    """A predictor of seconds per call (from throughput) and one of p50 latency, where the table
-    has latencies (else None)."""
-    timing = predictor.fit(table, seed=seed)
-    latency_rows = table[table.latency_s.notna()] if "latency_s" in table else table.iloc[:0]
-    latency = None
-    if latency_rows.model.nunique() >= 2:
-        latency = predictor.fit(latency_rows.assign(seconds=latency_rows.latency_s), seed=seed)
-    return timing, latency
+def fit_targets(table: pd.DataFrame, seed: int = 0) -> dict:
+    """One predictor per target (``TARGETS``: seconds per call from throughput, p50 and p95
+    latency), each fitted on the rows that measured it; None where fewer than two models did."""
+    fitted = {}
+    for column in TARGETS:
+        rows = table[table[column].notna()] if column in table else table.iloc[:0]
+        enough = rows.model.nunique() >= 2
+        fitted[column] = (
+            predictor.fit(rows.assign(seconds=rows[column]), seed=seed) if enough else None
+        )
+    return fitted
+
+
+def predict_rows(fitted: dict, rows: pd.DataFrame) -> pd.DataFrame:
+    """Throughput with its interval, p50 and p95 latency (ms) and the model's bytes for request
+    rows (``request_row``'s columns), indexed like ``rows``."""
+    timing = fitted["seconds"].predict(rows)
+    batch = rows.batch_size.astype(float)
+    out = pd.DataFrame(
+        {
+            "throughput_img_s": batch / timing.seconds,
+            # a longer call is a lower throughput: the interval's ends swap
+            "throughput_low": batch / timing.high,
+            "throughput_high": batch / timing.low,
+            "peak_mem_bytes": rows.model_peak_bytes.astype("int64"),
+        },
+        index=rows.index,
+    )
+    for column, name in (("latency_s", "latency_ms"), ("latency_p95_s", "latency_p95_ms")):
+        model = fitted.get(column)
+        out[name] = model.predict(rows).seconds * 1000 if model else float("nan")
+    return out
 
 
 def forecast(table: pd.DataFrame, row: pd.DataFrame, *, seed: int = 0) -> dict:
     """The forecast for one request row (``request_row``): the keys ``fwbench predict --json``
     prints, without ``measured``."""
-    timing, latency = fit_pair(table, seed=seed)
-    seconds = timing.predict(row).iloc[0]
-    batch = float(row.batch_size.iloc[0])
-    latency_ms = float(latency.predict(row).seconds.iloc[0] * 1000) if latency else float("nan")
+    found = predict_rows(fit_targets(table, seed=seed), row).iloc[0]
+    latency_ms = float(found.latency_ms)
     return {
-        "throughput_img_s": batch / seconds.seconds,
-        # a longer call is a lower throughput: the interval's ends swap
-        "interval": {"low": batch / seconds.high, "high": batch / seconds.low},
+        "throughput_img_s": float(found.throughput_img_s),
+        "interval": {"low": float(found.throughput_low), "high": float(found.throughput_high)},
         "latency_ms": None if math.isnan(latency_ms) else latency_ms,
-        "peak_mem_bytes": int(row.model_peak_bytes.iloc[0]),
+        "peak_mem_bytes": int(found.peak_mem_bytes),
         "coverage": predictor.COVERAGE,
         "trained_on": int(len(table)),
     }

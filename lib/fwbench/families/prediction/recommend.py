@@ -1,0 +1,277 @@
+"""Which configuration to run a model in: candidates over framework, mode, precision, batch size,
+threads and hardware, each scored by its measurement where one exists and by the predictor where
+none does, filtered by the user's limits, ranked by an objective, with the Pareto front marked.
+
+Candidates are what the evidence can speak for: a framework, mode and precision the training
+table has measured somewhere (a mode nobody ran would be a guess the predictor cannot check),
+on every device and thread count whose ceilings 02_calibrate measured at that precision.
+Memory is the model's own bytes (parameters plus the activations alive at a forward's peak,
+``features``), never the process's RSS, which moves by about 28% between runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from fwbench.families.prediction import dataset, forecast
+from fwbench.families.prediction import features as fw_features
+
+OBJECTIVES = ("throughput", "latency", "cost", "energy")
+BATCH_CHOICES = (1, 2, 4, 8, 16, 32, 64)
+# objective -> (column, larger is better)
+RANK_BY = {
+    "throughput": ("throughput_img_s", True),
+    "latency": ("latency_ms", False),
+    "cost": ("cost_per_million_img", False),
+    "energy": ("energy_j_per_img", False),
+}
+SETTING = ["framework", "mode", "precision"]
+JSON_KEYS = [
+    "framework",
+    "mode",
+    "precision",
+    "batch_size",
+    "threads",
+    "device_name",
+    "throughput_img_s",
+    "latency_ms",
+    "peak_mem_bytes",
+    "source",
+    "pareto",
+]
+
+
+@dataclass
+class Query:
+    model: str
+    batch_size: int | None = None
+    max_latency_ms: float | None = None  # on p95 latency
+    max_memory_bytes: float | None = None
+    objective: str = "throughput"
+    prices: dict | None = None  # device name -> price per hour
+
+
+def candidate_rows(
+    query: Query, table: pd.DataFrame, ceilings: pd.DataFrame, has_twin: bool, image_size: int
+) -> pd.DataFrame:
+    """Every candidate configuration of ``query.model``, with its features and ceilings."""
+    settings = table[SETTING].drop_duplicates()
+    if not has_twin:
+        settings = settings[settings.framework != "jax"]
+    batches = [query.batch_size] if query.batch_size else list(BATCH_CHOICES)
+    feats = pd.DataFrame(
+        [fw_features.torch_features(query.model, b, image_size).row() for b in batches]
+    )
+    rows = []
+    for setting, hardware, batch in itertools.product(
+        settings.itertuples(index=False), ceilings.itertuples(index=False), batches
+    ):
+        if setting.precision != hardware.precision:
+            continue
+        rows.append(
+            {
+                "model": query.model,
+                **setting._asdict(),
+                "batch_size": batch,
+                "threads": hardware.threads,
+                "device": hardware.device,
+                "device_name": hardware.device_name,
+                "image_size": image_size,
+            }
+        )
+    config = pd.DataFrame(rows, columns=dataset.CONFIG)
+    return dataset.with_features(config, feats, ceilings)
+
+
+def score(rows: pd.DataFrame, fitted: dict, measured: pd.DataFrame) -> pd.DataFrame:
+    """Each candidate's throughput, p95 latency (``latency_ms``), memory and energy: measured
+    (the newest run's medians) where the index has the configuration, else predicted."""
+    predicted = forecast.predict_rows(fitted, rows)
+    out = rows[dataset.CONFIG].copy()
+    out["throughput_img_s"] = predicted.throughput_img_s
+    out["latency_ms"] = predicted.latency_p95_ms
+    out["peak_mem_bytes"] = predicted.peak_mem_bytes
+    out["energy_j_per_img"] = np.nan
+    out["source"] = "predicted"
+    if measured.empty:
+        return out
+    newest = measured.sort_values("run_id").drop_duplicates(dataset.CONFIG, keep="last")
+    joined = out.reset_index().merge(newest, on=dataset.CONFIG, how="left", suffixes=("", "_m"))
+    found = joined.img_s.notna().to_numpy()
+    index = joined["index"][found]
+    out.loc[index, "throughput_img_s"] = joined.img_s[found].to_numpy()
+    p95 = joined.latency_p95_s[found].to_numpy() * 1000
+    out.loc[index, "latency_ms"] = np.where(np.isnan(p95), out.loc[index, "latency_ms"], p95)
+    out.loc[index, "energy_j_per_img"] = joined.energy_j_per_img_m[found].to_numpy()
+    out.loc[index, "source"] = "measured"
+    return out
+
+
+def pareto(frame: pd.DataFrame, columns: dict) -> pd.Series:
+    """Whether no other row is at least as good in every column (``columns``: name -> larger is
+    better) and better in one. NaN counts as worst."""
+    values = np.column_stack(
+        [
+            np.nan_to_num(frame[c].to_numpy(float) * (1 if up else -1), nan=-np.inf)
+            for c, up in columns.items()
+        ]
+    )
+    front = []
+    for row in values:
+        dominated = np.all(values >= row, axis=1) & np.any(values > row, axis=1)
+        front.append(not dominated.any())
+    return pd.Series(front, index=frame.index)
+
+
+@dataclass
+class Ranking:
+    ranked: pd.DataFrame  # the candidates that meet every limit, best first
+    dropped: dict  # reason -> how many candidates it removed
+
+
+def rank(scored: pd.DataFrame, query: Query) -> Ranking:
+    """Filter by the query's limits (p95 latency, memory, a price for cost), rank by its
+    objective, mark the Pareto front over throughput, p95 latency, memory and cost."""
+    frame = scored.copy()
+    dropped = {}
+
+    def keep(mask, reason):
+        nonlocal frame
+        dropped[reason] = int((~mask).sum())
+        frame = frame[mask]
+
+    if query.max_latency_ms is not None:
+        keep(
+            frame.latency_ms <= query.max_latency_ms,
+            f"p95 latency above {query.max_latency_ms:g} ms",
+        )
+    if query.max_memory_bytes is not None:
+        limit = query.max_memory_bytes / 2**30
+        keep(frame.peak_mem_bytes <= query.max_memory_bytes, f"more than {limit:g} GiB of memory")
+    columns = {"throughput_img_s": True, "latency_ms": False, "peak_mem_bytes": False}
+    if query.prices:
+        price = frame.device_name.map(query.prices).astype(float)
+        frame = frame.assign(cost_per_million_img=price / (frame.throughput_img_s * 3600) * 1e6)
+        columns["cost_per_million_img"] = False
+        if query.objective == "cost":
+            keep(frame.cost_per_million_img.notna(), "no price for its device")
+    if query.objective == "energy":
+        keep(frame.energy_j_per_img.notna(), "no energy measurement")
+    frame = frame.assign(pareto=pareto(frame, columns) if len(frame) else [])
+    column, larger = RANK_BY[query.objective]
+    frame = frame.sort_values(
+        [column, "throughput_img_s"], ascending=[not larger, False], na_position="last"
+    )
+    return Ranking(frame.reset_index(drop=True), {k: v for k, v in dropped.items() if v})
+
+
+def explain(ranking: Ranking, query: Query) -> str:
+    """One sentence: what is recommended, by which objective, from what evidence, against what."""
+    if ranking.ranked.empty:
+        why = "; ".join(f"{n} with {reason}" for reason, n in ranking.dropped.items())
+        return f"No configuration of {query.model} meets the limits ({why or 'no candidates'})."
+    best = ranking.ranked.iloc[0]
+    column, _ = RANK_BY[query.objective]
+    evidence = "measured" if best.source == "measured" else "predicted (never measured)"
+    text = (
+        f"Run {query.model} on {best.framework} {best['mode']} in {best.precision} at batch "
+        f"{best.batch_size} with {best.threads} threads on {best.device_name}: the best "
+        f"{query.objective} of {len(ranking.ranked)} candidates that meet the limits "
+        f"({best[column]:.4g} {_UNITS[column]}, {evidence})"
+    )
+    if len(ranking.ranked) > 1:
+        second = ranking.ranked.iloc[1]
+        text += (
+            f", ahead of {second.framework} {second['mode']} in {second.precision} at batch "
+            f"{second.batch_size} ({second[column]:.4g})"
+        )
+    if ranking.dropped:
+        text += "; left out: " + ", ".join(f"{n} with {r}" for r, n in ranking.dropped.items())
+    return text + "."
+
+
+_UNITS = {
+    "throughput_img_s": "img/s",
+    "latency_ms": "ms p95",
+    "cost_per_million_img": "per million images",
+    "energy_j_per_img": "J/img",
+}
+
+
+def regret_pct(chosen: float, best: float, larger_is_better: bool = True) -> float:
+    """How much worse the chosen configuration's measured value is than the best measured, in %."""
+    if larger_is_better:
+        return (1 - chosen / best) * 100
+    return (chosen / best - 1) * 100
+
+
+def _choice(group: pd.DataFrame, predicted: pd.DataFrame, cap: float | None) -> dict:
+    """The configuration predictions alone pick from ``group`` (measured rows of one model), and
+    its regret against the best measured one; ``cap`` limits p95 latency (seconds)."""
+    truly = group if cap is None else group[group.latency_p95_s <= cap]
+    believed = predicted if cap is None else predicted[predicted.latency_p95_ms / 1000 <= cap]
+    if truly.empty:
+        return {}
+    best = truly.img_s.max()
+    if believed.empty:  # the predictions say nothing fits where something does
+        return {"regret_pct": 100.0, "chosen": None, "violates": False, "best_img_s": best}
+    chosen = group.loc[believed.throughput_img_s.idxmax()]
+    violates = cap is not None and chosen.latency_p95_s > cap
+    regret = 100.0 if violates else regret_pct(chosen.img_s, best)
+    return {
+        "regret_pct": regret,
+        "chosen": f"{chosen.framework} {chosen['mode']} {chosen.precision} batch "
+        f"{chosen.batch_size}, {chosen.threads} threads",
+        "violates": bool(violates),
+        "best_img_s": best,
+    }
+
+
+def evaluate(table: pd.DataFrame, *, seed: int = 0) -> pd.DataFrame:
+    """Recommendations for each measured model made from predictions alone, by a fit that never
+    saw the model, against the exhaustive measured optimum. Two kinds of query per model and
+    device: the best throughput at each batch size where two or more configurations ran
+    (``batch``), and the best throughput under a p95 latency cap at the median of the model's
+    measured p95 latencies (``latency``), where a pick that breaks the cap counts as 100%."""
+    rows = []
+    for model in sorted(table.model.unique()):
+        others = table[table.model != model]
+        if others.model.nunique() < 2:
+            continue
+        fitted = forecast.fit_targets(others, seed=seed)
+        mine = table[table.model == model]
+        mine = mine.sort_values("run_id").drop_duplicates(dataset.CONFIG, keep="last")
+        predicted = forecast.predict_rows(fitted, mine)
+        for device_name, on_device in mine.groupby("device_name"):
+            for batch, group in on_device.groupby("batch_size"):
+                if len(group) >= 2:
+                    found = _choice(group, predicted.loc[group.index], None)
+                    rows.append(
+                        {
+                            "query": "batch",
+                            "model": model,
+                            "device_name": device_name,
+                            "batch_size": int(batch),
+                            "candidates": len(group),
+                            **found,
+                        }
+                    )
+            timed = on_device[on_device.latency_p95_s.notna()]
+            if len(timed) >= 2 and fitted.get("latency_p95_s") is not None:
+                cap = float(timed.latency_p95_s.median())
+                found = _choice(timed, predicted.loc[timed.index], cap)
+                rows.append(
+                    {
+                        "query": "latency",
+                        "model": model,
+                        "device_name": device_name,
+                        "cap_ms": cap * 1000,
+                        "candidates": len(timed),
+                        **found,
+                    }
+                )
+    return pd.DataFrame(rows)

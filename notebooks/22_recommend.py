@@ -1,0 +1,110 @@
+# %% [markdown]
+# # 22 · Recommend: would the recommender have picked the best configuration?
+#
+# **Purpose.** `fwbench recommend` ranks a model's configurations (framework, mode, precision,
+# batch size, threads, hardware) by measurements where they exist and predictions where they do
+# not. Here each measured model is treated as if nobody had run it: a fit that never saw the
+# model predicts all of its measured configurations, the recommender picks from the predictions
+# alone, and the pick is scored against the exhaustive measured optimum as regret (how much
+# throughput the pick gives up, in %). Two kinds of query (`recommend.evaluate`): the best
+# configuration at a fixed batch size, and the best under a p95 latency cap at the median of the
+# model's measured p95 latencies, where a pick that breaks the cap counts as 100% regret. Goal:
+# regret ≤ 5% in ≥ 90% of queries (Selecta, USENIX ATC 2018: 94% within 10% of optimal).
+# Records: family `prediction`, `regret_pct` per query and `regret_within_5pct` per kind.
+#
+# **Run it:** `fwbench run params/prediction.yaml` (after 21_prediction, whose training table it
+# reads; else it builds one from the index).
+#
+# **Runtime:** about 1 min on a 2-core CPU (one fit per model).
+
+# %% tags=["parameters"]
+db_path = ""  # empty: $FWBENCH_DB, else executed/fwbench.duckdb
+seed = 0
+goal_regret_pct = 5.0
+goal_share_pct = 90.0
+
+# %%
+from pathlib import Path
+
+import altair as alt
+import pandas as pd
+from IPython.display import Markdown, display
+
+from fwbench.families.prediction import dataset, forecast, recommend
+from fwbench.pipeline.campaign import find_repo_root
+from fwbench.results import db as fw_db
+from fwbench.results.records import Recorder
+
+root = find_repo_root(Path.cwd())
+db_file = Path(db_path) if db_path else fw_db.default_db_path()
+db_file = db_file if db_file.is_absolute() else root / db_file
+# the table the newest 21_prediction saved beside the index's executed notebooks, else one built
+# from the index (every measured model's features: a few minutes)
+saved = forecast.latest_table(db_file.parent)
+table = forecast.load_table(saved) if saved else dataset.build(db_file)[0]
+print(f"from {saved or db_file}")
+print(f"{len(table)} configurations of {table.model.nunique() if len(table) else 0} models")
+
+# %%
+queries = recommend.evaluate(table, seed=seed) if len(table) else pd.DataFrame()
+rec = Recorder("prediction", extra={"seed": seed})
+if queries.empty:
+    reason = "no model has two or more measured configurations on one device to choose between"
+    rec.add("regret_pct", None, "%", status="skipped", error=reason)
+    print(reason)
+else:
+    for row in queries.itertuples():
+        extra = {"query": row.query, "chosen": row.chosen, "candidates": int(row.candidates)}
+        if row.query == "latency":
+            extra["cap_ms"] = float(row.cap_ms)
+        batch = int(row.batch_size) if row.query == "batch" else None
+        rec.add(
+            "regret_pct",
+            row.regret_pct,
+            "%",
+            model=row.model,
+            device_name=row.device_name,
+            batch_size=batch,
+            extra=extra,
+        )
+    for kind, group in queries.groupby("query"):
+        share = float((group.regret_pct <= goal_regret_pct).mean() * 100)
+        rec.add("regret_within_5pct", share, "%", n=len(group), extra={"query": kind})
+queries
+
+# %% [markdown]
+# ## Against the goal
+
+# %%
+if not queries.empty:
+    lines = []
+    for kind, group in queries.groupby("query"):
+        share = (group.regret_pct <= goal_regret_pct).mean() * 100
+        verdict = (
+            "meets"
+            if share >= goal_share_pct
+            else (f"misses by {goal_share_pct - share:.1f} points")
+        )
+        worst = group.sort_values("regret_pct").iloc[-1]
+        lines.append(
+            f"- **{kind}** queries: regret ≤ {goal_regret_pct:g}% in {share:.0f}% of "
+            f"{len(group)} (goal ≥ {goal_share_pct:g}%): {verdict}. Median regret "
+            f"{group.regret_pct.median():.1f}%; the worst, {worst.regret_pct:.1f}%, on "
+            f"{worst.model} ({worst.device_name}); {int(group.violates.sum())} picks broke "
+            "their latency cap."
+        )
+    display(Markdown("\n".join(lines)))
+    display(
+        alt.Chart(queries)
+        .mark_bar()
+        .encode(
+            x=alt.X("regret_pct:Q", bin=alt.Bin(step=2.5), title="regret (%)"),
+            y=alt.Y("count():Q", title="queries"),
+            color="query:N",
+            tooltip=["query", "count()"],
+        )
+        .properties(title="Regret of recommendations made from predictions alone", width=360)
+    )
+
+# %%
+rec.emit()

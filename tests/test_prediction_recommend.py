@@ -1,0 +1,189 @@
+"""The recommender: the Pareto front, the limits and their fall-back, the objective's order, and
+`fwbench recommend`'s answers on an index the tests write."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from fwbench.families.prediction import recommend
+from tests.conftest import run_cli
+from tests.test_prediction_dataset import CPU, IMAGE, write_index
+
+MIB = 2**20
+
+
+def scored():
+    """Four candidates: the fastest needs the most memory; the second is fast and small."""
+    return pd.DataFrame(
+        {
+            "framework": ["torch", "jax", "torch", "jax"],
+            "mode": ["eager", "jit", "eager", "jit"],
+            "precision": ["fp32"] * 4,
+            "batch_size": [64, 16, 1, 1],
+            "threads": [2] * 4,
+            "device_name": [CPU, CPU, CPU, "Other CPU (family 3, model 4)"],
+            "throughput_img_s": [100.0, 90.0, 20.0, 10.0],
+            "latency_ms": [700.0, 200.0, 50.0, 120.0],
+            "peak_mem_bytes": [900 * MIB, 300 * MIB, 100 * MIB, 100 * MIB],
+            "energy_j_per_img": [float("nan")] * 4,
+            "source": ["measured", "predicted", "measured", "predicted"],
+        }
+    )
+
+
+def test_pareto_front():
+    front = recommend.pareto(
+        scored(), {"throughput_img_s": True, "latency_ms": False, "peak_mem_bytes": False}
+    )
+    # the last is slower, slower per call and no smaller than the third: dominated
+    assert front.tolist() == [True, True, True, False]
+
+
+def test_memory_limit_falls_back_to_the_next_best():
+    free = recommend.rank(scored(), recommend.Query(model="m"))
+    assert free.ranked.iloc[0].batch_size == 64 and free.dropped == {}
+    limited = recommend.rank(scored(), recommend.Query(model="m", max_memory_bytes=512 * MIB))
+    assert limited.ranked.iloc[0].batch_size == 16  # the fastest that fits
+    assert (limited.ranked.peak_mem_bytes <= 512 * MIB).all()
+    assert limited.dropped == {"more than 0.5 GiB of memory": 1}
+    none = recommend.rank(scored(), recommend.Query(model="m", max_memory_bytes=10 * MIB))
+    assert none.ranked.empty
+    assert "No configuration of m meets the limits" in recommend.explain(none, recommend.Query("m"))
+
+
+def test_latency_limit_and_objectives():
+    by_latency = recommend.rank(scored(), recommend.Query(model="m", objective="latency"))
+    assert by_latency.ranked.latency_ms.tolist() == [50.0, 120.0, 200.0, 700.0]
+    capped = recommend.rank(scored(), recommend.Query(model="m", max_latency_ms=150))
+    assert capped.ranked.batch_size.tolist() == [1, 1]  # 20 then 10 img/s
+    prices = {CPU: 1.0}  # the other CPU has no price: left out of a cost ranking
+    cost = recommend.rank(scored(), recommend.Query(model="m", objective="cost", prices=prices))
+    assert cost.dropped == {"no price for its device": 1}
+    assert cost.ranked.cost_per_million_img.iloc[0] == pytest.approx(1.0 / (100 * 3600) * 1e6)
+    sentence = recommend.explain(cost, recommend.Query(model="m", objective="cost"))
+    assert sentence.startswith("Run m on torch eager in fp32 at batch 64 with 2 threads")
+    assert "1 with no price for its device" in sentence
+
+
+def test_regret():
+    assert recommend.regret_pct(95.0, 100.0) == pytest.approx(5.0)
+    assert recommend.regret_pct(110.0, 100.0, larger_is_better=False) == pytest.approx(10.0)
+
+
+def _recommend(tmp_path, *args):
+    return run_cli(
+        "recommend", "--db", tmp_path / "i.duckdb", "--out", tmp_path / "executed", *args
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--model", "no_such_net"], "unknown model"),
+        (["--model", "resnet18", "--batch-size", "0"], "--batch-size must be positive"),
+        (["--model", "resnet18", "--objective", "cost"], "needs --price-per-hour"),
+        (["--model", "resnet18", "--price-per-hour", "missing.yaml"], "no file"),
+        (
+            ["--model", "resnet18", "--objective", "energy"],
+            "no configuration in the index has an energy",
+        ),
+    ],
+)
+def test_recommend_refuses_bad_input_in_one_line(tmp_path, args, words):
+    write_index(tmp_path / "i.duckdb")
+    done = _recommend(tmp_path, *args)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], done.stderr
+
+
+def test_recommend_a_malformed_price_file(tmp_path):
+    write_index(tmp_path / "i.duckdb")
+    (tmp_path / "p.yaml").write_text(f"'{CPU}': cheap\n")
+    done = _recommend(tmp_path, "--model", "resnet18", "--price-per-hour", tmp_path / "p.yaml")
+    assert done.returncode == 2 and "is not a number" in done.stderr
+
+
+def test_recommend_returns_a_configuration_that_fits(tmp_path):
+    write_index(tmp_path / "i.duckdb")
+    (tmp_path / "p.csv").write_text(f'device,price_per_hour\n"{CPU}",2.0\n')
+    common = [
+        "--model",
+        "resnet18",
+        "--image-size",
+        str(IMAGE),
+        "--price-per-hour",
+        tmp_path / "p.csv",
+    ]
+    done = _recommend(tmp_path, *common, "--batch-size", "4", "--json")
+    assert done.returncode == 0, done.stderr
+    ranked = json.loads(done.stdout)
+    # PyTorch eager and JAX jit at batch 4 on the one calibrated CPU; PyTorch's was measured
+    assert {(r["framework"], r["source"]) for r in ranked} == {
+        ("torch", "measured"),
+        ("jax", "predicted"),
+    }
+    measured = next(r for r in ranked if r["source"] == "measured")
+    assert measured["throughput_img_s"] == pytest.approx(31.0)
+    assert set(recommend.JSON_KEYS) <= set(ranked[0])
+    assert ranked[0]["throughput_img_s"] == max(r["throughput_img_s"] for r in ranked)
+    # a limit below every candidate's bytes leaves nothing to recommend, and says so
+    tight = _recommend(tmp_path, *common, "--batch-size", "4", "--max-memory-gb", "0.001")
+    assert tight.returncode == 1 and "No configuration of resnet18 meets the limits" in tight.stdout
+    fits = _recommend(tmp_path, *common, "--max-memory-gb", "0.2", "--json")
+    assert fits.returncode == 0, fits.stderr
+    assert all(r["peak_mem_bytes"] <= 0.2 * 2**30 for r in json.loads(fits.stdout))
+
+
+def test_a_pick_from_predictions_is_scored_against_the_measured_best():
+    group = pd.DataFrame(
+        {
+            "framework": ["torch", "jax", "torch"],
+            "mode": ["eager", "jit", "compile"],
+            "precision": ["fp32"] * 3,
+            "batch_size": [8] * 3,
+            "threads": [2] * 3,
+            "img_s": [10.0, 20.0, 15.0],
+            "latency_p95_s": [0.1, 0.5, 0.2],
+        }
+    )
+    # the predictions rank the third first: it gives up a quarter of the best's throughput
+    predicted = pd.DataFrame(
+        {"throughput_img_s": [1.0, 2.0, 3.0], "latency_p95_ms": [100.0, 500.0, 150.0]}
+    )
+    assert recommend._choice(group, predicted, None)["regret_pct"] == pytest.approx(25.0)
+    # under a 0.3 s cap the best that fits measures 15 img/s; a pick of it has no regret...
+    assert recommend._choice(group, predicted, 0.3)["regret_pct"] == pytest.approx(0.0)
+    # ...and one the predictions wrongly believe fits, which breaks the cap, counts as 100%
+    wrong = predicted.assign(latency_p95_ms=[100.0, 500.0, 250.0], throughput_img_s=[1.0, 2.0, 3.0])
+    broke = recommend._choice(group.assign(latency_p95_s=[0.1, 0.5, 0.4]), wrong, 0.3)
+    assert broke["violates"] and broke["regret_pct"] == 100.0
+
+
+def test_evaluate_never_fits_on_the_model_it_recommends_for(monkeypatch):
+    from fwbench.families.prediction import forecast
+    from tests.test_prediction_predictor import synthetic_sweep
+
+    table = synthetic_sweep(noise=0.0).assign(
+        run_id="r1", device="cpu", image_size=224, model_peak_bytes=1e8
+    )
+    table["img_s"] = table.batch_size / table.seconds
+    table["latency_s"] = table["latency_p95_s"] = table.seconds
+    seen = []
+    fit = forecast.fit_targets
+
+    def spy(frame, seed=0):
+        seen.append(set(frame.model))
+        return fit(frame, seed=seed)
+
+    monkeypatch.setattr(forecast, "fit_targets", spy)
+    queries = recommend.evaluate(table)
+    models = sorted(table.model.unique())
+    assert len(seen) == len(models)
+    for model, trained in zip(models, seen, strict=True):
+        assert model not in trained
+    assert set(queries["query"]) == {"batch", "latency"}
+    # two frameworks x two thread counts at each batch size: four candidates a query
+    assert (queries[queries["query"] == "batch"].candidates == 4).all()
+    assert queries.regret_pct.between(0, 100).all()
