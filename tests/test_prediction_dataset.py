@@ -253,11 +253,13 @@ def test_the_newest_saved_table_is_found(tmp_path):
     assert forecast.latest_table(tmp_path / "nothing") is None
 
 
-def test_21_prediction_scores_hold_outs_and_saves_its_table(tmp_path, write_campaign):
+def test_21_and_22_score_hold_outs_and_recommendations(tmp_path, write_campaign):
     write_index(tmp_path / "i.duckdb")
     campaign = write_campaign(
         "campaign: predsynth\nsteps:\n  - notebook: 21_prediction\n"
         f"    params: {{holdouts: [family, batch, threads], db_path: '{tmp_path / 'i.duckdb'}'}}\n"
+        "  - notebook: 22_recommend\n"
+        f"    params: {{db_path: '{tmp_path / 'i.duckdb'}'}}\n"
     )
     out = tmp_path / "executed"
     done = run_cli("run", campaign, "--out", out, "--db", tmp_path / "out.duckdb")
@@ -266,14 +268,18 @@ def test_21_prediction_scores_hold_outs_and_saves_its_table(tmp_path, write_camp
     assert set(forecast.load_table(table).model) == {m for m, _, _ in THROUGHPUT}
     con = fw_db.connect(tmp_path / "out.duckdb", read_only=True)
     rows = con.execute(
-        "select metric, status, json_extract_string(extra, '$.holdout') as holdout, value "
-        "from measurements where family = 'prediction'"
+        "select notebook, metric, status, json_extract_string(extra, '$.holdout') as holdout, "
+        "value from measurements where family = 'prediction'"
     ).df()
     con.close()
-    scored = rows[rows.status == "ok"]
+    scored = rows[(rows.status == "ok") & (rows.notebook == "21_prediction")]
     # three families (resnet, mobilenet, squeezenet) make the family hold-out; no batch size
     # above 16 and one thread count make no other, which the notebook says rather than scores
     assert set(scored.holdout) == {"family"}
     skipped = rows[rows.status == "skipped"]
     assert set(skipped.holdout) == {"batch", "threads"}
     assert {"mape_pct", "within_15pct", "interval_coverage_pct"} <= set(scored.metric)
+    # 22_recommend: ResNet-18 and MobileNetV3-S ran on both frameworks at batch 1, a choice each
+    regret = rows[rows.metric == "regret_pct"]
+    assert len(regret) == 2 and regret.value.between(0, 100).all()
+    assert len(rows[rows.metric == "regret_within_5pct"]) == 1

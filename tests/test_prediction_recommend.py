@@ -168,6 +168,7 @@ def test_evaluate_never_fits_on_the_model_it_recommends_for(monkeypatch):
     table = synthetic_sweep(noise=0.0).assign(
         run_id="r1", device="cpu", image_size=224, model_peak_bytes=1e8
     )
+    table = table[table.model.str.endswith("0")]  # one model a family: five fits, not fifteen
     table["img_s"] = table.batch_size / table.seconds
     table["latency_s"] = table["latency_p95_s"] = table.seconds
     seen = []
