@@ -70,3 +70,11 @@ def test_row_has_every_category():
     row = module_features(_known_program(), 1, SIZE).row()
     assert row["flops:attention"] == 0.0
     assert row["bytes:depthwise/grouped convolution"] > 0
+
+
+def test_a_model_that_cannot_be_built_on_the_meta_device_still_has_features():
+    # RegNet's constructor reads block widths out of tensors, which the meta device cannot do
+    found = torch_features("regnet_x_400mf", 2)
+    # torchvision's metadata: 0.414 GMACs an image at 224 px, 5.5M parameters
+    assert found.total_flops == pytest.approx(2 * 2 * 0.414e9, rel=0.05)
+    assert found.param_count == pytest.approx(5.5e6, rel=0.02)

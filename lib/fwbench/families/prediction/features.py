@@ -174,9 +174,15 @@ def torch_features(name: str, batch_size: int, image_size: int | None = None) ->
 
     spec = get_spec(name)
     size = image_size or spec.image_size
-    with torch.device("meta"):
-        model = spec.torch_model(image_size=size).eval()
-    return module_features(model, batch_size, size, name=name)
+    try:
+        with torch.device("meta"):
+            model = spec.torch_model(image_size=size)
+    except NotImplementedError:
+        # a constructor that computes its own widths with tensors (torchvision's RegNets read
+        # them back with .tolist()) cannot run on the meta device: build it on the CPU, then
+        # drop its storage by moving it there
+        model = spec.torch_model(image_size=size).to("meta")
+    return module_features(model.eval(), batch_size, size, name=name)
 
 
 def module_features(model, batch_size: int, image_size: int, *, name: str = "") -> Features:
