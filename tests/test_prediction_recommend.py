@@ -188,3 +188,34 @@ def test_evaluate_never_fits_on_the_model_it_recommends_for(monkeypatch):
     # two frameworks x two thread counts at each batch size: four candidates a query
     assert (queries[queries["query"] == "batch"].candidates == 4).all()
     assert queries.regret_pct.between(0, 100).all()
+
+
+def test_the_reports_prediction_table_keeps_hold_outs_and_queries_apart():
+    from fwbench.report import tables
+
+    def row(metric, value, **extra):
+        return {
+            "family": "prediction",
+            "status": "ok",
+            "metric": metric,
+            "value": value,
+            "extra": extra,
+        }
+
+    meas = pd.DataFrame(
+        [
+            row("mape_pct", 12.0, holdout="batch"),
+            row("mape_pct", 40.0, holdout="family"),
+            row("regret_pct", 0.0, query="batch"),
+            row("regret_pct", 10.0, query="batch"),
+            row("regret_pct", 30.0, query="batch"),
+            row("regret_within_5pct", 33.3, query="batch"),
+            {**row("mape_pct", 99.0, holdout="cpu"), "status": "skipped"},
+        ]
+    )
+    table = tables.prediction_table(meas).set_index(tables.PREDICTION_GROUP)
+    # a family_table would have pooled the two hold-outs' MAPE into one median of 26
+    assert table.loc["hold-out: family", "mape_pct"] == 40.0
+    assert table.loc["hold-out: batch", "mape_pct"] == 12.0
+    assert table.loc["query: batch", "regret_pct"] == 10.0  # the median over three queries
+    assert "hold-out: cpu" not in table.index  # skipped hold-outs carry no score

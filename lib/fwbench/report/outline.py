@@ -154,6 +154,10 @@ class Analysis:
         return tables.family_table(self.meas, "validation")
 
     @cached_property
+    def prediction(self) -> pd.DataFrame:
+        return tables.prediction_table(self.meas)
+
+    @cached_property
     def history_runs(self) -> int:
         return int(self.histories.run_id.nunique()) if not self.histories.empty else 0
 
@@ -905,6 +909,26 @@ SECTIONS: tuple[Section, ...] = (
         ),
         empty=_empty("validation"),
         empty_note="No validation records in this run.",
+    ),
+    Section(
+        "Prediction",
+        "How well the predictor does on configurations no fit has seen (21_prediction: grouped "
+        "hold-outs by model family, batch size above 16, thread count and CPU; MAPE, the share "
+        "within ±10% and ±15%, the worst error, how often the 90% interval held, the correct "
+        "JAX-vs-PyTorch winner where the measured gap is decided), and how much throughput the "
+        "recommender gives up when it picks from predictions alone (22_recommend: median regret "
+        "and the share of queries within 5%). Goals: MAPE ≤ 10% on unseen batch sizes, ≤ 15% on "
+        "unseen families, a correct winner ≥ 90%, regret ≤ 5% in ≥ 90% of queries.",
+        (
+            Table(
+                "prediction",
+                "Scores per hold-out (21_prediction) and per kind of query (22_recommend).",
+                lambda a: a.prediction,
+                records("prediction"),
+            ),
+        ),
+        empty=_empty("prediction"),
+        empty_note="No prediction records in this run.",
     ),
     Section(
         "History",

@@ -528,6 +528,28 @@ def family_table(meas: pd.DataFrame, family: str) -> pd.DataFrame:
     return table.sort_values(index, ignore_index=True)
 
 
+PREDICTION_GROUP = "hold-out or query"
+
+
+def prediction_table(meas: pd.DataFrame) -> pd.DataFrame:
+    """21_prediction's scores per hold-out and 22_recommend's per kind of query, one row each:
+    ``family_table`` would pool them, since the hold-out lives in ``extra``. A query's
+    ``regret_pct`` is the median over its queries."""
+    rows = meas[(meas.family == "prediction") & (meas.status == "ok") & meas.value.notna()]
+    if rows.empty:
+        return pd.DataFrame()
+    group = [
+        f"hold-out: {e['holdout']}" if e.get("holdout") else f"query: {e.get('query', '')}"
+        for e in rows.extra
+    ]
+    table = rows.assign(**{PREDICTION_GROUP: group}).pivot_table(
+        index=PREDICTION_GROUP, columns="metric", values="value", aggfunc="median"
+    )
+    table = table.reset_index()
+    table.columns.name = None
+    return table
+
+
 TRAINING_SPEED = [
     "step_time_p50_ms",
     "step_time_p95_ms",
