@@ -251,6 +251,20 @@ def _machine_ceiling(db_path: Path, out: Path, request):
     return lookup()
 
 
+def _indexed(args) -> tuple[Path, Path, str | None]:
+    """The executed folder and the index ``predict`` and ``recommend`` read, the index built from
+    the folder first where it is missing (a fresh clone); the one line to fail with if neither
+    exists."""
+    out = Path(args.out)
+    db_path = Path(args.db) if args.db else db.default_db_path(out)
+    if not db_path.exists():
+        if not out.is_dir():
+            return out, db_path, f"no index at {db_path} and no executed notebooks at {out}"
+        print(f"fwbench: no index at {db_path}; indexing {out} first", file=sys.stderr)
+        db.ingest(out, db_path)
+    return out, db_path, None
+
+
 def _training_table(db_path: Path, out: Path):
     """The newest 21_prediction run's table, else one built from the index (slower: every
     measured model's features)."""
@@ -275,11 +289,9 @@ def cmd_predict(args) -> int:
     request, problem = _predict_request(args)
     if problem:
         return _fail(problem)
-    out = Path(args.out)
-    db_path = Path(args.db) if args.db else db.default_db_path(out)
-    if not db_path.exists() and out.is_dir():
-        print(f"fwbench: no index at {db_path}; indexing {out} first", file=sys.stderr)
-        db.ingest(out, db_path)
+    out, db_path, problem = _indexed(args)
+    if problem:
+        return _fail(problem)
     table, source = _training_table(db_path, out)
     if table.empty or table.model.nunique() < 2:
         return _fail(
@@ -385,6 +397,7 @@ def _recommend_query(args):
         ("--batch-size", args.batch_size),
         ("--max-latency-ms", args.max_latency_ms),
         ("--max-memory-gb", args.max_memory_gb),
+        ("--top", args.top),
     ):
         if value is not None and not value > 0:
             return None, None, None, f"{name} must be positive, got {value}"
@@ -413,13 +426,9 @@ def cmd_recommend(args) -> int:
     query, has_twin, image_size, problem = _recommend_query(args)
     if problem:
         return _fail(problem)
-    out = Path(args.out)
-    db_path = Path(args.db) if args.db else db.default_db_path(out)
-    if not db_path.exists():
-        if not out.is_dir():
-            return _fail(f"no index at {db_path} and no executed notebooks at {out}")
-        print(f"fwbench: no index at {db_path}; indexing {out} first", file=sys.stderr)
-        db.ingest(out, db_path)
+    out, db_path, problem = _indexed(args)
+    if problem:
+        return _fail(problem)
     con = db.connect(db_path, read_only=True)
     try:
         ceilings = dataset.ceilings(con)
@@ -471,6 +480,16 @@ def _name(text: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a name (letters, digits, _ and -)")
     return text
+
+
+def _decision_arguments(parser: argparse.ArgumentParser, json_help: str) -> None:
+    """What ``predict`` and ``recommend`` both take."""
+    parser.add_argument("--image-size", type=int, help="default: the model's own")
+    parser.add_argument("--json", action="store_true", help=json_help)
+    parser.add_argument("--out", default="executed", help="executed-notebook folder")
+    parser.add_argument(
+        "--db", help="database path (default: $FWBENCH_DB, else OUT/fwbench.duckdb)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -620,12 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     predict.add_argument("--threads", type=int, help="intra-op threads (default: all cores)")
     predict.add_argument("--mode", default="default", help="eager, compile, jit (default: default)")
-    predict.add_argument("--image-size", type=int, help="default: the model's own")
-    predict.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    predict.add_argument("--out", default="executed", help="executed-notebook folder")
-    predict.add_argument(
-        "--db", help="database path (default: $FWBENCH_DB, else OUT/fwbench.duckdb)"
-    )
+    _decision_arguments(predict, "one JSON object on stdout")
     predict.set_defaults(func=cmd_predict)
     recommend = sub.add_parser(
         "recommend",
@@ -647,13 +661,8 @@ def build_parser() -> argparse.ArgumentParser:
     recommend.add_argument(
         "--price-per-hour", metavar="FILE", help="YAML 'device: price' or CSV device,price_per_hour"
     )
-    recommend.add_argument("--image-size", type=int, help="default: the model's own")
     recommend.add_argument("--top", type=int, default=10, help="rows to print (default: 10)")
-    recommend.add_argument("--json", action="store_true", help="a JSON list, best first")
-    recommend.add_argument("--out", default="executed", help="executed-notebook folder")
-    recommend.add_argument(
-        "--db", help="database path (default: $FWBENCH_DB, else OUT/fwbench.duckdb)"
-    )
+    _decision_arguments(recommend, "a JSON list, best first")
     recommend.set_defaults(func=cmd_recommend)
     return parser
 
