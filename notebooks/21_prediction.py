@@ -34,7 +34,7 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 from IPython.display import Markdown, display
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from fwbench import vocab
 from fwbench.families.prediction import dataset, forecast, predictor
@@ -64,7 +64,8 @@ coverage
 # %%
 folder = os.environ.get(vocab.ENV_EXECUTED_DIR)
 if folder:
-    print(forecast.save_table(table, Path(folder)))
+    saved = forecast.save_table(table, Path(folder))
+    print(saved.relative_to(root) if saved.is_relative_to(root) else saved.name)
 
 # %% [markdown]
 # ## Grouped hold-outs
@@ -135,6 +136,23 @@ for row in summary.itertuples():
             if row.decided_pairs
             else "not scored: no decided JAX-vs-PyTorch comparison in this hold-out."
         )
+    )
+if scored:
+    # why a miss: what the fit had to learn from, and where its errors gather
+    held_all = pd.concat(scored)
+    worst = (
+        held_all.assign(error=(held_all.predicted / held_all.seconds - 1).abs() * 100)
+        .groupby(["holdout", "fold"])
+        .error.mean()
+        .sort_values()
+    )
+    (kind, fold), mape = worst.index[-1], worst.iloc[-1]
+    lines.append(
+        f"\nThe fit had {len(table)} configurations of {table.model.nunique()} models on "
+        f"{table.device_name.nunique()} CPUs ({', '.join(sorted(table.device_name.unique()))}); "
+        f"its largest errors gather in the {kind} hold-out's fold {fold!r} (MAPE {mape:.0f}%), "
+        "a group whose kind of work no other fold showed it. More of the sweep "
+        "(`params/sweep_cpu.yaml`) is what closes such gaps."
     )
 display(Markdown("\n".join(lines) or "No hold-out could be scored."))
 

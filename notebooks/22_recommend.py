@@ -42,7 +42,8 @@ db_file = db_file if db_file.is_absolute() else root / db_file
 # from the index (every measured model's features: a few minutes)
 saved = forecast.latest_table(db_file.parent)
 table = forecast.load_table(saved) if saved else dataset.build(db_file)[0]
-print(f"from {saved or db_file}")
+source = saved or db_file
+print(f"from {source.relative_to(root) if source.is_relative_to(root) else source.name}")
 print(f"{len(table)} configurations of {table.model.nunique() if len(table) else 0} models")
 
 # %%
