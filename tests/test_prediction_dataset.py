@@ -242,6 +242,7 @@ def test_predict_answers_from_the_index_and_shows_the_measurement(tmp_path):
     assert answer["latency_ms"] > 0 and answer["peak_mem_bytes"] > 11e6 * 4
     text = _predict(tmp_path, *args)
     assert text.returncode == 0 and "measured" in text.stdout and "img/s" in text.stdout
+    assert answer["model_seen"] and "own measurements are among those it learned" in text.stdout
 
 
 def test_the_newest_saved_table_is_found(tmp_path):

@@ -313,7 +313,12 @@ def cmd_predict(args) -> int:
         con.close()
     result["measured"] = measured["throughput_img_s"] if measured else None
     if args.json:
-        print(json.dumps({**result, "request": vars(request), "measured_in": measured}))
+        seen = request.model in set(table.model)
+        print(
+            json.dumps(
+                {**result, "request": vars(request), "measured_in": measured, "model_seen": seen}
+            )
+        )
         return EXIT_OK
     low, high = result["interval"]["low"], result["interval"]["high"]
     print(
@@ -344,6 +349,11 @@ def cmd_predict(args) -> int:
     else:
         print("  measured               no measurement of this configuration on this machine")
     print(f"  learned from {result['trained_on']} measured configurations ({source})")
+    if request.model in set(table.model):
+        print(
+            f"  note: {request.model}'s own measurements are among those it learned from, so this "
+            "is not a forecast for a model nobody ran"
+        )
     return EXIT_OK if not math.isnan(result["throughput_img_s"]) else EXIT_CELL_FAILED
 
 
