@@ -438,10 +438,15 @@ def test_every_section_shows_its_figures_and_tables_or_its_empty_note(
             assert section["items"] == [{"kind": "note", "text": note}], spec.title
         else:
             assert section["items"], spec.title
-    # the synthetic run has one trial per cell, no energy reading (RAPL refused) and no
-    # validation, all else
+    # the synthetic run has one trial per cell, no energy reading (RAPL refused), no
+    # validation and no prediction, all else
     empty = [s["title"] for s in content.sections if kinds_of(s) == ["note"]]
-    assert empty == ["Trust: trials, A/A control and stability", "Energy per image", "Validation"]
+    assert empty == [
+        "Trust: trials, A/A control and stability",
+        "Energy per image",
+        "Validation",
+        "Prediction",
+    ]
     energy = content.sections[[s.title for s in outline.SECTIONS].index("Energy per image")]
     assert energy["items"][0]["text"] == "No energy was measured in this run (no RAPL access)."
     figures = [i["name"] for s in content.sections for i in s["items"] if i["kind"] == "figure"]
