@@ -30,3 +30,29 @@ def write_campaign(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real single-node Slurm (tests/slurm_cluster.py) for the whole session; its SLURM_CONF
+    and the sacct stand-in reach every command the tests start. Skipped where Slurm or root is
+    missing, unless FWBENCH_REQUIRE_SLURM=1 (CI), where that is a failure."""
+    from tests.slurm_cluster import Cluster, unavailable
+
+    reason = unavailable()
+    if reason:
+        if os.environ.get("FWBENCH_REQUIRE_SLURM") == "1":
+            pytest.fail(f"FWBENCH_REQUIRE_SLURM=1 but {reason}")
+        pytest.skip(reason)
+    cluster = Cluster().start()
+    saved = {k: os.environ.get(k) for k in cluster.env}
+    os.environ.update(cluster.env)
+    try:
+        yield cluster
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        cluster.stop()

@@ -23,10 +23,25 @@ def _fail(message: str) -> int:
 def cmd_run(args) -> int:
     from fwbench.pipeline.campaign import CampaignError, load_campaign
     from fwbench.pipeline.runner import RunnerBusy, run_campaign
+    from fwbench.pipeline.slurm import EXECUTORS, SlurmSettings, SlurmUnavailable, parse_options
 
+    if args.executor not in EXECUTORS:
+        return _fail(f"--executor must be one of {', '.join(EXECUTORS)}, got {args.executor!r}")
+    slurm_only = [
+        flag
+        for flag, value in (("--partition", args.partition), ("--slurm-option", args.slurm_option))
+        if value
+    ]
+    if args.executor != "slurm" and slurm_only:
+        return _fail(f"{' and '.join(slurm_only)} only apply with --executor slurm")
     try:
         campaign = load_campaign(args.params)
-    except CampaignError as exc:
+        slurm = (
+            SlurmSettings(args.partition, parse_options(args.slurm_option), args.array_parallelism)
+            if args.executor == "slurm"
+            else None
+        )
+    except (CampaignError, SlurmUnavailable) as exc:
         return _fail(str(exc))
     for reason in campaign.skipped:
         print(f"fwbench: skipping {reason}", file=sys.stderr)
@@ -44,9 +59,9 @@ def cmd_run(args) -> int:
         return EXIT_OK
     try:
         run_dir, results = run_campaign(
-            campaign, out, resume=args.resume, only=args.only, timeout=args.timeout
+            campaign, out, resume=args.resume, only=args.only, timeout=args.timeout, slurm=slurm
         )
-    except (RunnerBusy, CampaignError) as exc:
+    except (RunnerBusy, CampaignError, SlurmUnavailable) as exc:
         return _fail(str(exc))
     failed = [k for k, r in results.items() if r.status != "ok"]
     db_path = Path(args.db) if args.db else db.default_db_path(out)
@@ -270,14 +285,13 @@ def _training_table(db_path: Path, out: Path):
     measured model's features)."""
     from tqdm.auto import tqdm
 
-    from fwbench.families.prediction import dataset, forecast
+    from fwbench.families.prediction import forecast
 
-    saved = forecast.latest_table(out)
-    if saved is not None:
-        return forecast.load_table(saved), str(saved)
-    print("fwbench: no 21_prediction table; building one from the index", file=sys.stderr)
-    table, _ = dataset.build(db_path, progress=lambda items: tqdm(items, desc="features"))
-    return table, str(db_path)
+    if forecast.latest_table(out) is None:
+        print("fwbench: no 21_prediction table; building one from the index", file=sys.stderr)
+    return forecast.training_table(
+        out, db_path, progress=lambda items: tqdm(items, desc="features")
+    )
 
 
 def cmd_predict(args) -> int:
@@ -532,6 +546,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="limit for each code cell of a notebook; past it the cell is recorded as timeout",
     )
     run.add_argument("--db", help="database path (default: $FWBENCH_DB, else OUT/fwbench.duckdb)")
+    run.add_argument(
+        "--executor",
+        default="local",
+        help="where cells run: local (kernels of this process, the default) or slurm (one job "
+        "array per step or round of trials, through submitit; OUT must be on a filesystem the "
+        "nodes share)",
+    )
+    run.add_argument("--partition", help="Slurm partition for --executor slurm")
+    run.add_argument(
+        "--slurm-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an sbatch setting for --executor slurm, as submitit names it (time=MINUTES, "
+        "account=A, gpus_per_node=N, cpus_per_task=N, exclusive=false, ...); repeatable",
+    )
+    run.add_argument(
+        "--array-parallelism",
+        type=int,
+        default=1,
+        metavar="N",
+        help="Slurm jobs of one array running at once (default 1: timing cells never share a "
+        "node with each other)",
+    )
     run.add_argument(
         "--dry-run",
         action="store_true",

@@ -24,6 +24,11 @@ NOTEBOOK_MODES = {
     "10_inference": (INFERENCE_MODES, "mode"),
     "11_training": (TRAINING_MODES, "training mode"),
 }
+# How 13_distributed may spread a training step over processes, per framework (each also has a
+# one-process reference, "none", which its parity check runs and a campaign never names).
+DISTRIBUTED_STRATEGIES = {"torch": ("ddp", "fsdp", "tp"), "jax": ("dp", "fsdp", "tp")}
+# Parameters whose allowed values depend on the cell's framework, as ``mode`` does above.
+NOTEBOOK_FRAMEWORK_CHOICES = {"13_distributed": ("strategy", DISTRIBUTED_STRATEGIES)}
 
 # One family per notebook; records carry the family, the index derives it from the notebook's
 # number for the cell_status rows. 12_memory's family is "memory" (activation checkpointing).
@@ -34,6 +39,8 @@ FAMILIES = {
     "10": "inference",
     "11": "training",
     "12": "memory",
+    "13": "distributed",
+    "14": "web_audio",
     "20": "analysis",
     "21": "analysis",
 }

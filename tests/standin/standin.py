@@ -1,12 +1,12 @@
 # %% [markdown]
 # # Stand-in notebook for the runner's tests
 # Purpose: a tiny notebook whose behaviour the tests choose (succeed, raise, abort the kernel, sleep,
-# or abort unless an environment variable is set), so the runner's failure handling can be checked
+# or abort or sleep unless an environment variable is set), so the runner's failure handling can be checked
 # without heavy work. Run by `pytest tests/test_runner.py`; takes about a second per cell.
 
 # %% tags=["parameters"]
 x = 1
-behaviour = "ok"  # one of: ok, raise, abort, sleep, abort_unless_env
+behaviour = "ok"  # one of: ok, raise, abort, sleep, abort_unless_env, sleep_unless_env
 seconds = 0.0
 label = "a"
 
@@ -20,7 +20,7 @@ if behaviour == "raise":
     raise RuntimeError(f"stand-in asked to fail with x={x}")
 if behaviour == "abort" or (behaviour == "abort_unless_env" and not os.environ.get("STANDIN_OK")):
     os.abort()
-if behaviour == "sleep":
+if behaviour == "sleep" or (behaviour == "sleep_unless_env" and not os.environ.get("STANDIN_OK")):
     time.sleep(seconds)
 
 # %%

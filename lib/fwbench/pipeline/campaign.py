@@ -39,7 +39,7 @@ from pathlib import Path
 import yaml
 
 from fwbench import vocab
-from fwbench.models.registry import require_twin
+from fwbench.models.registry import get_spec, require_twin
 from fwbench.pipeline.notebook_params import REGISTRY_MODELS, NotebookParameter, read_parameters
 
 STEP_KEYS = {"notebook", "params", "grid", "trials", "retry_env", "timeout", "when_env", "order"}
@@ -421,6 +421,7 @@ def _check_twin(path: Path, notebook: str, declared: dict, cell: dict) -> None:
 
 def _check_mode(path: Path, notebook: str, parameters: dict) -> None:
     # e.g. ``framework: jax, mode: compile`` is bad input before anything runs, not a failed cell
+    _check_framework_choice(path, notebook, parameters)
     if notebook not in vocab.NOTEBOOK_MODES or not {"framework", "mode"} <= set(parameters):
         return
     modes, what = vocab.NOTEBOOK_MODES[notebook]
@@ -428,3 +429,23 @@ def _check_mode(path: Path, notebook: str, parameters: dict) -> None:
         vocab.resolve_mode(parameters["framework"], parameters["mode"], modes, what)
     except ValueError as exc:
         raise CampaignError(f"{path}: notebook {notebook}: {exc}") from None
+
+
+def _check_framework_choice(path: Path, notebook: str, parameters: dict) -> None:
+    """A value the cell's framework lacks (``framework: torch, strategy: dp``) is bad input."""
+    if notebook not in vocab.NOTEBOOK_FRAMEWORK_CHOICES or "framework" not in parameters:
+        return
+    key, choices = vocab.NOTEBOOK_FRAMEWORK_CHOICES[notebook]
+    allowed = choices.get(parameters["framework"], ())
+    if key in parameters and parameters[key] not in allowed:
+        raise CampaignError(
+            f"{path}: notebook {notebook}: {key} {parameters[key]!r} is not a "
+            f"{parameters['framework']} {key}; choose from {allowed}"
+        )
+    # tensor parallelism splits Linear layers: the transformers' MLPs, not a CNN's convolutions
+    if parameters.get(key) == "tp" and "model" in parameters:
+        if get_spec(parameters["model"]).kind != "transformer":
+            raise CampaignError(
+                f"{path}: notebook {notebook}: strategy 'tp' splits a transformer's Linear "
+                f"layers; {parameters['model']} is a CNN (use vit_b_16)"
+            )

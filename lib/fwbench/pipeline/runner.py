@@ -239,16 +239,7 @@ def execute_cell(
     duration = time.perf_counter() - start
     nb = nbformat.read(str(partial), as_version=4) if partial.exists() else source_nb
     nb.metadata["fwbench"] = {
-        **context,
-        "notebook": cell.notebook,
-        "cell": cell.slug,
-        "trial": cell.trial,
-        "parameters": cell.parameters,
-        "status": status,
-        "error": error,
-        "duration_s": round(duration, 3),
-        "retried": retried,
-        "retry_env": cell.retry_env if retried else {},
+        **_cell_metadata(context, cell, status, error, duration, retried),
         "kernel_env": {k: v for k, v in used_env.items() if not k.startswith(ENV_PREFIX)},
         "load_average": {"before": load_before, "after": _load_average(), "cpus": os.cpu_count()},
         "contention": contention.result.as_dict() if contention.result else None,
@@ -266,6 +257,41 @@ def execute_cell(
         nb.metadata["fwbench"]["contention"],
         reruns,
     )
+
+
+def _cell_metadata(context, cell: Cell, status, error, duration: float, retried: bool) -> dict:
+    return {
+        **context,
+        "notebook": cell.notebook,
+        "cell": cell.slug,
+        "trial": cell.trial,
+        "parameters": cell.parameters,
+        "status": status,
+        "error": error,
+        "duration_s": round(duration, 3),
+        "retried": retried,
+        "retry_env": cell.retry_env if retried else {},
+    }
+
+
+def lost_cell(
+    cell: Cell, run_dir: Path, context: dict, status: str, error: str, duration: float
+) -> CellResult:
+    """The result of a cell whose process ended before it could write one (a Slurm job that
+    was cancelled or timed out): the unexecuted notebook with the status and error in its
+    metadata, as a dead kernel's cell gets, so the index and the report see the failure."""
+    nb_dir = run_dir / cell.notebook
+    nb_dir.mkdir(parents=True, exist_ok=True)
+    final = nb_dir / f"{cell.slug}.ipynb"
+    nb = read_notebook(cell.notebook_path, kernel_name())
+    nb.metadata["fwbench"] = {
+        **_cell_metadata(context, cell, status, error, duration, False),
+        "contention": None,
+        "reruns": [],
+    }
+    write_notebook_atomic(nb, final)
+    (nb_dir / f".{cell.slug}.partial.ipynb").unlink(missing_ok=True)
+    return CellResult(status, error, duration, False, str(final.relative_to(run_dir)))
 
 
 def manifest_entry(cell: Cell, result: CellResult | None = None) -> dict:
@@ -417,10 +443,24 @@ def run_campaign(
     only: str | None = None,
     timeout: float | None = None,
     show_progress: bool = True,
+    slurm=None,
 ) -> tuple[Path, dict[str, CellResult]]:
-    """Execute the selected cells; returns the run folder and each cell's result by key."""
+    """Execute the selected cells; returns the run folder and each cell's result by key.
+
+    ``slurm``: a ``pipeline.slurm.SlurmSettings`` to run the cells as Slurm jobs (checked here,
+    before anything is written) instead of in kernels of this process."""
     if campaign.order == "duet":
+        if slurm is not None:
+            raise CampaignError(
+                "order 'duet' pins two cells to two cores of one machine; it cannot run as "
+                "Slurm jobs (use interleaved or sequential order with --executor slurm)"
+            )
         duet_cores()  # bad input on this machine: refused before a run folder exists
+    node_cpus = None
+    if slurm is not None:
+        from fwbench.pipeline.slurm import check_slurm
+
+        node_cpus = check_slurm(slurm)
     cells = campaign.select(only)
     with output_lock(out):
         run_dir = latest_run_dir(out, campaign.name) if resume else None
@@ -466,16 +506,30 @@ def run_campaign(
         results: dict[str, CellResult] = {}
         order = RunOrder.from_dict(manifest["run_order"]) if "run_order" in manifest else None
         duet = order is not None and order.order == "duet"
-        groups = _duet_groups(order, todo) if duet else [[c] for c in todo]
         bar = tqdm(
             total=len(todo),
             desc=f"{campaign.name} {run_id}",
             unit="cell",
             disable=not show_progress,
         )
+        if slurm is not None:
+            from fwbench.pipeline.slurm import SlurmExecutor, slurm_groups
+
+            executor = SlurmExecutor(slurm, run_dir, node_cpus)
+            groups = slurm_groups(order, todo)
+        else:
+            groups = _duet_groups(order, todo) if duet else [[c] for c in todo]
         for group in groups:
-            bar.set_postfix_str(" + ".join(c.key for c in group))
-            if duet and group[0].interleaved:
+            bar.set_postfix_str(" + ".join(c.key for c in group[:2]))
+            if slurm is not None:
+                # a generator: each result is recorded in the manifest as its job ends
+                outcomes = (
+                    result
+                    for _, result in executor.run(
+                        group, run_dir, context, timeout, campaign.rerun_shared
+                    )
+                )
+            elif duet and group[0].interleaved:
                 # both arms at once: a re-run for contention would have to re-run the pair
                 outcomes = run_duet(group, run_dir, context, timeout)
             else:
@@ -493,7 +547,7 @@ def run_campaign(
                     tqdm.write(f"  {cell.key}: {result.status}: {error}")
                 if _shared(result):
                     tqdm.write(f"  {cell.key}: {shared_machine_warning(result.contention)}")
-            bar.update(len(group))
+                bar.update(1)
         bar.close()
         manifest["finished_at"] = environment.now_iso()
         write_json_atomic(run_dir / "manifest.json", manifest)

@@ -506,3 +506,22 @@ def breakdown_chart(table: pd.DataFrame, order: list[str]) -> alt.FacetChart:
         .properties(width=alt.Step(48), height=220)
         .facet(column=alt.Column("panel:N", title=None))
     )
+
+
+def busbw_chart(table: pd.DataFrame) -> alt.Chart:
+    """All-reduce bus bandwidth against message size, one line per framework and world size."""
+    frame = labelled(
+        table.assign(
+            series=[f"{fw} x{n}" for fw, n in zip(table.framework, table.world_size, strict=True)]
+        )
+    )
+    return (
+        alt.Chart(frame)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("message_bytes:Q", scale=alt.Scale(type="log"), title="message (bytes)"),
+            y=alt.Y("busbw_gbs:Q", title="bus bandwidth (GB/s)"),
+            color=alt.Color("series:N", title="framework, processes"),
+            tooltip=_tooltip(frame, ["series", "message_bytes", "busbw_gbs", "algbw_gbs"]),
+        )
+    )

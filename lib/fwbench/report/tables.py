@@ -550,6 +550,88 @@ def prediction_table(meas: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+DISTRIBUTED_METRICS = [
+    "step_ms",
+    "compute_only_step_ms",
+    "comm_overhead_frac",
+    "scaling_efficiency",
+    "throughput_img_s",
+    "state_bytes_per_rank",
+    "peak_mem_bytes",
+]
+DISTRIBUTED_PARITY_METRICS = ["dist_fp64_loss_parity_max_rel", "dist_fp64_cross_framework_max_rel"]
+
+
+def _distributed_rows(meas: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    rows = meas[(meas.family == "distributed") & meas.metric.isin(metrics)]
+    if rows.empty:
+        return rows
+    return rows.assign(
+        strategy=[e.get("strategy") for e in rows.extra],
+        world_size=[e.get("world_size") for e in rows.extra],
+    )
+
+
+def distributed_table(meas: pd.DataFrame) -> pd.DataFrame:
+    """13_distributed's step time, communication share, weak-scaling efficiency and per-rank
+    memory: one row per model, framework, strategy, precision and world size (strategy and
+    world size live in ``extra``)."""
+    rows = _distributed_rows(meas, DISTRIBUTED_METRICS)
+    rows = rows[rows.status == "ok"] if not rows.empty else rows
+    if rows.empty:
+        return pd.DataFrame()
+    table = rows.pivot_table(
+        index=["model", "framework", "strategy", "precision", "world_size"],
+        columns="metric",
+        values="value",
+        aggfunc="median",
+    ).reset_index()
+    table.columns.name = None
+    present = [m for m in DISTRIBUTED_METRICS if m in table.columns]
+    return table[["model", "framework", "strategy", "precision", "world_size", *present]]
+
+
+def distributed_parity_table(meas: pd.DataFrame) -> pd.DataFrame:
+    """The float64 gate of every strategy: its losses against its framework's one-process
+    reference and the other framework's, with the check's status (failures kept)."""
+    rows = _distributed_rows(meas, DISTRIBUTED_PARITY_METRICS)
+    if rows.empty:
+        return pd.DataFrame()
+    table = rows.pivot_table(
+        index=["model", "framework", "strategy", "world_size"],
+        columns="metric",
+        values="value",
+        aggfunc="max",
+    ).reset_index()
+    table.columns.name = None
+    status = rows.groupby(["model", "framework", "strategy"]).status.agg(
+        lambda s: "ok" if (s == "ok").all() else "failed"
+    )
+    return table.merge(status.rename("status").reset_index(), on=["model", "framework", "strategy"])
+
+
+def busbw_table(meas: pd.DataFrame) -> pd.DataFrame:
+    """The all-reduce sweeps: bus and algorithm bandwidth per framework, world size and message
+    size."""
+    rows = meas[(meas.family == "distributed") & (meas.metric == "allreduce_busbw_gbs")]
+    rows = rows[(rows.status == "ok") & rows.value.notna()]
+    if rows.empty:
+        return pd.DataFrame()
+    return (
+        pd.DataFrame(
+            {
+                "framework": rows.framework,
+                "world_size": [e.get("world_size") for e in rows.extra],
+                "message_bytes": [e.get("message_bytes") for e in rows.extra],
+                "busbw_gbs": rows.value,
+                "algbw_gbs": [e.get("algbw_gbs") for e in rows.extra],
+            }
+        )
+        .groupby(["framework", "world_size", "message_bytes"], as_index=False)
+        .median()
+    )
+
+
 TRAINING_SPEED = [
     "step_time_p50_ms",
     "step_time_p95_ms",

@@ -68,8 +68,11 @@ class OptimConfig:
         return asdict(self)
 
 
-def torch_optimizer(params, config: OptimConfig):
-    """``(optimizer, scheduler)``; call ``scheduler.step()`` after every ``optimizer.step()``."""
+def torch_optimizer(params, config: OptimConfig, *, foreach: bool | None = None):
+    """``(optimizer, scheduler)``; call ``scheduler.step()`` after every ``optimizer.step()``.
+
+    ``foreach=False`` updates one tensor at a time: needed where some parameters are DTensors
+    and others plain tensors (tensor parallelism), which one fused update cannot mix."""
     import torch
 
     params = list(params)
@@ -81,6 +84,7 @@ def torch_optimizer(params, config: OptimConfig):
             dampening=0.0,
             weight_decay=config.weight_decay,
             nesterov=False,
+            foreach=foreach,
         )
     else:
         opt = torch.optim.AdamW(
@@ -90,6 +94,7 @@ def torch_optimizer(params, config: OptimConfig):
             eps=config.eps,
             weight_decay=config.weight_decay,
             amsgrad=False,
+            foreach=foreach,
         )
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, config.lr_factor)
     return opt, scheduler
