@@ -6,13 +6,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.fwbench-installed
 CAMPAIGN ?= params/smoke.yaml
 
-.PHONY: run test setup lint lab browser clean-db help
+.PHONY: run test setup lint lab browser slurm web clean-db help
 
 help:
 	@echo "make run   set up .venv, run $(CAMPAIGN) and build its report"
 	@echo "make test  set up .venv, lint (ruff) and run the test suite (pytest)"
 	@echo "make lab   set up .venv and open the notebooks in JupyterLab (fwbench kernel)"
 	@echo "make browser  install Debian's Chromium for tests/test_lab.py (root, apt)"
+	@echo "make slurm    install Debian's Slurm and munge for tests/test_slurm.py (root, apt)"
+	@echo "make web      install onnxruntime-web (npm ci in web/) for 14_web_audio's browser runtimes"
 
 setup: $(STAMP)
 
@@ -23,7 +25,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m ipykernel install --sys-prefix --name fwbench --display-name "fwbench (.venv)"
 	touch $(STAMP)
 
+# onnxruntime-web comes along when npm is there; without it (or without Chromium, which needs
+# root: make browser) the smoke campaign's browser rows are skipped with the command to run
 run: $(STAMP)
+	if command -v npm >/dev/null; then $(MAKE) --no-print-directory web; fi
 	$(BIN)/fwbench run $(CAMPAIGN)
 
 lint: $(STAMP)
@@ -51,6 +56,22 @@ lab: $(STAMP)
 browser:
 	test -x /usr/bin/chromium || { DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+
+# The Slurm tests/test_slurm.py starts (a single node, daemons run by the tests, stopped after):
+# Debian's slurmctld, slurmd, the client commands and munge. Needs root; does nothing when they
+# are there.
+slurm:
+	test -x /usr/sbin/slurmctld -a -x /usr/sbin/slurmd -a -x /usr/bin/sbatch -a -x /usr/sbin/munged || \
+	  { DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurmctld slurmd slurm-client munge; }
+
+# onnxruntime-web, pinned by web/package-lock.json, for the browser runtimes of 14_web_audio.
+web: web/node_modules/.fwbench-installed
+
+# again whenever the lockfile changes (a version bump reinstalls)
+web/node_modules/.fwbench-installed: web/package-lock.json
+	npm ci --prefix web --no-audit --no-fund
+	touch $@
 
 clean-db:
 	rm -f executed/fwbench.duckdb

@@ -439,12 +439,14 @@ def test_every_section_shows_its_figures_and_tables_or_its_empty_note(
         else:
             assert section["items"], spec.title
     # the synthetic run has one trial per cell, no energy reading (RAPL refused), no
-    # validation and no prediction, all else
+    # validation, no distributed, web-audio or prediction records, all else
     empty = [s["title"] for s in content.sections if kinds_of(s) == ["note"]]
     assert empty == [
         "Trust: trials, A/A control and stability",
         "Energy per image",
         "Validation",
+        "Distributed training",
+        "Web audio",
         "Prediction",
     ]
     energy = content.sections[[s.title for s in outline.SECTIONS].index("Energy per image")]

@@ -20,7 +20,7 @@ from functools import cached_property
 import pandas as pd
 
 from fwbench.measure.meters.contention import SHARED_FRACTION
-from fwbench.report import charts, regressions, roofline, sentences, tables, trust, why
+from fwbench.report import audio, charts, regressions, roofline, sentences, tables, trust, why
 from fwbench.report.sections import ReportContent
 
 
@@ -156,6 +156,30 @@ class Analysis:
     @cached_property
     def prediction(self) -> pd.DataFrame:
         return tables.prediction_table(self.meas)
+
+    @cached_property
+    def distributed(self) -> pd.DataFrame:
+        return tables.distributed_table(self.meas)
+
+    @cached_property
+    def distributed_parity(self) -> pd.DataFrame:
+        return tables.distributed_parity_table(self.meas)
+
+    @cached_property
+    def busbw(self) -> pd.DataFrame:
+        return tables.busbw_table(self.meas)
+
+    @cached_property
+    def web_audio(self) -> pd.DataFrame:
+        return audio.runtime_table(self.meas)
+
+    @cached_property
+    def web_audio_skipped(self) -> pd.DataFrame:
+        return audio.skipped_table(self.meas)
+
+    @cached_property
+    def web_audio_capabilities(self) -> pd.DataFrame:
+        return audio.capability_table(self.meas)
 
     @cached_property
     def history_runs(self) -> int:
@@ -429,6 +453,10 @@ def _why_figures(analysis: Analysis) -> list:
             )
         )
     return items
+
+
+def _web_audio_notes(analysis: Analysis) -> list:
+    return [Note(literal(text)) for text in audio.sentences(analysis.meas)]
 
 
 def _mfu_notes(analysis: Analysis) -> list:
@@ -909,6 +937,90 @@ SECTIONS: tuple[Section, ...] = (
         ),
         empty=_empty("validation"),
         empty_note="No validation records in this run.",
+    ),
+    Section(
+        "Distributed training",
+        "Each strategy on 1 and N worker processes (13_distributed): step time between barriers "
+        "(the slowest rank's), the share of it spent on communication (synced step against a "
+        "compute-only step), weak-scaling efficiency (throughput at N over N times the "
+        "throughput at 1, the batch per worker fixed), the state each rank holds, and the "
+        "all-reduce bus bandwidth by message size (busbw = algbw x 2(n-1)/n, as nccl-tests). "
+        "Every strategy is first proven to train the one-process function in float64 (losses "
+        "within 1e-9 of both frameworks' references).",
+        (
+            Table(
+                "distributed",
+                "Step time, communication share, scaling efficiency and per-rank memory.",
+                lambda a: a.distributed,
+                records("distributed", tables.DISTRIBUTED_METRICS),
+                when=_nonempty("distributed"),
+            ),
+            Table(
+                "distributed_parity",
+                "The float64 gate: largest relative loss difference against the one-process "
+                "references.",
+                lambda a: a.distributed_parity,
+                records("distributed", tables.DISTRIBUTED_PARITY_METRICS),
+                when=_nonempty("distributed_parity"),
+            ),
+            Figure(
+                "allreduce_busbw",
+                "All-reduce bus bandwidth",
+                "One fp32 all-reduce per message size at the largest world size.",
+                lambda a: charts.busbw_chart(a.busbw),
+                when=_nonempty("busbw"),
+            ),
+        ),
+        empty=lambda a: a.distributed.empty and a.distributed_parity.empty,
+        empty_note="No distributed records in this run.",
+    ),
+    Section(
+        "Web audio",
+        "One wav2vec2 speech encoder (random weights from transformers' config) on the same audio "
+        "in PyTorch eager, JAX jit, native ONNX Runtime and onnxruntime-web in Chromium "
+        "(14_web_audio). The real-time factor is the median latency / the audio's seconds: below "
+        "1 keeps up with a microphone. Every runtime's output is held to PyTorch's on the same "
+        "fp32 input (max |diff| / max |PyTorch|, sanity bound 1e-4); the Flax twin's float64 "
+        "proof is the gate.",
+        (
+            Each(_web_audio_notes),
+            Figure(
+                "web_audio_rtf",
+                "Real-time factor by runtime and audio length",
+                "Median latency / audio seconds per runtime, audio length and thread count; lower "
+                "is faster, below 1 keeps up. Software WebGPU (SwiftShader) is a correctness "
+                "check, not a GPU's speed.",
+                lambda a: audio.rtf_chart(a.web_audio),
+                when=_nonempty("web_audio"),
+            ),
+            Table(
+                "web_audio",
+                "Latency p50/p95 (ms), real-time factor, load time (fetch and session creation, "
+                "s), first call (s) and agreement with PyTorch, per runtime, thread count and "
+                "audio length: medians over trials.",
+                lambda a: a.web_audio,
+                records("web_audio", audio.WEB_AUDIO_METRICS),
+                when=_nonempty("web_audio"),
+            ),
+            Table(
+                "web_audio_skipped",
+                "Runtimes that did not run here, with the reason each gave (the browser's own "
+                "words).",
+                lambda a: a.web_audio_skipped,
+                records("web_audio", ["latency_p50_ms"]),
+                when=_nonempty("web_audio_skipped"),
+            ),
+            Table(
+                "web_audio_capabilities",
+                "The capability matrix: what each browser offered the page.",
+                lambda a: a.web_audio_capabilities,
+                records("web_audio", ["browser_capabilities"]),
+                when=_nonempty("web_audio_capabilities"),
+            ),
+        ),
+        empty=lambda a: a.web_audio.empty and a.web_audio_skipped.empty,
+        empty_note="No web-audio records in this run.",
+        name="web_audio",
     ),
     Section(
         "Prediction",

@@ -1,0 +1,400 @@
+"""onnxruntime-web in a real browser: Debian's Chromium driven by Playwright (never
+``playwright install``), a local server that makes the page cross-origin isolated, and the page
+(``page/bench.mjs``) that loads the model, times its calls and posts the output back.
+
+- The server is Python's ``ThreadingHTTPServer`` on 127.0.0.1, port 0, in this process. It sends
+  ``Cross-Origin-Opener-Policy: same-origin``, ``Cross-Origin-Embedder-Policy: require-corp`` and
+  ``Cross-Origin-Resource-Policy: same-origin`` (without them WASM silently runs one thread),
+  serves ``.mjs`` as JavaScript and ``.wasm`` as ``application/wasm``, and takes the page's output
+  as a raw float32 POST to ``/upload/NAME``. ``/page/`` is the bench page, ``/ort/`` the installed
+  onnxruntime-web's ``dist/``, ``/files/`` the model and audio of the run.
+- WASM's thread count is fixed once per page, so every (runtime, threads) gets a new page.
+- Headless Chromium's WebGPU is SwiftShader, software; it is reported as such from the adapter.
+  WebNN's ``createContext()`` fails on Linux: the page reports the browser's own reason and the
+  runtime is recorded ``skipped``.
+- Playwright's sync API refuses a thread where an asyncio loop runs, as one does in a Jupyter
+  kernel, so ``bench`` and ``stream`` drive the browser from a thread of their own there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import numpy as np
+
+from fwbench.families.web_audio.native import RuntimeResult
+
+PAGE = Path(__file__).resolve().parent / "page"
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--enable-unsafe-webgpu",
+    "--enable-features=WebMachineLearningNeuralNetwork",
+]
+PAGE_TIMEOUT_MS = 600_000
+ISOLATION_HEADERS = {
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Embedder-Policy": "require-corp",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def ort_web_dist(root: Path) -> Path:
+    """Where ``npm ci`` in ``web/`` puts onnxruntime-web's bundles."""
+    return root / "web" / "node_modules" / "onnxruntime-web" / "dist"
+
+
+def chromium_path() -> str | None:
+    found = shutil.which("chromium")
+    if found:
+        return found
+    return next((p for p in CHROMIUM_CANDIDATES if Path(p).exists()), None)
+
+
+def unavailable(root: Path) -> str | None:
+    """Why the browser runtimes cannot run here, with the command that fixes it; None if they can."""
+    if chromium_path() is None:
+        return "Chromium is not installed (`make browser` installs Debian's, as root)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is missing (`pip install -e '.[dev]'` installs it)"
+    if not (ort_web_dist(root) / "ort.wasm.min.mjs").is_file():
+        return "onnxruntime-web is not installed (`make web` runs npm ci in web/)"
+    return None
+
+
+class _Handler(SimpleHTTPRequestHandler):
+    extensions_map = {
+        **SimpleHTTPRequestHandler.extensions_map,
+        ".mjs": "text/javascript",
+        ".js": "text/javascript",
+        ".wasm": "application/wasm",
+        ".onnx": "application/octet-stream",
+        ".f32": "application/octet-stream",
+    }
+
+    def __init__(self, *args, routes: dict, uploads: Path, **kwargs):
+        self.routes, self.uploads = routes, uploads
+        super().__init__(*args, **kwargs)
+
+    def translate_path(self, path: str) -> str:
+        path = unquote(urlsplit(path).path)
+        for prefix, folder in self.routes.items():
+            if path.startswith(prefix):
+                target = (folder / path[len(prefix) :]).resolve()
+                if target.is_relative_to(folder.resolve()):
+                    return str(target)
+        return str(Path("/nonexistent"))
+
+    def end_headers(self):
+        for key, value in ISOLATION_HEADERS.items():
+            self.send_header(key, value)
+        super().end_headers()
+
+    def do_POST(self):
+        name = Path(unquote(urlsplit(self.path).path)).name
+        if not self.path.startswith("/upload/") or not name:
+            self.send_error(404)
+            return
+        length = int(self.headers.get("Content-Length", 0))
+        (self.uploads / name).write_bytes(self.rfile.read(length))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *_args):  # the notebook's output is not a server log
+        pass
+
+
+@contextlib.contextmanager
+def serve(files: Path, ort_dist: Path):
+    """A cross-origin-isolated server of the page, onnxruntime-web and ``files``; yields its
+    base URL. Uploads land in ``files``."""
+    routes = {"/page/": PAGE, "/ort/": ort_dist, "/files/": files}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Handler, routes=routes, uploads=files))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def chromium():
+    """A headless Chromium (the system's), closed on exit; yields the Playwright browser."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def on_own_thread(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, on a thread of its own when this one runs an asyncio loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn(*args, **kwargs)
+    box = {}
+
+    def target():
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="fwbench-playwright")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def run_page(
+    browser,
+    base_url: str,
+    runtime: str,
+    threads: int,
+    model: str,
+    audio: str,
+    out: Path,
+    min_iters: int,
+    min_seconds: float,
+    warmup: int = 3,
+) -> RuntimeResult:
+    """One runtime at one thread count in a fresh page; the output read back from ``out``.
+
+    A page that crashes or never finishes is this runtime's ``failed`` row, not the end of the
+    others."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    query = (
+        f"runtime={runtime}&threads={threads}&model=/files/{model}&input=/files/{audio}"
+        f"&out={out.name}&min_iters={min_iters}&min_seconds={min_seconds}&warmup={warmup}"
+    )
+    page = browser.new_page()
+    try:
+        page.goto(f"{base_url}/page/index.html?{query}")
+        page.wait_for_function("window.__fwbench_result !== undefined", timeout=PAGE_TIMEOUT_MS)
+        result = page.evaluate("window.__fwbench_result")
+    except PlaywrightError as exc:
+        return RuntimeResult(
+            runtime,
+            status="failed",
+            reason=f"the page: {exc}",
+            details={"browser_version": browser.version},
+        )
+    finally:
+        page.close()
+    details = {
+        k: result.get(k)
+        for k in (
+            "bundle",
+            "ort_version",
+            "num_threads",
+            "crossOriginIsolated",
+            "hardwareConcurrency",
+            "userAgent",
+            "adapter",
+            "warmup",
+        )
+        if result.get(k) is not None
+    }
+    details["browser_version"] = browser.version
+    if "adapter" in details:
+        details["software_webgpu"] = is_software_adapter(details["adapter"])
+    if result["status"] != "ok":
+        return RuntimeResult(
+            runtime, status=result["status"], reason=result.get("reason", ""), details=details
+        )
+    output = np.fromfile(out, "<f4").reshape(result["output_dims"][1:])
+    return RuntimeResult(
+        runtime,
+        load_s=result["load_s"],
+        first_call_s=result["first_call_s"],
+        latency_ms=list(result["latency_ms"]),
+        output=output,
+        details=details,
+    )
+
+
+def is_software_adapter(adapter: dict) -> bool:
+    """Whether a WebGPU adapter is a CPU rasteriser (SwiftShader, llvmpipe, a fallback adapter)
+    rather than a GPU: its timings then say nothing about WebGPU on real hardware."""
+    text = " ".join(str(adapter.get(k, "")) for k in ("vendor", "architecture", "description"))
+    return bool(adapter.get("fallback")) or any(
+        name in text.lower() for name in ("swiftshader", "llvmpipe", "software")
+    )
+
+
+SOFTWARE_WEBGPU_SKIP = (
+    "WebGPU runs on a software adapter here ({adapter}), about 100x slower than WASM: "
+    "run it at model_size tiny, for correctness"
+)
+
+
+def bench(
+    files: Path,
+    ort_dist: Path,
+    runs: list[tuple[str, int, str]],
+    model: str,
+    min_iters: int,
+    min_seconds: float,
+    *,
+    warmup: int = 3,
+    software_webgpu: bool = True,
+) -> tuple[list[RuntimeResult], dict]:
+    """The browser's capabilities, then every ``(runtime, threads, audio file)`` of ``runs`` in
+    one Chromium, each in a page of its own; outputs are read back from
+    ``files/out_<runtime>_<threads>_<audio>.f32``.
+
+    WebGPU on a software adapter (a CPU rasteriser) is a correctness check, not a timing: it
+    gets no warm-up and at most two timed calls, and ``software_webgpu=False`` skips it (one call
+    of a large model takes minutes there)."""
+
+    def go():
+        with serve(files, ort_dist) as url, chromium() as b:
+            caps = {**capabilities(b, url), "browser_version": b.version}
+            adapter = caps.get("webgpu_adapter") or {}
+            software = bool(adapter) and is_software_adapter(adapter)
+            results = []
+            for runtime, threads, audio in runs:
+                settings = (min_iters, min_seconds, warmup)
+                if runtime == "ort-web-webgpu" and software:
+                    if not software_webgpu:
+                        results.append(_software_webgpu_skipped(b.version, caps))
+                        continue
+                    settings = (min(min_iters, 2), 0.0, 0)
+                out = files / f"out_{runtime}_{threads}_{Path(audio).stem}.f32"
+                results.append(run_page(b, url, runtime, threads, model, audio, out, *settings))
+            return results, caps
+
+    return on_own_thread(go)
+
+
+def _software_webgpu_skipped(browser_version: str, caps: dict) -> RuntimeResult:
+    return RuntimeResult(
+        "ort-web-webgpu",
+        status="skipped",
+        reason=SOFTWARE_WEBGPU_SKIP.format(adapter=caps["webgpu"]),
+        details={
+            "browser_version": browser_version,
+            "adapter": caps["webgpu_adapter"],
+            "software_webgpu": True,
+        },
+    )
+
+
+def capabilities(browser, base_url: str) -> dict:
+    """What this browser offers the page: WASM SIMD and threads, isolation, WebGPU, WebNN."""
+    page = browser.new_page()
+    try:
+        page.goto(f"{base_url}/page/index.html?runtime=none")
+        return json.loads(page.evaluate(CAPABILITIES_JS))
+    finally:
+        page.close()
+
+
+CAPABILITIES_JS = """async () => {
+  const simd = WebAssembly.validate(new Uint8Array([0,97,115,109,1,0,0,0,1,5,1,96,0,1,123,3,2,1,
+    0,10,10,1,8,0,65,0,253,15,253,98,11]));
+  let webgpu = "absent", webnn = "absent", webgpu_adapter = null;
+  if ("gpu" in navigator) {
+    const adapter = await navigator.gpu.requestAdapter();
+    webgpu = "no adapter";
+    if (adapter) {
+      const info = adapter.info || {};
+      webgpu_adapter = {
+        vendor: info.vendor || "", architecture: info.architecture || "",
+        device: info.device || "", description: info.description || "",
+        fallback: Boolean(adapter.isFallbackAdapter || info.isFallbackAdapter),
+      };
+      webgpu = info.description || [info.vendor, info.architecture].filter(Boolean).join(" ")
+        || "adapter";
+    }
+  }
+  if ("ml" in navigator) {
+    try { await navigator.ml.createContext(); webnn = "context"; }
+    catch (e) { webnn = `${e.name}: ${e.message}`; }
+  }
+  return JSON.stringify({
+    userAgent: navigator.userAgent, wasmSimd: simd,
+    sharedArrayBuffer: typeof SharedArrayBuffer !== "undefined",
+    crossOriginIsolated: self.crossOriginIsolated,
+    hardwareConcurrency: navigator.hardwareConcurrency, webgpu, webgpu_adapter, webnn,
+  });
+}"""
+
+
+def stream(base_url: str, wav: Path, model: str, threads: int, chunks: int) -> dict:
+    """Stream ``wav`` through Chromium's fake microphone into the model, a second at a time.
+
+    A browser of its own: the fake capture device is a launch flag. Returns the page's result:
+    per chunk the model's latency, the wait before it started and the chunks queued behind it."""
+    return on_own_thread(_stream, base_url, wav, model, threads, chunks)
+
+
+def _stream(base_url: str, wav: Path, model: str, threads: int, chunks: int) -> dict:
+    from playwright.sync_api import sync_playwright
+
+    args = [
+        *CHROMIUM_ARGS,
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={wav}%noloop",
+        "--autoplay-policy=no-user-gesture-required",
+    ]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=args)
+        try:
+            page = browser.new_page()
+            page.goto(
+                f"{base_url}/page/stream.html?threads={threads}&model=/files/{model}"
+                f"&chunks={chunks}"
+            )
+            # the fake microphone plays in real time: a page still waiting long after the last
+            # chunk should have arrived is stuck, not slow
+            page.wait_for_function(
+                "window.__fwbench_result !== undefined",
+                timeout=min(PAGE_TIMEOUT_MS, (60 + 30 * chunks) * 1000),
+            )
+            result = page.evaluate("window.__fwbench_result")
+            result["browser_version"] = browser.version
+            return result
+        finally:
+            browser.close()
+
+
+def stream_summary(result: dict, chunk_seconds: float = 1.0) -> dict:
+    """Per-chunk latency p50 and max, the real-time factor (mean latency over the chunk's
+    duration) and whether the pipeline kept up (no chunk ever queued behind another)."""
+    latencies = np.array([c["latency_ms"] for c in result.get("chunks", [])])
+    backlog = max((c["backlog"] for c in result.get("chunks", [])), default=0)
+    if latencies.size == 0:
+        return {"chunks": 0}
+    return {
+        "chunks": int(latencies.size),
+        "chunk_latency_p50_ms": float(np.median(latencies)),
+        "chunk_latency_max_ms": float(latencies.max()),
+        "stream_rtf": float(latencies.mean() / 1e3 / chunk_seconds),
+        "max_backlog": int(backlog),
+        "keeps_up": bool(backlog == 0 and latencies.max() / 1e3 < chunk_seconds),
+    }

@@ -1,0 +1,138 @@
+"""The runtimes of the web-audio family, and the three that run in this process: PyTorch eager,
+JAX jit and native ONNX Runtime. Each is timed the same way (``measure.timing.measure_latency``:
+every call synced and timed alone, warm-up until stable, then a minimum count and duration) on the
+same fp32 audio, and its output kept for the agreement with PyTorch.
+
+``load_s`` is what a user waits before the first call can start (building the session; for JAX
+nothing, since tracing happens in the first call), ``first_call_s`` the first call itself
+(compilation included).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fwbench.measure.timing import StopRule, measure_latency
+
+NATIVE = ("torch", "jax", "onnxruntime")
+BROWSER = ("ort-web-wasm", "ort-web-webgpu", "ort-web-webnn")
+RUNTIMES = NATIVE + BROWSER
+
+
+@dataclass
+class RuntimeResult:
+    runtime: str
+    status: str = "ok"  # ok, skipped or failed
+    reason: str = ""
+    load_s: float | None = None
+    first_call_s: float | None = None
+    latency_ms: list[float] = field(default_factory=list)
+    output: np.ndarray | None = None
+    details: dict = field(default_factory=dict)  # versions, bundle, adapter, threads in effect
+
+
+def check_runtimes(runtimes) -> list[str]:
+    unknown = [r for r in runtimes if r not in RUNTIMES]
+    if unknown:
+        raise ValueError(f"unknown runtime {unknown[0]!r}; choose from {RUNTIMES}")
+    return list(runtimes)
+
+
+def agreement(output: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
+    """(max |Δ|, max |Δ| / max |reference|) of two outputs of the same shape."""
+    output, reference = np.asarray(output, np.float64), np.asarray(reference, np.float64)
+    if output.shape != reference.shape:
+        raise ValueError(f"output shape {output.shape} against PyTorch's {reference.shape}")
+    delta = float(np.max(np.abs(output - reference)))
+    return delta, delta / float(np.max(np.abs(reference)))
+
+
+def _timed(call, sync, rule: StopRule) -> tuple[float, list[float]]:
+    start = time.perf_counter()
+    sync(call(None))
+    first = time.perf_counter() - start
+    timing = measure_latency(call, [None], sync, rule)
+    return first, list(timing.samples_ms())
+
+
+def torch_output(model, audio: np.ndarray) -> np.ndarray:
+    """PyTorch's last hidden state for ``audio``: the reference every runtime is held to."""
+    import torch
+
+    with torch.inference_mode():
+        return model(torch.from_numpy(audio[None].copy())).last_hidden_state.numpy()[0]
+
+
+def run_torch(model, audio: np.ndarray, rule: StopRule) -> RuntimeResult:
+    import torch
+
+    x = torch.from_numpy(audio[None].copy())
+
+    def call(_):
+        with torch.inference_mode():
+            return model(x).last_hidden_state
+
+    first, samples = _timed(call, lambda _out: None, rule)
+    output = call(None).numpy()[0]
+    return RuntimeResult(
+        "torch",
+        load_s=0.0,
+        first_call_s=first,
+        latency_ms=samples,
+        output=output,
+        details={"torch": torch.__version__, "threads": torch.get_num_threads()},
+    )
+
+
+def run_jax(model, audio: np.ndarray, rule: StopRule) -> RuntimeResult:
+    import jax
+    from flax import nnx
+
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda state, x: nnx.merge(graphdef, state)(x))
+    x = jax.device_put(audio[None])
+
+    def call(_):
+        return forward(state, x)
+
+    first, samples = _timed(call, jax.block_until_ready, rule)
+    return RuntimeResult(
+        "jax",
+        load_s=0.0,
+        first_call_s=first,
+        latency_ms=samples,
+        output=np.asarray(call(None))[0],
+        details={"jax": jax.__version__},
+    )
+
+
+def run_onnxruntime(
+    onnx_path: Path, audio: np.ndarray, threads: int, rule: StopRule
+) -> RuntimeResult:
+    import onnxruntime as ort
+
+    start = time.perf_counter()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    load = time.perf_counter() - start
+    name = session.get_inputs()[0].name
+    x = audio[None]
+
+    def call(_):
+        return session.run(None, {name: x})[0]
+
+    first, samples = _timed(call, lambda _out: None, rule)
+    return RuntimeResult(
+        "onnxruntime",
+        load_s=load,
+        first_call_s=first,
+        latency_ms=samples,
+        output=call(None)[0],
+        details={"onnxruntime": ort.__version__, "threads": threads},
+    )

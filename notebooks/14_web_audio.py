@@ -1,0 +1,304 @@
+# %% [markdown]
+# # 14 · Web audio: one speech encoder in every runtime, native and in the browser
+#
+# **Purpose.** Run the same wav2vec2 speech encoder (random weights from `transformers`' config,
+# `model_size` tiny or base) on the same audio in PyTorch (eager), JAX (jit), native ONNX Runtime
+# and onnxruntime-web inside Debian's Chromium (WASM with SIMD and threads, WebGPU, WebNN), and
+# measure for each runtime and audio length: load time (fetch and session creation), the first
+# call, latency p50/p95 over calls, the **real-time factor** (latency ÷ audio seconds; below 1
+# keeps up with a microphone) and the agreement with PyTorch on the same fp32 input.
+#
+# **Same function first**: the Flax twin is proven in float64 against `transformers`' model
+# (outputs within 1e-10 relative) before anything is timed; the other runtimes run PyTorch's own
+# export (`torch.onnx.export(..., dynamo=True)`), and their fp32 agreement with PyTorch is a
+# measurement with a sanity bound of 1e-4.
+#
+# **Run it:** `fwbench run params/web_audio.yaml` (the study: base, 1 s and 10 s, one and two
+# threads); its defaults (tiny, 1 s) are the smoke setting. Browser runtimes need Chromium
+# (`make browser`) and onnxruntime-web (`make web`); where either is missing their rows are
+# `skipped` with the command that installs it, and the cell still succeeds.
+#
+# **Runtime:** the defaults (tiny, 1 s, one thread) take about a minute and a half on a 2-core
+# CPU: the kernel's imports, the ONNX export, the browser's start and software WebGPU's first call
+# (shader compilation, about 10 s). Software WebGPU (SwiftShader, a CPU rasteriser) is a
+# correctness check: no warm-up, at most two timed calls, and skipped above tiny. Base at 10 s
+# takes about 10 minutes per thread count.
+
+# %% tags=["parameters"]
+model_size = "tiny"  # one of: tiny, base
+audio_seconds = [1.0]
+runtimes = [
+    "torch",
+    "jax",
+    "onnxruntime",
+    "ort-web-wasm",
+    "ort-web-webgpu",
+    "ort-web-webnn",
+]  # one of: torch, jax, onnxruntime, ort-web-wasm, ort-web-webgpu, ort-web-webnn
+threads = 1
+min_iters = 5
+min_seconds = 1.0
+streaming = False
+check_parity = True
+seed = 0
+
+# %%
+import os
+import tempfile
+from pathlib import Path
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from fwbench import vocab
+from fwbench.families.web_audio import browser, native, signals
+from fwbench.families.web_audio.onnx_export import export_onnx
+from fwbench.measure import device as fw_device
+from fwbench.measure.precision import configure
+from fwbench.measure.timing import StopRule
+from fwbench.models.speech import build_speech_pair, check_size
+from fwbench.pipeline.campaign import find_repo_root
+from fwbench.report import charts
+from fwbench.results.records import Recorder
+
+charts.use_theme()
+runtimes = native.check_runtimes(runtimes)  # bad input stops here
+check_size(model_size)
+if not audio_seconds or min(audio_seconds) <= 0:
+    raise ValueError(f"audio_seconds must be positive, got {audio_seconds}")
+threads = fw_device.limit_threads(threads)  # the kernel, and the browser it starts, on these cores
+configure("torch", "fp32")
+configure("jax", "fp32")
+root = find_repo_root(Path.cwd())
+rule = StopRule(min_iters=min_iters, min_seconds=min_seconds)
+model = f"wav2vec2_{model_size}"
+rec = Recorder(
+    "web_audio",
+    extra={"model_size": model_size},
+    model=model,
+    device="cpu",
+    device_name=fw_device.cpu_device_name(),
+    precision="fp32",
+    batch_size=1,
+    threads=threads,
+)
+work = tempfile.TemporaryDirectory(
+    prefix=".14_web_audio-", dir=os.environ.get(vocab.ENV_EXECUTED_DIR) or None
+)
+files = Path(work.name)
+torch_model, flax_model = build_speech_pair(model_size, seed=seed)
+print(f"{model} · {threads} thread(s) · {fw_device.cpu_device_name()}")
+
+# %% [markdown]
+# ## The Flax twin computes the same function (float64)
+
+# %%
+if check_parity:
+    import jax
+    import torch
+    from flax import nnx
+
+    from fwbench.measure.precision import cast_floating
+
+    probe = signals.synthetic_speech(1.0, seed)
+    with torch.inference_mode():
+        reference = torch_model.double()(torch.from_numpy(probe[None].astype(np.float64)))
+    reference = reference.last_hidden_state.numpy()
+    torch_model.float()
+    with jax.enable_x64(True):
+        graphdef, state = nnx.split(flax_model)
+        twin = nnx.merge(graphdef, cast_floating(state, np.float64))
+        ours = np.asarray(twin(probe[None].astype(np.float64)))
+    _, parity = native.agreement(ours, reference)
+    rec.add(
+        "fp64_output_parity_max_rel",
+        parity,
+        "ratio",
+        framework="jax",
+        status="ok" if parity <= 1e-10 else "failed",
+        precision="fp64",
+        extra={"tolerance": 1e-10},
+    )
+    print(f"float64: max|Δ|/max|torch| = {parity:.2e} (gate 1e-10)")
+
+# %% [markdown]
+# ## Every runtime, every audio length
+
+# %%
+browser_runtimes = [r for r in runtimes if r in native.BROWSER]
+needs_onnx = streaming or any(r not in ("torch", "jax") for r in runtimes)
+onnx_path = (
+    export_onnx(torch_model, files / "model.onnx", signals.synthetic_speech(1.0, seed))
+    if needs_onnx
+    else None
+)
+why_not = browser.unavailable(root) if browser_runtimes or streaming else None
+results, references, runs = [], {}, []
+for seconds in audio_seconds:
+    audio = signals.synthetic_speech(seconds, seed)
+    name = f"audio_{seconds:g}s.f32"
+    signals.write_f32(audio, files / name)
+    # the reference is PyTorch's output whether or not PyTorch is timed
+    references[seconds] = native.torch_output(torch_model, audio)
+    for runtime in [r for r in runtimes if r in native.NATIVE]:
+        if runtime == "torch":
+            found = native.run_torch(torch_model, audio, rule)
+        elif runtime == "jax":
+            found = native.run_jax(flax_model, audio, rule)
+        else:
+            found = native.run_onnxruntime(onnx_path, audio, threads, rule)
+        results.append((seconds, found))
+    runs += [(runtime, threads, name) for runtime in browser_runtimes]
+caps = None
+if browser_runtimes and why_not:
+    results += [
+        (seconds, native.RuntimeResult(runtime, status="skipped", reason=why_not))
+        for seconds in audio_seconds
+        for runtime in browser_runtimes
+    ]
+elif browser_runtimes:
+    found, caps = browser.bench(
+        files,
+        browser.ort_web_dist(root),
+        runs,
+        "model.onnx",
+        min_iters,
+        min_seconds,
+        software_webgpu=model_size == "tiny",
+    )
+    by_name = {f"audio_{s:g}s.f32": s for s in audio_seconds}
+    results += [(by_name[name], r) for (_, _, name), r in zip(runs, found, strict=True)]
+
+for seconds, result in results:
+    runtime = result.runtime
+    columns = {"framework": runtime, "mode": vocab.DEFAULT_MODE.get(runtime)}
+    extra = {"audio_seconds": seconds, **result.details}
+    if result.status != "ok":
+        rec.add(
+            "latency_p50_ms",
+            None,
+            "ms",
+            status=result.status,
+            error=result.reason,
+            extra=extra,
+            **columns,
+        )
+        continue
+    p50, p95 = np.percentile(result.latency_ms, [50, 95])
+    n = len(result.latency_ms)
+    rec.add(
+        "latency_p50_ms", p50, "ms", n=n, extra={**extra, "samples": result.latency_ms}, **columns
+    )
+    rec.add("latency_p95_ms", p95, "ms", n=n, extra=extra, **columns)
+    rec.add("rtf", p50 / 1e3 / seconds, "ratio", n=n, extra=extra, **columns)
+    rec.add("load_s", result.load_s, "s", extra=extra, **columns)
+    rec.add("first_call_s", result.first_call_s, "s", extra=extra, **columns)
+    abs_err, rel_err = native.agreement(result.output, references[seconds])
+    rec.add("max_abs_err_vs_torch", abs_err, "1", extra=extra, **columns)
+    # a sanity bound on an fp32 runtime, not a proof: the float64 check above is the proof
+    rec.add(
+        "max_rel_err_vs_torch",
+        rel_err,
+        "ratio",
+        status="ok" if rel_err <= 1e-4 else "failed",
+        error=None if rel_err <= 1e-4 else f"{rel_err:.2e} > 1e-4",
+        extra={**extra, "sanity_bound": 1e-4},
+        **columns,
+    )
+
+table = pd.DataFrame(
+    [
+        {
+            "audio s": s,
+            "runtime": r.runtime,
+            "status": r.status,
+            "p50 ms": np.median(r.latency_ms) if r.latency_ms else None,
+            "rtf": np.median(r.latency_ms) / 1e3 / s if r.latency_ms else None,
+            "load s": r.load_s,
+            "reason": r.reason[:80],
+        }
+        for s, r in results
+    ]
+)
+table
+
+# %%
+ok = table.dropna(subset=["rtf"])
+alt.Chart(
+    ok, title=f"{model}: real-time factor ({threads} thread(s); below 1 keeps up)"
+).mark_bar().encode(
+    x=alt.X("runtime:N", sort="y"),
+    xOffset="audio s:N",
+    y=alt.Y("rtf:Q", scale=alt.Scale(type="log"), title="latency / audio"),
+    color="audio s:N",
+)
+
+# %% [markdown]
+# ## Streaming, like a microphone
+# Chromium's fake capture device plays a WAV of the same signal through `getUserMedia`; an
+# AudioWorklet at 16 kHz posts one-second chunks, each run through the model (WASM) as it
+# arrives. Per chunk: latency, and how many chunks queued behind it (any backlog: it does not
+# keep up).
+
+# %%
+if streaming and why_not:
+    rec.add(
+        "chunk_latency_p50_ms",
+        None,
+        "ms",
+        framework="ort-web-wasm",
+        status="skipped",
+        error=why_not,
+        extra={"streaming": True},
+    )
+elif streaming:
+    seconds = max(audio_seconds)
+    wav = signals.write_wav(signals.synthetic_speech(seconds + 1.0, seed), files / "speech.wav")
+    with browser.serve(files, browser.ort_web_dist(root)) as url:
+        streamed = browser.stream(url, wav, "model.onnx", threads, max(1, int(seconds)))
+    if streamed["status"] != "ok":
+        rec.add(
+            "chunk_latency_p50_ms",
+            None,
+            "ms",
+            framework="ort-web-wasm",
+            status="failed",
+            error=streamed.get("reason"),
+            extra={"streaming": True},
+        )
+    else:
+        summary = browser.stream_summary(streamed)
+        extra = {
+            "streaming": True,
+            "per_chunk": streamed["chunks"],
+            "browser_version": streamed["browser_version"],
+            **summary,
+        }
+        rec.add(
+            "chunk_latency_p50_ms",
+            summary["chunk_latency_p50_ms"],
+            "ms",
+            framework="ort-web-wasm",
+            n=summary["chunks"],
+            extra=extra,
+        )
+        rec.add("stream_rtf", summary["stream_rtf"], "ratio", framework="ort-web-wasm", extra=extra)
+        display(pd.DataFrame(streamed["chunks"]))
+        print(f"keeps up: {summary['keeps_up']} (largest backlog {summary['max_backlog']})")
+
+# %% [markdown]
+# ## What the browser offers
+
+# %%
+if why_not:
+    print(f"no browser here: {why_not}")
+else:
+    if caps is None:
+        _, caps = browser.bench(files, browser.ort_web_dist(root), [], "model.onnx", 1, 0.0)
+    rec.add("browser_capabilities", None, "1", framework="chromium", extra={"capabilities": caps})
+    display(pd.Series({k: v for k, v in caps.items() if k != "webgpu_adapter"}, name="Chromium"))
+
+# %%
+rec.emit()
+work.cleanup()

@@ -1,0 +1,282 @@
+"""The web-audio family: the audio, the wav2vec2 twin's float64 proof, the ONNX export in native
+ONNX Runtime, the page server's isolation headers, onnxruntime-web's WASM, WebGPU and WebNN in a
+real Chromium, and the notebook through the runner (streaming included), its records indexed.
+
+The browser tests need Debian's Chromium (`make browser`) and onnxruntime-web (`make web`); they
+are skipped with the reason where either is missing, and fail instead under
+FWBENCH_REQUIRE_BROWSER=1 (CI)."""
+
+import asyncio
+import json
+import os
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fwbench.families.web_audio import native, signals
+from fwbench.measure.timing import StopRule
+from fwbench.report import audio as audio_report
+from tests.conftest import REPO, run_cli
+
+QUICK = StopRule(min_iters=2, min_seconds=0.0)
+RECORDS_MIME = "application/vnd.fwbench.records+json"
+FP32_BOUND = 1e-4  # the issue's sanity bound on an fp32 runtime against PyTorch
+
+
+def test_the_audio_is_seeded_and_round_trips(tmp_path):
+    audio = signals.synthetic_speech(0.5, seed=3)
+    assert audio.dtype == np.float32 and audio.shape == (8000,)
+    assert np.array_equal(audio, signals.synthetic_speech(0.5, seed=3))
+    assert not np.array_equal(audio, signals.synthetic_speech(0.5, seed=4))
+    assert np.max(np.abs(audio)) == pytest.approx(0.5)
+    back = signals.read_f32(signals.write_f32(audio, tmp_path / "a.f32"))
+    assert np.array_equal(back, audio)
+    with pytest.raises(ValueError, match="positive"):
+        signals.synthetic_speech(0.0)
+
+
+def test_unknown_runtimes_are_refused():
+    assert native.check_runtimes(["torch", "ort-web-wasm"]) == ["torch", "ort-web-wasm"]
+    with pytest.raises(ValueError, match="tensorrt"):
+        native.check_runtimes(["torch", "tensorrt"])
+
+
+def test_a_campaign_with_an_unknown_runtime_is_bad_input(tmp_path):
+    campaign = tmp_path / "bad.yaml"
+    campaign.write_text(
+        f"campaign: web_audio_bad\nsteps:\n  - notebook: {REPO}/notebooks/14_web_audio\n"
+        "    params: {runtimes: [torch, tensorrt]}\n"
+    )
+    proc = run_cli("run", campaign, "--out", tmp_path / "out", "--dry-run")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "tensorrt" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    from fwbench.models.speech import build_speech_pair
+
+    return build_speech_pair("tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def tiny_onnx(tiny_pair, tmp_path_factory):
+    from fwbench.families.web_audio.onnx_export import export_onnx
+
+    folder = tmp_path_factory.mktemp("onnx")
+    return export_onnx(tiny_pair[0], folder / "model.onnx", signals.synthetic_speech(1.0))
+
+
+def test_the_flax_twin_computes_transformers_encoder_in_float64(tiny_pair):
+    import jax
+    import torch
+    from flax import nnx
+
+    from fwbench.measure.precision import cast_floating
+
+    torch_model, flax_model = tiny_pair
+    audio = signals.synthetic_speech(0.5).astype(np.float64)[None]
+    with torch.inference_mode():
+        reference = torch_model.double()(torch.from_numpy(audio)).last_hidden_state.numpy()
+    torch_model.float()
+    with jax.enable_x64(True):
+        graphdef, state = nnx.split(flax_model)
+        ours = np.asarray(nnx.merge(graphdef, cast_floating(state, np.float64))(audio))
+    assert ours.shape == reference.shape == (1, 24, 256)
+    _, rel = native.agreement(ours, reference)
+    assert rel <= 1e-10
+    # the function is not trivial: the output moves with the input
+    with torch.inference_mode():
+        other = torch_model(torch.from_numpy(audio[:, ::-1].astype(np.float32).copy()))
+    assert native.agreement(other.last_hidden_state.numpy(), reference)[1] > 1e-2
+
+
+def test_the_onnx_export_runs_any_length_in_onnxruntime(tiny_pair, tiny_onnx):
+    torch_model, _ = tiny_pair
+    for seconds in (1.0, 2.5):
+        audio = signals.synthetic_speech(seconds, seed=1)
+        ours = native.run_onnxruntime(tiny_onnx, audio, 1, QUICK)
+        ref = native.torch_output(torch_model, audio)
+        assert ours.status == "ok" and len(ours.latency_ms) >= 2
+        assert ours.output.shape == ref.shape
+        assert native.agreement(ours.output, ref)[1] <= FP32_BOUND
+
+
+def test_the_page_server_isolates_and_takes_uploads(tmp_path):
+    from fwbench.families.web_audio import browser
+
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "x.mjs").write_text("export const a = 1;")
+    (dist / "x.wasm").write_bytes(b"\x00asm")
+    with browser.serve(tmp_path, dist) as url:
+        with urllib.request.urlopen(f"{url}/ort/x.mjs") as response:
+            assert response.headers["Content-Type"].startswith("text/javascript")
+            assert response.headers["Cross-Origin-Embedder-Policy"] == "require-corp"
+            assert response.headers["Cross-Origin-Opener-Policy"] == "same-origin"
+            assert response.headers["Cross-Origin-Resource-Policy"] == "same-origin"
+        with urllib.request.urlopen(f"{url}/ort/x.wasm") as response:
+            assert response.headers["Content-Type"] == "application/wasm"
+        request = urllib.request.Request(f"{url}/upload/out.f32", data=b"\x00" * 8, method="POST")
+        with urllib.request.urlopen(request) as response:
+            assert response.status == 204
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"{url}/files/../../etc/passwd")
+    assert (tmp_path / "out.f32").read_bytes() == b"\x00" * 8
+
+
+def test_software_adapters_are_told_from_gpus():
+    from fwbench.families.web_audio import browser
+
+    swiftshader = {"vendor": "google", "architecture": "swiftshader", "fallback": True}
+    assert browser.is_software_adapter(swiftshader)
+    assert browser.is_software_adapter({"vendor": "mesa", "description": "llvmpipe (LLVM 15)"})
+    assert not browser.is_software_adapter({"vendor": "nvidia", "architecture": "hopper"})
+
+
+def test_a_checkout_without_onnxruntime_web_says_how_to_get_it(tmp_path):
+    from fwbench.families.web_audio import browser
+
+    reason = browser.unavailable(tmp_path)  # a root whose web/ was never installed
+    assert reason is not None
+    assert any(fix in reason for fix in ("make web", "make browser", "pip install"))
+
+
+def _browser_or_skip():
+    from fwbench.families.web_audio import browser
+
+    reason = browser.unavailable(REPO)
+    if reason:
+        if os.environ.get("FWBENCH_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"FWBENCH_REQUIRE_BROWSER=1 but {reason}")
+        pytest.skip(reason)
+    return browser
+
+
+def test_wasm_and_webgpu_in_chromium_agree_with_pytorch_and_webnn_says_why_not(
+    tiny_pair, tiny_onnx, tmp_path
+):
+    browser = _browser_or_skip()
+    torch_model, _ = tiny_pair
+    files = tiny_onnx.parent
+    references = {}
+    for seconds in (1.0, 0.25):  # WebGPU gets the short one: here it is likely software
+        audio = signals.synthetic_speech(seconds, seed=2)
+        signals.write_f32(audio, files / f"audio_{seconds:g}.f32")
+        references[f"audio_{seconds:g}.f32"] = native.torch_output(torch_model, audio)
+    runs = [
+        ("ort-web-wasm", 2, "audio_1.f32"),
+        ("ort-web-webgpu", 1, "audio_0.25.f32"),
+        ("ort-web-webnn", 1, "audio_1.f32"),
+    ]
+
+    async def in_a_running_loop():  # as in a Jupyter kernel, where Playwright's sync API balks
+        return browser.bench(files, browser.ort_web_dist(REPO), runs, "model.onnx", 2, 0.0)
+
+    results, caps = asyncio.run(in_a_running_loop())
+    wasm, webgpu, webnn = results
+
+    assert caps["crossOriginIsolated"] is True and caps["wasmSimd"] is True
+    assert caps["sharedArrayBuffer"] is True and caps["browser_version"]
+
+    assert wasm.status == "ok", wasm.reason
+    assert wasm.details["crossOriginIsolated"] is True and wasm.details["num_threads"] == 2
+    assert wasm.details["bundle"] == "ort.wasm.min.mjs"
+    assert len(wasm.latency_ms) >= 2 and wasm.load_s > 0 and wasm.first_call_s > 0
+    assert native.agreement(wasm.output, references["audio_1.f32"])[1] <= FP32_BOUND
+
+    if caps["webgpu"] in ("absent", "no adapter"):
+        assert webgpu.status == "skipped" and "navigator.gpu" in webgpu.reason
+    else:
+        assert webgpu.status == "ok", webgpu.reason
+        assert webgpu.details["bundle"] == "ort.webgpu.min.mjs"
+        assert webgpu.details["software_webgpu"] == browser.is_software_adapter(
+            webgpu.details["adapter"]
+        )
+        assert native.agreement(webgpu.output, references["audio_0.25.f32"])[1] <= FP32_BOUND
+
+    # WebNN is the browser's to offer: where it does not, the row carries the browser's words
+    if webnn.status == "skipped":
+        assert "navigator.ml" in webnn.reason
+        assert caps["webnn"] != "context"
+    else:
+        assert webnn.status == "ok", webnn.reason
+        assert native.agreement(webnn.output, references["audio_1.f32"])[1] <= FP32_BOUND
+
+
+def _records(out):
+    (executed,) = out.glob("web_audio_test/*/14_web_audio/*.ipynb")
+    notebook = json.loads(executed.read_text())
+    return [
+        row
+        for cell in notebook["cells"]
+        for output in cell.get("outputs", [])
+        for row in output.get("data", {}).get(RECORDS_MIME, [])
+    ]
+
+
+@pytest.mark.slow
+def test_the_notebook_runs_every_runtime_and_streams_through_the_runner(tmp_path):
+    _browser_or_skip()
+    campaign = tmp_path / "web_audio.yaml"
+    campaign.write_text(
+        f"campaign: web_audio_test\nsteps:\n  - notebook: {REPO}/notebooks/14_web_audio\n"
+        "    params: {model_size: tiny, audio_seconds: [1.0], min_iters: 2, min_seconds: 0.0,\n"
+        "             streaming: true,\n"
+        "             runtimes: [torch, jax, onnxruntime, ort-web-wasm, ort-web-webnn]}\n"
+    )
+    out = tmp_path / "out"
+    proc = run_cli("run", campaign, "--out", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = _records(out)
+    assert records and all(r["family"] == "web_audio" for r in records)
+
+    (parity,) = [r for r in records if r["metric"] == "fp64_output_parity_max_rel"]
+    assert parity["status"] == "ok" and parity["value"] <= 1e-10
+
+    latency = {r["framework"]: r for r in records if r["metric"] == "latency_p50_ms"}
+    for runtime in ("torch", "jax", "onnxruntime", "ort-web-wasm"):
+        assert latency[runtime]["status"] == "ok" and latency[runtime]["value"] > 0, runtime
+    assert latency["ort-web-webnn"]["status"] in ("ok", "skipped")
+    if latency["ort-web-webnn"]["status"] == "skipped":
+        assert "navigator.ml" in latency["ort-web-webnn"]["error"]
+    agreement = {r["framework"]: r for r in records if r["metric"] == "max_rel_err_vs_torch"}
+    assert agreement["torch"]["value"] == 0.0
+    for runtime in ("jax", "onnxruntime", "ort-web-wasm"):
+        assert agreement[runtime]["status"] == "ok" and agreement[runtime]["value"] <= FP32_BOUND
+    rtf = {r["framework"]: r["value"] for r in records if r["metric"] == "rtf"}
+    assert rtf["ort-web-wasm"] == pytest.approx(latency["ort-web-wasm"]["value"] / 1e3)
+    wasm = latency["ort-web-wasm"]["extra"]
+    assert wasm["crossOriginIsolated"] is True and wasm["ort_version"] and wasm["browser_version"]
+
+    (chunk,) = [r for r in records if r["metric"] == "chunk_latency_p50_ms"]
+    assert chunk["status"] == "ok" and chunk["value"] > 0 and chunk["n"] == 1
+    assert chunk["extra"]["per_chunk"][0]["latency_ms"] == pytest.approx(chunk["value"])
+    (caps,) = [r for r in records if r["metric"] == "browser_capabilities"]
+    assert caps["extra"]["capabilities"]["crossOriginIsolated"] is True
+
+    # the report's section reads them
+    meas = pd.DataFrame(records)
+    table = audio_report.runtime_table(meas)
+    assert set(table.framework) == {"torch", "jax", "onnxruntime", "ort-web-wasm"}
+    (wasm_line,) = [line for line in audio_report.sentences(meas) if "WASM" in line]
+    assert "native ONNX Runtime" in wasm_line and "1 s of audio" in wasm_line
+    assert len(audio_report.capability_table(meas)) == 1
+    skipped = audio_report.skipped_table(meas)
+    assert set(skipped.framework) <= {"ort-web-webnn"}
+
+    # and the index holds them
+    import duckdb
+
+    with duckdb.connect(str(out / "fwbench.duckdb"), read_only=True) as con:
+        indexed = dict(
+            con.execute(
+                "select framework, count(*) from measurements where family = 'web_audio' "
+                "and metric = 'rtf' group by framework"
+            ).fetchall()
+        )
+    assert indexed == {"jax": 1, "onnxruntime": 1, "ort-web-wasm": 1, "torch": 1}
