@@ -339,3 +339,66 @@ def test_a_second_report_of_one_campaign_has_its_own_folder_and_block(built, cap
     with pytest.raises(SystemExit) as exit_info:
         readme_cli(capsys, "--into", "../elsewhere", "--readme", path)
     assert exit_info.value.code == 2
+
+
+def test_the_readme_quotes_each_strategy_with_the_float64_gate_it_passed():
+    import pandas as pd
+
+    table = pd.DataFrame(
+        {
+            "model": ["m", "m"],
+            "framework": ["torch", "torch"],
+            "strategy": ["ddp", "ddp"],
+            "precision": ["fp32", "fp32"],
+            "world_size": [2, 1],
+            "step_ms": [30.0, 20.0],
+            "compute_only_step_ms": [15.0, float("nan")],
+            "comm_overhead_frac": [0.5, float("nan")],
+            "scaling_efficiency": [0.67, float("nan")],
+            "state_bytes_per_rank": [2 * 2**20, 2 * 2**20],
+        }
+    )
+    parity = pd.DataFrame(
+        {
+            "model": ["m"],
+            "framework": ["torch"],
+            "strategy": ["ddp"],
+            "world_size": [2],
+            "dist_fp64_loss_parity_max_rel": [1e-15],
+            "dist_fp64_cross_framework_max_rel": [3e-13],
+            "status": ["ok"],
+        }
+    )
+    heading, markdown = readme.distributed_part(table, parity, "r.md")
+    assert heading.startswith("Distributed training (fp32, one core per process)")
+    lines = markdown.splitlines()
+    # one process first, then two, the gate (the larger gap) on the distributed row only
+    assert lines[2] == "| m | torch ddp | 1 | 20.0 |  |  | 2.0 |  |"
+    assert lines[3] == "| m | torch ddp | 2 | 30.0 | 50% | 0.67 | 2.0 | 3.0e-13 (ok) |"
+    assert readme.distributed_part(table.iloc[0:0], parity, "r.md") == []
+
+
+def test_the_bus_bandwidth_chart_draws_from_the_distributed_records_alone():
+    import pandas as pd
+
+    from fwbench.report import charts, tables
+
+    def row(framework, model, size, busbw):
+        return {
+            "family": "distributed",
+            "metric": "allreduce_busbw_gbs",
+            "status": "ok",
+            "framework": framework,
+            "model": model,
+            "value": busbw,
+            "extra": {"world_size": 2, "message_bytes": size, "algbw_gbs": busbw},
+        }
+
+    meas = pd.DataFrame(
+        [row("torch", "a", 1024, 0.1), row("torch", "b", 1024, 0.3), row("jax", "a", 1024, 0.2)]
+    )
+    table = tables.busbw_table(meas)
+    # the two models' sweeps of one framework and world size are one point, their median
+    assert table.sort_values("framework").busbw_gbs.tolist() == [0.2, 0.2]
+    spec = charts.busbw_chart(table).to_dict()
+    assert {"PyTorch x2", "JAX x2"} == {v["series"] for v in spec["datasets"].popitem()[1]}

@@ -153,7 +153,8 @@ def rtf_chart(table: pd.DataFrame) -> alt.Chart:
     )
     return (
         alt.Chart(frame)
-        .mark_bar()
+        # points, not bars: a bar starts at zero, which a log scale cannot place
+        .mark_point(filled=True, size=90)
         .encode(
             x=alt.X("runtime:N", sort="y", title=None),
             xOffset="setting:N",

@@ -14,7 +14,14 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from fwbench.vocab import kind_label, model_label, series_label, setting_words, threads_words
+from fwbench.vocab import (
+    framework_label,
+    kind_label,
+    model_label,
+    series_label,
+    setting_words,
+    threads_words,
+)
 
 THEME = "fwbench"
 PNG_SCALE = 2  # 2x pixels so text stays legible when the PNG is scaled into a page
@@ -510,10 +517,12 @@ def breakdown_chart(table: pd.DataFrame, order: list[str]) -> alt.FacetChart:
 
 def busbw_chart(table: pd.DataFrame) -> alt.Chart:
     """All-reduce bus bandwidth against message size, one line per framework and world size."""
-    frame = labelled(
-        table.assign(
-            series=[f"{fw} x{n}" for fw, n in zip(table.framework, table.world_size, strict=True)]
-        )
+    # one sweep per framework and world size, whatever the model: no model column to label
+    frame = table.assign(
+        series=[
+            f"{framework_label(fw)} x{n}"
+            for fw, n in zip(table.framework, table.world_size, strict=True)
+        ]
     )
     return (
         alt.Chart(frame)

@@ -973,6 +973,7 @@ SECTIONS: tuple[Section, ...] = (
         ),
         empty=lambda a: a.distributed.empty and a.distributed_parity.empty,
         empty_note="No distributed records in this run.",
+        name="distributed",
     ),
     Section(
         "Web audio",
@@ -981,7 +982,8 @@ SECTIONS: tuple[Section, ...] = (
         "(14_web_audio). The real-time factor is the median latency / the audio's seconds: below "
         "1 keeps up with a microphone. Every runtime's output is held to PyTorch's on the same "
         "fp32 input (max |diff| / max |PyTorch|, sanity bound 1e-4); the Flax twin's float64 "
-        "proof is the gate.",
+        "proof is the gate. All runtimes of a thread count share one cell, timed one after the "
+        "other in a single trial, so these ratios carry no interval and no A/A check.",
         (
             Each(_web_audio_notes),
             Figure(

@@ -212,6 +212,9 @@ def results_block(
     report_link = _link(Path(report_dir) / "report.md", readme_dir)
     matrix = _table(tables, "ratio_matrix")
     devices = sorted(set(matrix.device_name)) if not matrix.empty else []
+    distributed = _table(tables, "distributed")
+    if not devices and "device_name" in distributed:
+        devices = sorted(set(distributed.device_name))
     shared = sections.section_by_name(content, "shared_machine") or {"items": []}
     contention = " ".join(i["text"] for i in shared["items"] if i["kind"] == "note")
     parts = [
@@ -231,6 +234,13 @@ def results_block(
         parts.append(
             f"![JAX ÷ PyTorch throughput ratio, run {run_id}]({_link(figure, readme_dir)})"
         )
+    families = distributed_part(distributed, _table(tables, "distributed_parity"), report_link)
+    if _has_data(content, "web_audio"):
+        families += notes_part(content, "web_audio", "Web audio", report_link)
+    if matrix.empty and families:
+        # a campaign of other families: the inference parts would only say they are empty
+        parts += notes_part(content, "trust", "How far these numbers can be trusted", report_link)
+        return "\n\n".join(parts + families)
     parts += inference_part(matrix, report_link)
     parts += training_part(
         _table(tables, "training_ratio_matrix"), _table(tables, "training_speed"), report_link
@@ -240,7 +250,61 @@ def results_block(
     parts += notes_part(content, "roofline", "Share of the roofline bound", report_link)
     parts += notes_part(content, "trust", "How far these ratios can be trusted", report_link)
     parts += notes_part(content, "why", "Why", report_link)
-    return "\n\n".join(parts)
+    return "\n\n".join(parts + families)
+
+
+def _has_data(content: dict, name: str) -> bool:
+    """Whether a section shows a table or figure, not only its empty note."""
+    section = sections.section_by_name(content, name) or {"items": []}
+    return any(item["kind"] != "note" for item in section["items"])
+
+
+def _mib(nbytes: float) -> str:
+    return "" if pd.isna(nbytes) else f"{nbytes / 2**20:.1f}"
+
+
+def _share(frac: float) -> str:
+    return "" if pd.isna(frac) else f"{100 * frac:.0f}%"
+
+
+def distributed_part(table: pd.DataFrame, parity: pd.DataFrame, report_link: str) -> list[str]:
+    """13_distributed's step times, communication share, weak-scaling efficiency and per-rank
+    state, with the float64 gate each strategy passed."""
+    if table.empty:
+        return []
+    gate = {}
+    if not parity.empty:
+        for r in parity.itertuples():
+            worst = max(r.dist_fp64_loss_parity_max_rel, r.dist_fp64_cross_framework_max_rel)
+            gate[(r.model, r.framework, r.strategy)] = f"{worst:.1e} ({r.status})"
+    rows = [
+        [
+            str(r.model),
+            f"{r.framework} {r.strategy}",
+            str(int(r.world_size)),
+            f"{r.step_ms:.1f}",
+            _share(getattr(r, "comm_overhead_frac", float("nan"))),
+            "" if pd.isna(r.scaling_efficiency) else f"{r.scaling_efficiency:.2f}",
+            _mib(getattr(r, "state_bytes_per_rank", float("nan"))),
+            gate.get((r.model, r.framework, r.strategy), "") if r.world_size > 1 else "",
+        ]
+        for r in table.sort_values(["model", "framework", "strategy", "world_size"]).itertuples()
+    ]
+    header = [
+        "model",
+        "strategy",
+        "processes",
+        "step (ms)",
+        "communication",
+        "weak scaling",
+        "state per rank (MiB)",
+        "float64 gate (largest relative loss gap)",
+    ]
+    return [
+        f"Distributed training ({', '.join(sorted(set(table.precision)))}, one core per process) "
+        f"([report]({report_link}#distributed-training)):",
+        _markdown(header, rows),
+    ]
 
 
 def progress_sentence(manifest_path: Path) -> str:

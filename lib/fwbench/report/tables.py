@@ -580,15 +580,13 @@ def distributed_table(meas: pd.DataFrame) -> pd.DataFrame:
     rows = rows[rows.status == "ok"] if not rows.empty else rows
     if rows.empty:
         return pd.DataFrame()
+    keys = ["model", "framework", "strategy", "precision", "world_size", "device_name"]
     table = rows.pivot_table(
-        index=["model", "framework", "strategy", "precision", "world_size"],
-        columns="metric",
-        values="value",
-        aggfunc="median",
+        index=keys, columns="metric", values="value", aggfunc="median"
     ).reset_index()
     table.columns.name = None
     present = [m for m in DISTRIBUTED_METRICS if m in table.columns]
-    return table[["model", "framework", "strategy", "precision", "world_size", *present]]
+    return table[[*keys, *present]]
 
 
 def distributed_parity_table(meas: pd.DataFrame) -> pd.DataFrame:
