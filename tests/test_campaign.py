@@ -112,7 +112,14 @@ def test_cli_bad_input_exits_2_and_writes_nothing(write_campaign, tmp_path):
 def test_parameters_cell_is_read_with_choices():
     declared = read_parameters(STANDIN.with_suffix(".py"))
     assert declared["x"].default == 1
-    assert declared["behaviour"].choices == ("ok", "raise", "abort", "sleep", "abort_unless_env")
+    assert declared["behaviour"].choices == (
+        "ok",
+        "raise",
+        "abort",
+        "sleep",
+        "abort_unless_env",
+        "sleep_unless_env",
+    )
     assert declared["behaviour"].check("abort") is None
     assert "expected one of" in declared["behaviour"].check("boom")
 
