@@ -7,6 +7,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from fwbench.report.tables import extra_columns, metric_columns
+
 WEB_AUDIO_METRICS = [
     "latency_p50_ms",
     "latency_p95_ms",
@@ -27,8 +29,7 @@ KEYS = ["model", "framework", "threads", "audio_seconds"]
 
 
 def _rows(meas: pd.DataFrame) -> pd.DataFrame:
-    rows = meas[meas.family == "web_audio"]
-    return rows.assign(audio_seconds=[e.get("audio_seconds") for e in rows.extra])
+    return extra_columns(meas[meas.family == "web_audio"], ["audio_seconds"])
 
 
 def runtime_table(meas: pd.DataFrame) -> pd.DataFrame:
@@ -37,11 +38,7 @@ def runtime_table(meas: pd.DataFrame) -> pd.DataFrame:
     rows = rows[rows.metric.isin(WEB_AUDIO_METRICS) & (rows.status == "ok") & rows.value.notna()]
     if rows.empty:
         return pd.DataFrame()
-    table = rows.pivot_table(
-        index=KEYS, columns="metric", values="value", aggfunc="median"
-    ).reset_index()
-    table.columns.name = None
-    return table[KEYS + [m for m in WEB_AUDIO_METRICS if m in table.columns]]
+    return metric_columns(rows, KEYS, WEB_AUDIO_METRICS)
 
 
 def skipped_table(meas: pd.DataFrame) -> pd.DataFrame:

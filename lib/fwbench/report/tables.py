@@ -559,17 +559,29 @@ DISTRIBUTED_METRICS = [
     "state_bytes_per_rank",
     "peak_mem_bytes",
 ]
-DISTRIBUTED_PARITY_METRICS = ["dist_fp64_loss_parity_max_rel", "dist_fp64_cross_framework_max_rel"]
+# alphabetical, the order the parity table's columns have always had
+DISTRIBUTED_PARITY_METRICS = ["dist_fp64_cross_framework_max_rel", "dist_fp64_loss_parity_max_rel"]
+
+
+def extra_columns(rows: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """``rows`` with the named entries of each record's ``extra`` as columns of their own."""
+    return rows.assign(**{name: [e.get(name) for e in rows.extra] for name in names})
+
+
+def metric_columns(
+    rows: pd.DataFrame, keys: list[str], metrics: list[str], aggfunc: str = "median"
+) -> pd.DataFrame:
+    """One row per ``keys``, one column per metric of ``metrics`` that the rows have, in that
+    order (a family table whose configuration lives partly in ``extra``)."""
+    table = rows.pivot_table(index=keys, columns="metric", values="value", aggfunc=aggfunc)
+    table = table.reset_index()
+    table.columns.name = None
+    return table[[*keys, *(m for m in metrics if m in table.columns)]]
 
 
 def _distributed_rows(meas: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
     rows = meas[(meas.family == "distributed") & meas.metric.isin(metrics)]
-    if rows.empty:
-        return rows
-    return rows.assign(
-        strategy=[e.get("strategy") for e in rows.extra],
-        world_size=[e.get("world_size") for e in rows.extra],
-    )
+    return rows if rows.empty else extra_columns(rows, ["strategy", "world_size"])
 
 
 def distributed_table(meas: pd.DataFrame) -> pd.DataFrame:
@@ -581,12 +593,7 @@ def distributed_table(meas: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame()
     keys = ["model", "framework", "strategy", "precision", "world_size", "device_name"]
-    table = rows.pivot_table(
-        index=keys, columns="metric", values="value", aggfunc="median"
-    ).reset_index()
-    table.columns.name = None
-    present = [m for m in DISTRIBUTED_METRICS if m in table.columns]
-    return table[[*keys, *present]]
+    return metric_columns(rows, keys, DISTRIBUTED_METRICS)
 
 
 def distributed_parity_table(meas: pd.DataFrame) -> pd.DataFrame:
@@ -595,13 +602,8 @@ def distributed_parity_table(meas: pd.DataFrame) -> pd.DataFrame:
     rows = _distributed_rows(meas, DISTRIBUTED_PARITY_METRICS)
     if rows.empty:
         return pd.DataFrame()
-    table = rows.pivot_table(
-        index=["model", "framework", "strategy", "world_size"],
-        columns="metric",
-        values="value",
-        aggfunc="max",
-    ).reset_index()
-    table.columns.name = None
+    keys = ["model", "framework", "strategy", "world_size"]
+    table = metric_columns(rows, keys, DISTRIBUTED_PARITY_METRICS, aggfunc="max")
     status = rows.groupby(["model", "framework", "strategy"]).status.agg(
         lambda s: "ok" if (s == "ok").all() else "failed"
     )
