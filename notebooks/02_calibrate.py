@@ -32,7 +32,7 @@ timer_check_rounds = 6
 import altair as alt
 import pandas as pd
 
-from fwbench.families.calibration.ceilings import measure_ceilings
+from fwbench.families.calibration.ceilings import host_device_bandwidth, measure_ceilings
 from fwbench.measure import device as fw_device
 from fwbench.measure import precision as fw_precision
 from fwbench.measure.timing import StopRule
@@ -91,6 +91,23 @@ rec.add(
     ci_high=copy["ci_high"],
     extra={"bytes_moved": copy["bytes"], "op": "x + 1 (read + write)"},
 )
+# the memory family's swap plans move activations between host and device memory: on a GPU,
+# pinned copies each way (torch); a CPU has no device memory, so nothing is measured there
+transfer = (
+    host_device_bandwidth(copy_mib, StopRule(min_iters, min_seconds))
+    if (framework == "torch" and kind == "cuda")
+    else None
+)
+for direction, measured in (transfer or {}).items():
+    rec.add(
+        f"{direction}_bandwidth_gbs",
+        measured["gbs"],
+        "GB/s",
+        n=measured["n"],
+        ci_low=measured["ci_low"],
+        ci_high=measured["ci_high"],
+        extra={"bytes_moved": measured["bytes"], "op": f"pinned {direction} copy"},
+    )
 rec.frame()[["metric", "value", "unit", "ci_low", "ci_high"]]
 
 # %% [markdown]

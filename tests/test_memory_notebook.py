@@ -12,7 +12,8 @@ def test_memory_notebook_runs_through_the_runner(tmp_path):
     campaign = tmp_path / "memory.yaml"
     campaign.write_text(
         f"campaign: memory_test\nsteps:\n  - notebook: {REPO}/notebooks/12_memory\n"
-        "    params: {model: bert_encoder, encoder_size: tiny, seq_len: 16, batch_sizes: [2],\n"
+        "    params: {model: bert, encoder_size: tiny, seq_len: 16, batch_sizes: [2],\n"
+        "             budget_fractions: [0.5], checkpoint_every: [1], sqrt_n: false,\n"
         "             profile_iters: 1, timing_iters: 1}\n"
     )
     out = tmp_path / "out"
@@ -28,8 +29,13 @@ def test_memory_notebook_runs_through_the_runner(tmp_path):
         for row in output.get("data", {}).get(RECORDS_MIME, [])
     ]
     peaks = {r["mode"]: r["value"] for r in records if r["metric"] == "peak_mem_bytes"}
-    assert {"none", "graph", "mu_two@0.5", "checkpoint_every_block"} <= set(peaks)
+    assert {"none", "graph", "mu_two@0.5", "checkpoint_every_1"} <= set(peaks)
     assert all(v > 0 for v in peaks.values())
     assert all(r["family"] == "memory" and r["status"] == "ok" for r in records)
-    errors = [r["value"] for r in records if r["metric"] == "sim_error_pct"]
+    errors = [r["value"] for r in records if r["metric"] == "sim_peak_error_pct"]
     assert errors and all(abs(e) <= 10 for e in errors)
+    # the float64 proof of the plan, and the simulated swap plan with its bandwidth
+    (exact,) = [r["value"] for r in records if r["metric"] == "exact_max_abs_diff"]
+    assert exact <= 1e-10
+    swap = [r for r in records if r["mode"] == "mu_two_swap@0.5"]
+    assert swap and all(r["extra"]["simulated_only"] for r in swap)

@@ -92,3 +92,33 @@ def measure_ceilings(
         "n": s["n"],
     }
     return {"matmul": matmuls, "copy": copy}
+
+
+def host_device_bandwidth(copy_mib: int, rule: StopRule) -> dict[str, dict] | None:
+    """Pinned host-to-device and device-to-host copy bandwidth (GB/s) through torch, which the
+    memory family's swap plans need; None without a CUDA device (a CPU has no device memory
+    to swap from)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    n_bytes = copy_mib * 2**20
+    host = torch.empty(n_bytes, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(n_bytes, dtype=torch.uint8, device="cuda")
+
+    def sync(_):
+        torch.cuda.synchronize()
+
+    out = {}
+    for name, dst, src in (("h2d", dev, host), ("d2h", host, dev)):
+        s = measure_latency(
+            lambda v, d=dst: d.copy_(v, non_blocking=True), [src], sync, rule, warmup=3
+        ).summary
+        out[name] = {
+            "bytes": n_bytes,
+            "gbs": n_bytes / s["p50"] / 1e9,
+            "ci_low": n_bytes / s["median_ci_high"] / 1e9,
+            "ci_high": n_bytes / s["median_ci_low"] / 1e9,
+            "n": s["n"],
+        }
+    return out

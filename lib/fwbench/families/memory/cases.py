@@ -2,10 +2,16 @@
 
 Vision models are torchvision's (``weights=None``: nothing is downloaded). ``bert_encoder`` is a
 BERT-style masked-language-model encoder built from plain ``nn.TransformerEncoder`` layers and a
-local config. It never passes an attention mask: the mask handling and the inference fast path
-take data-dependent branches that a trace cannot follow, and neither changes the memory profile
-of a training step. The blocks are what ``torch.utils.checkpoint`` wraps in the
-checkpoint-every-block baseline: the residual stages' bottlenecks, the encoder layers.
+local config, without an attention mask; it stays so that the committed runs made with it can be
+repeated. ``bert`` is the real thing: transformers' ``BertForMaskedLM`` built from a
+``BertConfig`` with random weights (nothing is downloaded), fed token ids *and* an attention
+mask over padded sequences, trained on the masked-language-model loss over the masked positions
+only (``ignore_index``). Its whole step traces without a data-dependent branch: no op in it
+reads a tensor's value back into Python (``aten._local_scalar_dense``).
+
+The blocks are what ``torch.utils.checkpoint`` wraps in the checkpointing baselines: the
+residual stages' bottlenecks, the encoder layers. Each block takes the previous block's output
+as its first argument, so any run of consecutive blocks can be checkpointed as one segment.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-MODELS = ("resnet50", "resnet152", "vit_b_16", "bert_encoder")
+MODELS = ("resnet50", "resnet152", "vit_b_16", "bert", "bert_encoder")
 
 # name -> (layers, hidden size, heads, feed-forward size, vocabulary)
 ENCODER_CONFIGS = {
@@ -45,6 +51,56 @@ class BertStyleEncoder(nn.Module):
         return self.head(x)
 
 
+class MaskedLM(nn.Module):
+    """transformers' BERT for masked language modelling, fed one tensor: ``batch[:, 0]`` holds
+    the token ids and ``batch[:, 1]`` the attention mask (1 for a token, 0 for padding)."""
+
+    def __init__(self, layers, hidden, heads, ff, vocab, max_len=512, dropout=0.1):
+        super().__init__()
+        from transformers import BertConfig, BertForMaskedLM
+
+        config = BertConfig(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=ff,
+            max_position_embeddings=max_len,
+            hidden_dropout_prob=dropout,
+            attention_probs_dropout_prob=dropout,
+        )
+        self.mlm = BertForMaskedLM(config)
+
+    @property
+    def layers(self) -> list[nn.Module]:
+        return list(self.mlm.bert.encoder.layer)
+
+    def forward(self, batch: torch.Tensor) -> torch.Tensor:
+        return self.mlm(input_ids=batch[:, 0], attention_mask=batch[:, 1]).logits
+
+
+MASK_SHARE = 0.15  # BERT's share of masked positions
+IGNORE = -100  # cross_entropy's ignore_index: no loss at this position
+
+
+def masked_lm_batch(batch_size: int, seq_len: int, vocab: int, gen: torch.Generator):
+    """Padded sequences (lengths between half and all of ``seq_len``) with 15% of their tokens
+    masked; the targets are the masked tokens' ids and ``IGNORE`` everywhere else. Id 0 pads,
+    the last id of the vocabulary masks."""
+    ids = torch.randint(1, vocab - 1, (batch_size, seq_len), generator=gen)
+    lengths = torch.randint(seq_len // 2, seq_len + 1, (batch_size,), generator=gen)
+    attention = (torch.arange(seq_len)[None, :] < lengths[:, None]).long()
+    masked = (torch.rand(batch_size, seq_len, generator=gen) < MASK_SHARE) & attention.bool()
+    masked[:, 0] = True  # every sequence has a target, so the mean loss is never 0/0
+    targets = torch.where(masked, ids, torch.full_like(ids, IGNORE))
+    ids = torch.where(masked, torch.full_like(ids, vocab - 1), ids) * attention
+    return torch.stack([ids, attention], dim=1), targets
+
+
+def _masked_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+
+
 def _token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
@@ -69,13 +125,22 @@ def build_case(
     num_classes: int = 1000,
     device: str = "cpu",
     seed: int = 0,
+    dtype: torch.dtype = torch.float32,
 ) -> ModelCase:
-    """The model in training mode, one random batch on ``device`` and the loss to train it with."""
+    """The model in training mode, one random batch on ``device`` and the loss to train it with.
+
+    ``dtype`` is the floating-point type of the parameters and of an image batch (token ids stay
+    integers); the same seed gives the same values in every dtype."""
     import torchvision
 
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    if name == "bert_encoder":
+    if name == "bert":
+        layers, hidden, heads, ff, vocab = ENCODER_CONFIGS[encoder_size]
+        model = MaskedLM(layers, hidden, heads, ff, vocab, max_len=max(seq_len, 512))
+        batch, targets = masked_lm_batch(batch_size, seq_len, vocab, gen)
+        loss_fn, blocks = _masked_token_loss, model.layers
+    elif name == "bert_encoder":
         layers, hidden, heads, ff, vocab = ENCODER_CONFIGS[encoder_size]
         model = BertStyleEncoder(layers, hidden, heads, ff, vocab, max_len=max(seq_len, 512))
         batch = torch.randint(0, vocab, (batch_size, seq_len), generator=gen)
@@ -97,5 +162,7 @@ def build_case(
             ]
     else:
         raise KeyError(f"unknown model {name!r}; the memory family knows {', '.join(MODELS)}")
-    model.to(device).train()
+    if batch.is_floating_point():
+        batch = batch.to(dtype)
+    model.to(device=device, dtype=dtype).train()
     return ModelCase(name, model, batch.to(device), targets.to(device), loss_fn, blocks)

@@ -11,9 +11,10 @@
   the process RSS, which also counts the allocator's cached pages and the framework itself.
 
 Methods: ``none`` (eager), ``graph`` (the traced step unmodified), ``mu_two@<fraction>`` (the
-traced step rewritten by the planner), ``checkpoint_every_block`` (``torch.utils.checkpoint``
-around every block) and ``compile_budget_<b>`` (torch.compile with the partitioner's activation
-memory budget ``b``). Eager baselines use ``torch.optim.Adam(foreach=False)``, the same
+traced step rewritten by the planner), ``checkpoint_every_<k>`` (``torch.utils.checkpoint``
+around every run of k blocks), ``checkpoint_sqrt_n`` (Chen et al.'s segments of sqrt(n) of the n
+blocks), ``compile_budget_<b>`` (torch.compile with the partitioner's activation memory budget
+``b``) and ``compiled_mu_two@<fraction>`` (the rewritten step, compiled). Eager baselines use ``torch.optim.Adam(foreach=False)``, the same
 per-tensor update the traced step runs.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -118,13 +120,44 @@ class EagerStep:
         return [*model.parameters(), *model.buffers(), *state, self.case.batch, self.case.targets]
 
 
+def sqrt_n_segment(n_blocks: int) -> int:
+    """Blocks per segment in Chen et al.'s sqrt(n) checkpointing: sqrt(n) segments of sqrt(n)."""
+    return max(1, round(math.sqrt(n_blocks)))
+
+
 @contextlib.contextmanager
-def checkpoint_every_block(blocks: list[torch.nn.Module]):
-    """Run every block under ``torch.utils.checkpoint`` (non-reentrant) while the context is open."""
-    for block in blocks:
-        block.forward = functools.partial(
-            checkpoint, type(block).forward.__get__(block), use_reentrant=False
+def checkpoint_segments(blocks: list[torch.nn.Module], size: int):
+    """Checkpoint every run of ``size`` consecutive blocks as one segment while the context is
+    open (``torch.utils.checkpoint``, non-reentrant): only each segment's input is kept, and its
+    inside is replayed in the backward pass.
+
+    A segment's first block runs the whole segment, the others pass their input through. This
+    needs each block to feed the next its output as first argument (a residual stage's
+    bottlenecks, a transformer's layers); the blocks' other arguments (an attention mask) are the
+    same for every block and are passed on.
+    """
+    if size < 1:
+        raise ValueError(f"a checkpoint segment holds at least one block, not {size}")
+    bound = [type(b).forward.__get__(b) for b in blocks]
+
+    def segment(forwards):
+        def run(x, *args, **kwargs):
+            for forward in forwards:
+                x = forward(x, *args, **kwargs)
+            return x
+
+        return run
+
+    def passthrough(x, *args, **kwargs):
+        return x
+
+    for start in range(0, len(blocks), size):
+        forwards = bound[start : start + size]
+        blocks[start].forward = functools.partial(
+            checkpoint, segment(forwards), use_reentrant=False
         )
+        for block in blocks[start + 1 : start + size]:
+            block.forward = passthrough
     try:
         yield
     finally:
@@ -132,30 +165,44 @@ def checkpoint_every_block(blocks: list[torch.nn.Module]):
             del block.forward
 
 
+def checkpoint_method(size: int | None) -> str:
+    """``checkpoint_every_<k>`` for segments of k blocks, ``checkpoint_sqrt_n`` for Chen's."""
+    return "checkpoint_sqrt_n" if size is None else f"checkpoint_every_{size}"
+
+
+def compile_method(budget: float) -> str:
+    return f"compile_budget_{budget:.1f}"
+
+
 def measure_baselines(
     case: ModelCase,
     device: str,
     rule: StopRule,
     *,
+    checkpoint_every: list[int] = (1,),
+    sqrt_n: bool = False,
     compile_budgets: list[float] = (),
     compile_backend: str = "inductor",
 ) -> list[Measurement]:
+    """The eager step (``none``), then each checkpointing baseline, then each compiled one."""
     results = []
     eager = EagerStep(case)
     results.append(measure("none", eager, eager.persistent, device, rule))
     del eager
-    with checkpoint_every_block(case.blocks):
-        eager = EagerStep(case)
-        results.append(measure("checkpoint_every_block", eager, eager.persistent, device, rule))
-        del eager
+    sizes = [(k, checkpoint_method(k)) for k in checkpoint_every]
+    if sqrt_n:
+        sizes.append((sqrt_n_segment(len(case.blocks)), checkpoint_method(None)))
+    for size, method in sizes:
+        with checkpoint_segments(case.blocks, size):
+            eager = EagerStep(case)
+            results.append(measure(method, eager, eager.persistent, device, rule))
+            del eager
     for budget in compile_budgets:
         torch.compiler.reset()
         with torch_internals.activation_memory_budget(budget):
             compiled = torch.compile(case.model, backend=compile_backend)
             eager = EagerStep(case, module=compiled)
-            results.append(
-                measure(f"compile_budget_{budget:.1f}", eager, eager.persistent, device, rule)
-            )
+            results.append(measure(compile_method(budget), eager, eager.persistent, device, rule))
         del eager, compiled
     torch.compiler.reset()
     return results

@@ -1,7 +1,13 @@
-"""The μ-TWO activation-checkpointing planner (Algorithm B, restricted to recomputation).
+"""The μ-TWO activation-checkpointing planner (Algorithm B): recompute or swap.
 
-Greedy: while the simulated peak exceeds the budget, recompute the candidate that frees the most
-bytes per millisecond of replay (``recompute_ratio``). Choosing an activation changes the others:
+Greedy: while the simulated peak exceeds the budget, take the candidate that frees the most
+bytes per millisecond the iteration gains. For recomputation that is ``recompute_ratio`` (bytes
+per ms of replay). When a copy bandwidth is given, the planner also weighs swapping the largest
+idle activation whose round trip fits in its idle time: the simulator says how much the copies
+would stall the compute, and a swap that hides entirely behind compute frees its bytes for
+nothing. The option with more bytes per added ms wins; a swap needs no replay, so it also serves
+activations that cannot be recomputed (dropout's outputs). Choosing to recompute changes the
+other candidates:
 
 - Algorithm E: an already chosen recomputation that read the new one must now replay it too, so
   it inherits its sources and its replay time; each such dependant adds one to the new one's
@@ -14,8 +20,8 @@ After every choice the simulator (Algorithm G) recomputes the peak. One deviatio
 only candidates that are resident but idle at the current peak are considered, since freeing any
 other activation costs time and saves nothing at the peak.
 
-Swapping to host memory, the paper's other option, is not planned here: the rewriter only
-recomputes, and a plan the rewriter cannot execute could not be measured.
+The rewriter executes recomputation only; a plan with swaps is simulated, not run, until the
+rewriter can emit the copies on a GPU's side stream.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class PlanStep:
     recompute_ratio: float
     predicted_peak_bytes: int
     added_ms: float
+    action: str = "recompute"  # or "swap"
 
 
 @dataclass
@@ -47,10 +54,21 @@ class Plan:
     met_budget: bool
     steps: list[PlanStep] = field(default_factory=list)
     simulation: Simulation | None = None
+    swap: list[str] = field(default_factory=list)
 
     @property
     def recomputed_bytes(self) -> int:
-        return sum(s.memory_size for s in self.steps)
+        return sum(s.memory_size for s in self.steps if s.action == "recompute")
+
+    @property
+    def swapped_bytes(self) -> int:
+        return sum(s.memory_size for s in self.steps if s.action == "swap")
+
+    def decision(self, activation: str) -> str:
+        """``recomputed``, ``swapped`` or ``kept``."""
+        if activation in self.recompute:
+            return "recomputed"
+        return "swapped" if activation in self.swap else "kept"
 
 
 def update_recomps(chosen: ActivationStats, recomps: dict[str, ActivationStats]) -> int:
@@ -96,25 +114,58 @@ def plan_recomputation(
     budget_bytes: int,
     *,
     stats: dict[str, ActivationStats] | None = None,
+    swap_bandwidth_bytes_per_ms: float | None = None,
 ) -> Plan:
-    """Recompute activations until the simulated peak fits ``budget_bytes`` or nothing helps."""
+    """Recompute (and, given a copy bandwidth, swap) activations until the simulated peak fits
+    ``budget_bytes`` or nothing helps."""
     stats = copy.deepcopy(stats if stats is not None else activation_stats(analysis, profile))
-    candidates = {n: s for n, s in stats.items() if s.recomputable and s.memory_size > 0}
+    candidates = {n: s for n, s in stats.items() if s.memory_size > 0}
     recomps: dict[str, ActivationStats] = {}
-    sim = simulate(analysis, (), profile)
+    swaps: list[str] = []
+    bandwidth = swap_bandwidth_bytes_per_ms
+
+    def run(recompute, swap):
+        return simulate(analysis, recompute, profile, swap=swap, bandwidth_bytes_per_ms=bandwidth)
+
+    sim = run((), ())
     baseline_peak = sim.peak_bytes
     steps: list[PlanStep] = []
     while sim.peak_bytes > budget_bytes:
         peak_rank = int(sim.ranks[sim.peak_index])
         useful = [c for c in candidates.values() if _idle_at(analysis, c.name, peak_rank)]
-        if not useful:
+        recomputable = [c for c in useful if c.recomputable]
+        best = max(recomputable, key=lambda c: (c.recompute_ratio, c.name), default=None)
+        swap_sim, swap_pick, swap_ratio = None, None, -1.0
+        if bandwidth:
+            hideable = [c for c in useful if 2 * c.memory_size / bandwidth <= c.inactive_time]
+            swap_pick = max(hideable, key=lambda c: (c.memory_size, c.name), default=None)
+        if swap_pick is not None:
+            swap_sim = run(recomps, [*swaps, swap_pick.name])
+            stall = swap_sim.swap_stall_ms - sim.swap_stall_ms
+            swap_ratio = swap_pick.memory_size / max(stall, 1e-6)
+        if best is None and swap_pick is None:
             break
-        chosen = max(useful, key=lambda c: (c.recompute_ratio, c.name))
+        if swap_pick is not None and (best is None or swap_ratio >= best.recompute_ratio):
+            del candidates[swap_pick.name]
+            swaps.append(swap_pick.name)
+            sim = swap_sim
+            steps.append(
+                PlanStep(
+                    swap_pick.name,
+                    swap_pick.memory_size,
+                    swap_ratio,
+                    sim.peak_bytes,
+                    sim.added_ms,
+                    "swap",
+                )
+            )
+            continue
+        chosen = best
         del candidates[chosen.name]
         recomp_cnt = update_recomps(chosen, recomps)
         recomps[chosen.name] = chosen
         update_candidates(chosen, recomp_cnt, candidates, recomps)
-        sim = simulate(analysis, recomps, profile)
+        sim = run(recomps, swaps)
         steps.append(
             PlanStep(
                 chosen.name,
@@ -126,6 +177,7 @@ def plan_recomputation(
         )
     return Plan(
         budget_bytes=int(budget_bytes),
+        swap=swaps,
         recompute=list(recomps),
         baseline_peak_bytes=baseline_peak,
         predicted_peak_bytes=sim.peak_bytes,

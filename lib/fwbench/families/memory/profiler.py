@@ -10,7 +10,9 @@ profiled iterations:
   allocator's counters; on CPU there are no allocator counters, so one iteration runs under
   ``torch.profiler`` with every node in its own ``record_function`` range and the CPU allocator's
   events are read back per range;
-- swap time per activation (GPU only): a copy to pinned host memory and back.
+- swap time per activation (GPU only): a copy to pinned host memory and back;
+- the whole step's time run by fx's generated code, which the time model starts from: the
+  per-node timer adds its own overhead to every node.
 
 From the profile and the static analysis come the per-activation statistics of μ-TWO's
 Table B, which the planner consumes.
@@ -43,6 +45,7 @@ class Profile:
     swap_out_ms: dict[str, float] = field(default_factory=dict)
     swap_in_ms: dict[str, float] = field(default_factory=dict)
     note: str = ""
+    step_ms: float = 0.0  # the whole step run by fx's generated code (median), no per-node timer
 
     @property
     def iteration_ms(self) -> float:
@@ -159,6 +162,7 @@ def profile_graph(
             timer.run(*inputs)
             per_iter.append(timer.collect())
         node_ms = {name: float(np.median([t[name] for t in per_iter])) for name in per_iter[0]}
+        step_ms = float(np.median([_whole_step_ms(gm, inputs, device) for _ in range(iters)]))
         if device == "cuda":
             active, peak = _cuda_memory(gm, inputs, iters)
             swap = _SwapTimer(gm, set(analysis.activations))
@@ -168,7 +172,19 @@ def profile_graph(
             active, peak = _cpu_memory(gm, inputs, persistent)
             swap_out, swap_in = {}, {}
             note = "swap not profiled: the CPU has no separate device memory to swap from"
-    return Profile(device, iters, node_ms, active, peak, persistent, swap_out, swap_in, note)
+    return Profile(
+        device, iters, node_ms, active, peak, persistent, swap_out, swap_in, note, step_ms
+    )
+
+
+def _whole_step_ms(gm, inputs, device: str) -> float:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    gm(*inputs)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3
 
 
 def _cuda_memory(gm, inputs, iters):

@@ -17,7 +17,7 @@ from torch import fx
 
 from fwbench.families.memory.liveness import GraphAnalysis, replay_call
 from fwbench.families.memory.simulator import replay_schedule
-from fwbench.families.memory.tracer import TracedStep
+from fwbench.families.memory.tracer import TracedStep, is_mark
 
 REPLAY_SUFFIX = "_recomp"
 
@@ -99,3 +99,19 @@ def check_equivalence(
                 equal = equal and torch.equal(a, b)
         diffs[key] = worst
     return Equivalence(bool(equal), diffs)
+
+
+def without_marks(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of ``gm`` with the region marks taken out, for torch.compile: functionalization
+    refuses a custom op that returns an alias of its input, and a mark computes nothing."""
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in gm.graph.nodes:
+        if is_mark(node):
+            env[node] = env[node.args[0]]
+            continue
+        env[node] = graph.node_copy(node, lambda a: env[a])
+    graph.lint()
+    stripped = fx.GraphModule(gm, graph)
+    stripped.recompile()
+    return stripped

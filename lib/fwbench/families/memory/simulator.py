@@ -10,12 +10,27 @@ A plan recomputes some activations. Each such activation is freed after its last
 rebuilt by a replay block (its recomputation closure) placed just before its first backward use;
 the block's temporaries live only inside the block, and the tensors it reads (its sources) stay
 alive until the block has run. The rewriter builds exactly these blocks, in the same order.
+
+A plan may also swap activations (μ-TWO's other option): copy one to host memory after its last
+forward use and back before its first backward use, on copy engines that run beside the compute.
+The clock is the profiled node times in execution order. Copies out queue one after another in
+the order their activations go idle; each frees its device memory when it completes. Copies in
+run one after another on their own engine, each as late as it can while finishing before the
+node that needs it (and never before its copy out is done); memory is taken again when the copy
+in starts. A copy in that finishes late stalls the compute until it is done; the copies are
+timed on the stall-free clock, so the iteration is late by the largest such lateness. On a CPU
+there is no separate device memory, so a swap plan is simulated only, at a bandwidth the caller
+sets.
+
+The time model: the plan's iteration time is the profiled whole step, plus its replay blocks'
+profiled node times scaled by how much the per-node timer overstates the whole step (it times
+each node from Python), plus the swap stall.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,6 +46,93 @@ class ReplayBlock:
 
 
 @dataclass
+class SwapWindow:
+    activation: str
+    nbytes: int
+    out_start_ms: float
+    out_done_ms: float
+    in_start_ms: float
+    in_done_ms: float
+    needed_ms: float  # when its first backward use starts on the stall-free clock
+    freed_rank: int  # the node that runs when the copy out completes
+    back_rank: int  # the node that runs when the copy in starts
+
+    @property
+    def late_ms(self) -> float:
+        return max(0.0, self.in_done_ms - self.needed_ms)
+
+
+def node_clock(analysis: GraphAnalysis, profile: Profile | None) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (ms) of every node in execution order, from the profiled node times."""
+    ms = np.array(
+        [profile.node_ms.get(n.name, 0.0) if profile is not None else 0.0 for n in analysis.nodes]
+    )
+    end = np.cumsum(ms)
+    return end - ms, end
+
+
+def swap_schedule(
+    analysis: GraphAnalysis,
+    swap: Iterable[str],
+    profile: Profile | None,
+    bandwidth_bytes_per_ms: float,
+) -> list[SwapWindow]:
+    """When each swapped activation's copies run, on two copy engines beside the compute."""
+    swap = list(swap)
+    if not swap:
+        return []
+    if not bandwidth_bytes_per_ms or bandwidth_bytes_per_ms <= 0:
+        raise ValueError("swapping needs a positive copy bandwidth")
+    start, end = node_clock(analysis, profile)
+    acts = [analysis.activations[n] for n in swap]
+
+    def rank_at(t: float) -> int:
+        # the node running at time t: the first whose end is past t (the last node at the end)
+        return int(min(np.searchsorted(end, t, side="right"), len(end) - 1))
+
+    out = {}
+    engine_free = 0.0
+    for act in sorted(acts, key=lambda a: (a.last_forward_use, a.name)):
+        begin = max(float(end[act.last_forward_use]), engine_free)
+        engine_free = begin + act.nbytes / bandwidth_bytes_per_ms
+        out[act.name] = (begin, engine_free)
+    # copies in: latest first, each ending by its need and by the next copy's start
+    latest = {}
+    next_start = float("inf")
+    for act in sorted(acts, key=lambda a: (a.first_backward_use, a.name), reverse=True):
+        done = min(float(start[act.first_backward_use]), next_start)
+        latest[act.name] = done - act.nbytes / bandwidth_bytes_per_ms
+        next_start = latest[act.name]
+    windows = []
+    engine_free = 0.0
+    for act in sorted(acts, key=lambda a: (a.first_backward_use, a.name)):
+        duration = act.nbytes / bandwidth_bytes_per_ms
+        begin = max(latest[act.name], out[act.name][1], engine_free)
+        engine_free = begin + duration
+        windows.append(
+            SwapWindow(
+                act.name,
+                act.nbytes,
+                out[act.name][0],
+                out[act.name][1],
+                begin,
+                engine_free,
+                float(start[act.first_backward_use]),
+                max(rank_at(out[act.name][1]), act.last_forward_use),
+                min(rank_at(begin), act.first_backward_use),
+            )
+        )
+    return windows
+
+
+def predicted_iteration_ms(sim: Simulation, profile: Profile) -> float:
+    """The time model: the profiled whole step plus the plan's replay time, corrected for the
+    per-node timer's overhead, plus the swap stall."""
+    scale = profile.step_ms / profile.iteration_ms if profile.iteration_ms > 0 else 1.0
+    return profile.step_ms + scale * sim.replay_ms + sim.swap_stall_ms
+
+
+@dataclass
 class Simulation:
     labels: list[str]  # node names in execution order; replayed nodes as "name@recompute"
     ranks: np.ndarray  # the original rank each position runs at or just before
@@ -38,7 +140,14 @@ class Simulation:
     by_kind: dict[str, np.ndarray]  # live bytes per storage kind before each position runs
     peak_bytes: int
     peak_index: int
-    added_ms: float  # replay time the plan adds to an iteration
+    replay_ms: float  # profiled time of the replayed nodes
+    swap_stall_ms: float = 0.0  # compute waiting for copies in
+    swaps: list[SwapWindow] = field(default_factory=list)
+
+    @property
+    def added_ms(self) -> float:
+        """Time the plan adds to an iteration, in profiled node time."""
+        return self.replay_ms + self.swap_stall_ms
 
     def breakdown_at_peak(self) -> dict[str, int]:
         """Bytes per kind at the peak; what the running node adds is counted as OTHER."""
@@ -80,9 +189,22 @@ def _node_increment(analysis: GraphAnalysis, profile: Profile | None) -> np.ndar
 
 
 def simulate(
-    analysis: GraphAnalysis, plan: Iterable[str] = (), profile: Profile | None = None
+    analysis: GraphAnalysis,
+    plan: Iterable[str] = (),
+    profile: Profile | None = None,
+    *,
+    swap: Iterable[str] = (),
+    bandwidth_bytes_per_ms: float | None = None,
 ) -> Simulation:
+    """Memory at every position of the step under a plan that recomputes ``plan`` and swaps
+    ``swap`` (at ``bandwidth_bytes_per_ms`` each way)."""
+    plan, swap = list(plan), list(swap)
+    both = set(plan) & set(swap)
+    if both:
+        raise ValueError(f"an activation is either recomputed or swapped, not both: {sorted(both)}")
     blocks = replay_schedule(analysis, plan)
+    windows = swap_schedule(analysis, swap, profile, bandwidth_bytes_per_ms)
+    swapped = {w.activation: w for w in windows}
     increment = _node_increment(analysis, profile)
     node_ms = profile.node_ms if profile is not None else {}
 
@@ -151,10 +273,18 @@ def simulate(
             start, end = -1, last_index
         else:
             start = index_of[(s.created, 0)]
-            last = (
-                analysis.activations[s.owner].last_forward_use if s.owner in planned else s.last_use
-            )
+            last = s.last_use
+            if s.owner in planned:
+                last = analysis.activations[s.owner].last_forward_use
+            elif s.owner in swapped:
+                last = swapped[s.owner].freed_rank
             end = max(index_of[(last, 0)], extended.get(s.owner, -1))
+            if s.owner in swapped:
+                back = index_of[(swapped[s.owner].back_rank, 0)]
+                if back > end:  # out and back in: live again from the copy in's start
+                    intervals.append((back - 1, index_of[(s.last_use, 0)], s.nbytes, s.kind))
+                else:  # the copy in starts before the copy out completes: never away
+                    end = index_of[(s.last_use, 0)]
         intervals.append((start, end, s.nbytes, s.kind))
 
     by_kind = {}
@@ -176,5 +306,7 @@ def simulate(
         by_kind=by_kind,
         peak_bytes=int(total[peak_index]),
         peak_index=peak_index,
-        added_ms=added_ms,
+        replay_ms=added_ms,
+        swap_stall_ms=max([0.0, *(w.late_ms for w in windows)]),
+        swaps=windows,
     )

@@ -26,13 +26,73 @@ class BatchResult:
     baseline: simulator.Simulation
     stats: dict[str, profiler.ActivationStats]
     plans: dict[float, planner.Plan] = field(default_factory=dict)
-    equivalence: dict[float, rewriter.Equivalence] = field(default_factory=dict)
     measurements: list[footprint.Measurement] = field(default_factory=list)
     pareto: list[dict] = field(default_factory=list)
+    swap_plans: dict[float, planner.Plan] = field(default_factory=dict)
+    swap_bandwidth_gbs: float | None = None
+    exact: dict[float, rewriter.Equivalence] = field(default_factory=dict)  # float64 checks
+
+    @property
+    def activation_peak_bytes(self) -> int:
+        """The activation memory: the most activation bytes alive at once in the unplanned
+        graph's simulation (its activations' own high-water mark)."""
+        return int(self.baseline.by_kind["ACT"].max())
+
+    @property
+    def activation_at_peak_bytes(self) -> int:
+        """Activation bytes alive at the unplanned graph's simulated peak of all memory; zero
+        when the peak sits in the optimizer update, where no plan can lower it."""
+        return int(self.baseline.breakdown_at_peak()["ACT"])
 
 
 def plan_method(fraction: float) -> str:
     return f"mu_two@{fraction:g}"
+
+
+def compiled_plan_method(fraction: float) -> str:
+    return f"compiled_mu_two@{fraction:g}"
+
+
+def swap_plan_method(fraction: float) -> str:
+    return f"mu_two_swap@{fraction:g}"
+
+
+def method_kind(method: str) -> tuple[str, float | None]:
+    """The line a method belongs to on the memory-time curve, and its budget where it has one:
+    ``mu_two@0.5`` -> ("mu_two", 0.5), ``checkpoint_every_2`` -> ("checkpoint", None)."""
+    for prefix, kind in (
+        ("compiled_mu_two@", "compiled_mu_two"),
+        ("mu_two_swap@", "mu_two_swap"),
+        ("mu_two@", "mu_two"),
+        ("compile_budget_", "compile_budget"),
+    ):
+        if method.startswith(prefix):
+            return kind, float(method[len(prefix) :])
+    if method.startswith("checkpoint_"):
+        return "checkpoint", None
+    return method, None
+
+
+# The issue's goal, stated on activations: at least half of them saved at no more than +33% time
+OVERHEAD_GOAL_PCT = 33.0
+ACTIVATION_GOAL_PCT = 50.0
+
+
+def best_within(frame: pd.DataFrame, *, overhead_pct: float) -> dict[str, object]:
+    """Per method kind (our plan, checkpointing, ...), the measured row that saves the most
+    activation memory within ``overhead_pct`` of added time; None for a kind with no such row."""
+    measured = frame[frame.measured & frame.kind.isin(["mu_two", "checkpoint"])]
+    best = {}
+    for kind, rows in measured.groupby("kind"):
+        inside = rows[rows.overhead_pct <= overhead_pct]
+        best[kind] = None if inside.empty else inside.loc[inside.activation_saved_pct.idxmax()]
+    return best
+
+
+# Which measured methods are compared with which: compilation fuses kernels, so compiled and
+# eager times never share a curve.
+EAGER_KINDS = ("none", "graph", "mu_two", "checkpoint")
+COMPILED_KINDS = ("compile_budget", "compiled_mu_two")
 
 
 def run_batch(
@@ -47,20 +107,31 @@ def run_batch(
     encoder_size: str = "small",
     num_classes: int = 1000,
     profile_iters: int = 3,
+    checkpoint_every: list[int] = (1,),
+    sqrt_n: bool = False,
     compile_budgets: list[float] = (),
+    compile_fractions: list[float] = (),
     compile_backend: str = "inductor",
+    swap_bandwidth_gbs: float | None = None,
+    exact_check: bool = True,
     seed: int = 0,
 ) -> BatchResult:
-    case = build_case(
-        model,
-        batch_size,
-        image_size=image_size,
-        seq_len=seq_len,
-        encoder_size=encoder_size,
-        num_classes=num_classes,
-        device=device,
-        seed=seed,
-    )
+    """Trace, profile and plan one model at one batch size, then measure every method.
+
+    ``fractions``: the planner's budgets (share of the activation bytes left at the peak), each
+    rewritten, checked and measured eagerly; ``compile_fractions``: those whose rewritten graph is
+    also compiled. ``swap_bandwidth_gbs``: plan with swapping too at that copy bandwidth
+    (simulated only). ``exact_check``: prove every rewritten graph in float64.
+    """
+    shape = {
+        "image_size": image_size,
+        "seq_len": seq_len,
+        "encoder_size": encoder_size,
+        "num_classes": num_classes,
+        "device": device,
+        "seed": seed,
+    }
+    case = build_case(model, batch_size, **shape)
     traced = tracer.trace_training_step(case.model, case.batch, case.targets, case.loss_fn)
     found = graph_analysis.analyze(traced)
     prof = profiler.profile_graph(traced.graph_module, traced.inputs, found, iters=profile_iters)
@@ -74,88 +145,219 @@ def run_batch(
     for fraction in fractions:
         budget = planner.budget_for_fraction(found, baseline.peak_bytes, fraction)
         plan = planner.plan_recomputation(found, prof, budget, stats=stats)
-        rewritten = rewriter.rewrite(traced.graph_module, found, plan.recompute)
         result.plans[fraction] = plan
-        result.equivalence[fraction] = rewriter.check_equivalence(traced, rewritten, seed=seed)
+        rewritten = rewriter.rewrite(traced.graph_module, found, plan.recompute)
         result.measurements.append(
             footprint.measure_graph(plan_method(fraction), traced, rewritten, device, rule)
         )
+        if fraction in compile_fractions:
+            torch.compiler.reset()
+            compiled = torch.compile(rewriter.without_marks(rewritten), backend=compile_backend)
+            method = compiled_plan_method(fraction)
+            result.measurements.append(
+                footprint.measure_graph(method, traced, compiled, device, rule)
+            )
+            del compiled
+            torch.compiler.reset()
         del rewritten
+        if swap_bandwidth_gbs:
+            result.swap_plans[fraction] = planner.plan_recomputation(
+                found,
+                prof,
+                budget,
+                stats=stats,
+                swap_bandwidth_bytes_per_ms=swap_bandwidth_gbs * 1e6,
+            )
+    result.swap_bandwidth_gbs = swap_bandwidth_gbs
     del traced
     result.measurements += footprint.measure_baselines(
-        case, device, rule, compile_budgets=compile_budgets, compile_backend=compile_backend
+        case,
+        device,
+        rule,
+        checkpoint_every=checkpoint_every,
+        sqrt_n=sqrt_n,
+        compile_budgets=compile_budgets,
+        compile_backend=compile_backend,
     )
+    del case
+    if exact_check and result.plans:
+        result.exact = exact_equivalence(model, min(batch_size, EXACT_BATCH), shape, result.plans)
     if device == "cuda":
         torch.cuda.empty_cache()
     return result
 
 
+EXACT_TOLERANCE = 1e-10  # float64: a rewrite that changed the arithmetic would show far above
+# The float64 proof runs at batch 2: a plan names graph nodes, and the graph is the same node for
+# node at every batch size (``exact_equivalence`` fails if a planned node is missing), while a
+# float64 step at the measured batch would cost several measured steps.
+EXACT_BATCH = 2
+
+
+def exact_equivalence(
+    model: str, batch_size: int, shape: dict, plans: dict[float, planner.Plan]
+) -> dict[float, rewriter.Equivalence]:
+    """Every plan applied to the float64 trace of the same step, against that trace unmodified.
+
+    The float64 step has the same graph, node for node, as the float32 one it was planned on (the
+    dtype changes no op), so each plan's node names carry over; the check fails loudly if one
+    does not. In float64 a difference from a changed computation could not hide in rounding.
+    """
+    case = build_case(model, batch_size, dtype=torch.float64, **shape)
+    traced = tracer.trace_training_step(case.model, case.batch, case.targets, case.loss_fn)
+    found = graph_analysis.analyze(traced)
+    checks = {}
+    for fraction, plan in plans.items():
+        missing = [n for n in plan.recompute if n not in found.activations]
+        if missing:
+            raise RuntimeError(
+                f"the float64 trace of {model} lacks activations the plan recomputes: {missing[:3]}"
+            )
+        rewritten = rewriter.rewrite(traced.graph_module, found, plan.recompute)
+        checks[fraction] = rewriter.check_equivalence(
+            traced, rewritten, rtol=0.0, atol=EXACT_TOLERANCE
+        )
+    return checks
+
+
 def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
-    """One row per batch size and method: measured peak and time, prediction, savings, cost."""
+    """One row per batch size and method: measured peak and time, the simulator's prediction,
+    savings and cost. Swap plans, simulated only, get rows without measurements.
+
+    ``activation_saved_pct`` is the bytes a method saves at the peak, against the eager step, as
+    a share of the activation memory (the unplanned graph's activation high-water mark). Where
+    the optimizer update makes the peak, no method saves much of it: the saving stops at the
+    optimizer's floor, and ``activation_at_peak_bytes`` (zero there) says so."""
     rows = []
     for r in results:
         ref = next(m for m in r.measurements if m.method == REFERENCE_METHOD)
+        act_peak = r.activation_peak_bytes
+        planned = {plan_method(f): (f, p) for f, p in r.plans.items()}
         for m in r.measurements:
+            kind, budget = method_kind(m.method)
+            saved = ref.peak_bytes - m.peak_bytes
             row = {
                 "model": r.model,
                 "batch_size": r.batch_size,
                 "method": m.method,
+                "kind": kind,
+                "budget": budget,
+                "measured": True,
                 "peak_bytes": m.peak_bytes,
                 "iter_time_ms": m.summary["p50"],
                 "iter_ci_low_ms": m.summary["median_ci_low"],
                 "iter_ci_high_ms": m.summary["median_ci_high"],
                 "n": m.summary["n"],
-                "memory_saved_pct": 100.0 * (1 - m.peak_bytes / ref.peak_bytes),
+                "memory_saved_pct": 100.0 * saved / ref.peak_bytes,
+                "activation_saved_pct": 100.0 * saved / act_peak if act_peak else None,
                 "overhead_pct": 100.0 * (m.summary["p50"] / ref.summary["p50"] - 1),
                 "activation_bytes": r.analysis.activation_bytes(),
+                "activation_peak_bytes": act_peak,
+                "activation_at_peak_bytes": r.activation_at_peak_bytes,
                 "predicted_peak_bytes": None,
-                "sim_error_pct": None,
+                "predicted_iter_ms": None,
+                "sim_peak_error_pct": None,
+                "sim_time_error_pct": None,
                 "recomputed_bytes": None,
+                "swapped_bytes": None,
             }
-            predicted = None
+            sim = None
             if m.method == "graph":
-                predicted = r.baseline.peak_bytes
-            for fraction, plan in r.plans.items():
-                if m.method == plan_method(fraction):
-                    predicted = plan.predicted_peak_bytes
-                    row["recomputed_bytes"] = plan.recomputed_bytes
-                    row["budget_bytes"] = plan.budget_bytes
-                    row["met_budget"] = plan.met_budget
-                    row["equivalent"] = r.equivalence[fraction].equal
-            if predicted is not None:
-                row["predicted_peak_bytes"] = predicted
-                row["sim_error_pct"] = 100.0 * (predicted - m.peak_bytes) / m.peak_bytes
+                sim = r.baseline
+            if m.method in planned:
+                fraction, plan = planned[m.method]
+                sim = plan.simulation
+                row["recomputed_bytes"] = plan.recomputed_bytes
+                row["budget_bytes"] = plan.budget_bytes
+                row["met_budget"] = plan.met_budget
+                if fraction in r.exact:
+                    row["exact_max_abs_diff"] = max(r.exact[fraction].max_abs_diff.values())
+                    row["exact_equal"] = r.exact[fraction].equal
+            if sim is not None:
+                predicted_ms = simulator.predicted_iteration_ms(sim, r.profile)
+                row["predicted_peak_bytes"] = sim.peak_bytes
+                row["predicted_iter_ms"] = predicted_ms
+                row["sim_peak_error_pct"] = 100.0 * (sim.peak_bytes - m.peak_bytes) / m.peak_bytes
+                row["sim_time_error_pct"] = 100.0 * (predicted_ms / m.summary["p50"] - 1)
             rows.append(row)
+        graph = next(m for m in r.measurements if m.method == "graph")
+        for fraction, plan in r.swap_plans.items():
+            sim = plan.simulation
+            predicted_ms = simulator.predicted_iteration_ms(sim, r.profile)
+            saved = r.baseline.peak_bytes - sim.peak_bytes
+            rows.append(
+                {
+                    "model": r.model,
+                    "batch_size": r.batch_size,
+                    "method": swap_plan_method(fraction),
+                    "kind": "mu_two_swap",
+                    "budget": fraction,
+                    "measured": False,
+                    # simulated only: the savings are the simulator's, against the unplanned
+                    # graph's simulated peak and the graph's measured time
+                    "predicted_peak_bytes": sim.peak_bytes,
+                    "predicted_iter_ms": predicted_ms,
+                    "memory_saved_pct": 100.0 * saved / r.baseline.peak_bytes,
+                    "activation_saved_pct": 100.0 * saved / act_peak if act_peak else None,
+                    "overhead_pct": 100.0 * (predicted_ms / r.profile.step_ms - 1),
+                    "activation_bytes": r.analysis.activation_bytes(),
+                    "activation_peak_bytes": act_peak,
+                    "recomputed_bytes": plan.recomputed_bytes,
+                    "swapped_bytes": plan.swapped_bytes,
+                    "budget_bytes": plan.budget_bytes,
+                    "met_budget": plan.met_budget,
+                    "swap_bandwidth_gbs": r.swap_bandwidth_gbs,
+                    "graph_iter_ms": graph.summary["p50"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
 METRICS = (
     ("peak_mem_bytes", "peak_bytes", "bytes"),
     ("predicted_peak_bytes", "predicted_peak_bytes", "bytes"),
-    ("sim_error_pct", "sim_error_pct", "%"),
+    ("predicted_iter_ms", "predicted_iter_ms", "ms"),
+    ("sim_peak_error_pct", "sim_peak_error_pct", "%"),
+    ("sim_time_error_pct", "sim_time_error_pct", "%"),
     ("activation_bytes", "activation_bytes", "bytes"),
+    ("activation_peak_bytes", "activation_peak_bytes", "bytes"),
+    ("activation_at_peak_bytes", "activation_at_peak_bytes", "bytes"),
     ("recomputed_bytes", "recomputed_bytes", "bytes"),
+    ("swapped_bytes", "swapped_bytes", "bytes"),
     ("overhead_pct", "overhead_pct", "%"),
     ("memory_saved_pct", "memory_saved_pct", "%"),
+    ("activation_saved_pct", "activation_saved_pct", "%"),
+    ("exact_max_abs_diff", "exact_max_abs_diff", "abs"),
 )
 
 
 def add_records(rec, frame: pd.DataFrame, peak_source: str) -> None:
-    """Records of family ``memory``; the method goes into ``mode`` so analyses can group by it."""
+    """Records of family ``memory``; the method goes into ``mode`` so analyses can group by it,
+    and its kind and budget into ``extra``. Simulated-only rows say so in ``extra``."""
     for row in frame.to_dict("records"):
         common = {"mode": row["method"], "batch_size": row["batch_size"]}
-        rec.add(
-            "iter_time_ms",
-            row["iter_time_ms"],
-            "ms",
-            n=row["n"],
-            ci_low=row["iter_ci_low_ms"],
-            ci_high=row["iter_ci_high_ms"],
-            **common,
-        )
+        method = {"method": row["kind"]}
+        if row.get("budget") is not None and not pd.isna(row["budget"]):
+            method["budget"] = float(row["budget"])
+        if not row.get("measured", True):
+            method["simulated_only"] = True
+            method["swap_bandwidth_gbs"] = row.get("swap_bandwidth_gbs")
+        if row.get("measured", True):
+            rec.add(
+                "iter_time_ms",
+                row["iter_time_ms"],
+                "ms",
+                n=row["n"],
+                ci_low=row["iter_ci_low_ms"],
+                ci_high=row["iter_ci_high_ms"],
+                extra=method,
+                **common,
+            )
         for metric, column, unit in METRICS:
             value = row.get(column)
             if value is None or pd.isna(value):
                 continue
-            extra = {"peak_source": peak_source} if unit == "bytes" else None
+            extra = dict(method)
+            if unit == "bytes":
+                extra["peak_source"] = peak_source if row.get("measured", True) else "simulator"
             rec.add(metric, value, unit, extra=extra, **common)

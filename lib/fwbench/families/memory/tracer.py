@@ -77,7 +77,9 @@ class TracedStep:
     def run(self, inputs: list[torch.Tensor] | None = None, graph_module=None):
         """One training step; returns ``(loss, grads)``. Parameters and state update in place."""
         with torch.no_grad():
-            out = (graph_module or self.graph_module)(*(inputs or self.inputs))
+            # `is None`, not `or`: a compiled module refuses bool() (it asks for its len())
+            module = self.graph_module if graph_module is None else graph_module
+            out = module(*(self.inputs if inputs is None else inputs))
         return out[0], list(out[1:])
 
 

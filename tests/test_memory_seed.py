@@ -1,0 +1,254 @@
+"""The seed's scale in small: BERT with its mask through the whole-step tracer, swap on a graph
+whose timings are set by hand, the checkpointing baselines and the budget curve."""
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from fwbench.families.memory import (
+    footprint,
+    liveness,
+    planner,
+    profiler,
+    simulator,
+    study,
+    tracer,
+)
+from fwbench.families.memory.cases import (
+    ENCODER_CONFIGS,
+    IGNORE,
+    MaskedLM,
+    build_case,
+    masked_lm_batch,
+)
+
+
+def _trace(case):
+    traced = tracer.trace_training_step(case.model, case.batch, case.targets, case.loss_fn)
+    return traced, liveness.analyze(traced)
+
+
+def _targets(graph):
+    return {str(n.target) for n in graph.nodes if n.op == "call_function"}
+
+
+def test_bert_step_traces_with_embedding_mask_and_loss_and_no_scalar_readback():
+    case = build_case("bert", 2, seq_len=16, encoder_size="tiny")
+    assert (case.batch[:, 1] == 0).any(), "the batch should hold padding for the mask to matter"
+    assert (case.targets == IGNORE).any() and (case.targets != IGNORE).any()
+    traced, found = _trace(case)
+    ops = _targets(traced.graph_module.graph)
+    assert "aten.embedding.default" in ops
+    assert not ops & {"aten._local_scalar_dense.default", "aten.item.default"}
+    assert found.activations and found.forward_end < found.backward_start
+
+
+def test_bert_traced_step_computes_the_eager_loss_and_the_mask_matters():
+    torch.manual_seed(0)
+    layers, hidden, heads, ff, vocab = ENCODER_CONFIGS["tiny"]
+    model = MaskedLM(layers, hidden, heads, ff, vocab, dropout=0.0).double()
+    batch, targets = masked_lm_batch(2, 16, vocab, torch.Generator().manual_seed(1))
+
+    def loss_fn(logits, y):
+        return nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE)
+
+    eager = loss_fn(model(batch), targets).item()
+    traced = tracer.trace_training_step(model, batch, targets, loss_fn)
+    loss, _ = traced.run([t.clone() for t in traced.inputs])
+    assert abs(loss.item() - eager) <= 1e-12
+    # unmasking the padding changes the loss of the real tokens
+    unmasked = batch.clone()
+    unmasked[:, 1] = 1
+    assert abs(loss_fn(model(unmasked), targets).item() - eager) > 1e-6
+
+
+def test_bert_plan_is_exact_in_float64():
+    shape = {"seq_len": 64, "encoder_size": "tiny"}
+    case = build_case("bert", 4, **shape)
+    traced, found = _trace(case)
+    prof = profiler.profile_graph(traced.graph_module, traced.inputs, found, warmup=0, iters=1)
+    base = simulator.simulate(found, (), prof)
+    plan = planner.plan_recomputation(
+        found, prof, planner.budget_for_fraction(found, base.peak_bytes, 0.1)
+    )
+    assert plan.recompute
+    (check,) = study.exact_equivalence("bert", 2, shape, {0.1: plan}).values()
+    assert check.equal and max(check.max_abs_diff.values()) <= study.EXACT_TOLERANCE
+
+
+# --- swap on a hand-timed graph ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU())
+    model.append(nn.Linear(256, 8))
+    # a batch large enough that activations, not the optimizer, make the peak
+    x, y = torch.randn(1024, 64), torch.randint(0, 8, (1024,))
+    traced = tracer.trace_training_step(model, x, y, nn.functional.cross_entropy)
+    found = liveness.analyze(traced)
+    # every node takes 1 ms and adds nothing beyond its outputs: the clock is the rank
+    prof = profiler.Profile("cpu", 1, {n.name: 1.0 for n in found.nodes}, {}, {}, 0, step_ms=0)
+    prof.step_ms = prof.iteration_ms
+    act = max(
+        (a for a in found.activations.values() if a.first_backward_use - a.last_forward_use > 4),
+        key=lambda a: (a.nbytes, a.name),
+    )
+    return found, prof, act
+
+
+def test_swap_that_hides_behind_compute_frees_its_bytes_between_the_copies(mlp):
+    found, prof, act = mlp
+    gap = act.first_backward_use - act.last_forward_use - 1  # ms of compute between the uses
+    bandwidth = act.nbytes / (gap / 4)  # each copy takes a quarter of the gap
+    (window,) = simulator.swap_schedule(found, [act.name], prof, bandwidth)
+    copy_ms = gap / 4
+    assert window.out_start_ms == pytest.approx(act.last_forward_use + 1)
+    assert window.out_done_ms == pytest.approx(act.last_forward_use + 1 + copy_ms)
+    assert window.in_done_ms == pytest.approx(act.first_backward_use)  # as late as it can
+    assert window.in_start_ms == pytest.approx(act.first_backward_use - copy_ms)
+    assert window.late_ms == 0.0
+    base = simulator.simulate(found, (), prof)
+    swapped = simulator.simulate(found, (), prof, swap=[act.name], bandwidth_bytes_per_ms=bandwidth)
+    assert swapped.swap_stall_ms == 0.0 and swapped.added_ms == 0.0
+    away = [
+        i
+        for i, r in enumerate(swapped.ranks)
+        if window.freed_rank < r < window.back_rank - 1 and "@" not in swapped.labels[i]
+    ]
+    assert away
+    assert all(base.by_kind["ACT"][i] - swapped.by_kind["ACT"][i] == act.nbytes for i in away)
+    # outside the window it is in memory as before
+    assert (
+        base.by_kind["ACT"][act.first_backward_use]
+        == swapped.by_kind["ACT"][act.first_backward_use]
+    )
+
+
+def test_swap_slower_than_the_gap_stalls_by_the_hand_computed_lateness(mlp):
+    found, prof, act = mlp
+    gap = act.first_backward_use - act.last_forward_use - 1
+    copy_ms = gap  # each copy as long as the whole gap: the copy in cannot finish in time
+    (window,) = simulator.swap_schedule(found, [act.name], prof, act.nbytes / copy_ms)
+    # out from t = lfu + 1 to lfu + 1 + gap = fbu; in from then, done gap later
+    assert window.in_start_ms == pytest.approx(act.first_backward_use)
+    assert window.late_ms == pytest.approx(copy_ms)
+    sim = simulator.simulate(
+        found, (), prof, swap=[act.name], bandwidth_bytes_per_ms=act.nbytes / copy_ms
+    )
+    assert sim.swap_stall_ms == pytest.approx(copy_ms)
+    assert simulator.predicted_iteration_ms(sim, prof) == pytest.approx(prof.iteration_ms + copy_ms)
+
+
+def test_an_activation_is_recomputed_or_swapped_not_both(mlp):
+    found, prof, act = mlp
+    with pytest.raises(ValueError, match="not both"):
+        simulator.simulate(found, [act.name], prof, swap=[act.name], bandwidth_bytes_per_ms=1e9)
+
+
+def test_planner_swaps_what_hides_and_recomputes_when_copies_are_slow(mlp):
+    found, prof, _ = mlp
+    base = simulator.simulate(found, (), prof)
+    budget = planner.budget_for_fraction(found, base.peak_bytes, 0.2)
+    fast = planner.plan_recomputation(found, prof, budget, swap_bandwidth_bytes_per_ms=1e12)
+    assert fast.swap and fast.simulation.swap_stall_ms == 0.0
+    assert all(fast.decision(n) == "swapped" for n in fast.swap)
+    slow = planner.plan_recomputation(found, prof, budget, swap_bandwidth_bytes_per_ms=1.0)
+    assert not slow.swap and slow.recompute
+    plain = planner.plan_recomputation(found, prof, budget)
+    assert slow.recompute == plain.recompute
+
+
+# --- the checkpointing baselines and the curve ------------------------------------------
+
+
+def test_checkpoint_segments_run_the_same_step_and_restore_the_blocks():
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(5)]
+    model = nn.Sequential(*blocks).double()
+    x = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
+    reference = torch.autograd.grad(model(x).sum(), [x, *model.parameters()])
+    for size in (1, 2, 4, 5):
+        with footprint.checkpoint_segments(blocks, size):
+            starts = [i for i, b in enumerate(blocks) if "forward" in vars(b)]
+            assert starts == list(range(5))  # every block is patched: a start or a passthrough
+            grads = torch.autograd.grad(model(x).sum(), [x, *model.parameters()])
+        assert all(torch.equal(a, b) for a, b in zip(reference, grads, strict=True))
+        assert not any("forward" in vars(b) for b in blocks)
+    with pytest.raises(ValueError):
+        with footprint.checkpoint_segments(blocks, 0):
+            pass
+
+
+def test_sqrt_n_segments_and_method_names():
+    assert footprint.sqrt_n_segment(50) == 7  # ResNet-152's 50 bottlenecks
+    assert footprint.sqrt_n_segment(12) == round(math.sqrt(12)) == 3  # BERT-base's layers
+    assert footprint.sqrt_n_segment(1) == 1
+    assert footprint.checkpoint_method(2) == "checkpoint_every_2"
+    assert footprint.checkpoint_method(None) == "checkpoint_sqrt_n"
+    assert study.method_kind("mu_two@0.3") == ("mu_two", 0.3)
+    assert study.method_kind("compiled_mu_two@0.5") == ("compiled_mu_two", 0.5)
+    assert study.method_kind("mu_two_swap@0.1") == ("mu_two_swap", 0.1)
+    assert study.method_kind("compile_budget_0.5") == ("compile_budget", 0.5)
+    assert study.method_kind("checkpoint_sqrt_n") == ("checkpoint", None)
+    assert study.method_kind("none") == ("none", None)
+
+
+def test_lower_budgets_never_plan_a_higher_peak(mlp):
+    found, prof, _ = mlp
+    base = simulator.simulate(found, (), prof)
+    fractions = [0.9, 0.7, 0.5, 0.3, 0.1]
+    budgets = [planner.budget_for_fraction(found, base.peak_bytes, f) for f in fractions]
+    assert budgets == sorted(budgets, reverse=True)
+    plans = [planner.plan_recomputation(found, prof, b) for b in budgets]
+    peaks = [p.predicted_peak_bytes for p in plans]
+    added = [p.added_ms for p in plans]
+    assert peaks == sorted(peaks, reverse=True) and added == sorted(added)
+    for plan, budget in zip(plans, budgets, strict=True):
+        assert plan.met_budget == (plan.predicted_peak_bytes <= budget)
+    # a greedy prefix: each plan extends the one for the next higher budget
+    for higher, lower in zip(plans, plans[1:], strict=False):
+        assert lower.recompute[: len(higher.recompute)] == higher.recompute
+
+
+def test_best_within_the_overhead_goal_picks_per_kind():
+    frame = pd.DataFrame(
+        [
+            {
+                "kind": "mu_two",
+                "method": "mu_two@0.1",
+                "overhead_pct": 60.0,
+                "measured": True,
+                "activation_saved_pct": 80.0,
+            },
+            {
+                "kind": "mu_two",
+                "method": "mu_two@0.5",
+                "overhead_pct": 10.0,
+                "measured": True,
+                "activation_saved_pct": 55.0,
+            },
+            {
+                "kind": "checkpoint",
+                "method": "checkpoint_every_1",
+                "overhead_pct": 40.0,
+                "measured": True,
+                "activation_saved_pct": 70.0,
+            },
+            {
+                "kind": "mu_two_swap",
+                "method": "mu_two_swap@0.1",
+                "overhead_pct": 0.0,
+                "measured": False,
+                "activation_saved_pct": 90.0,
+            },
+        ]
+    )
+    best = study.best_within(frame, overhead_pct=33.0)
+    assert best["mu_two"].method == "mu_two@0.5"
+    assert best["checkpoint"] is None
+    assert "mu_two_swap" not in best  # simulated rows never count as measured savings
