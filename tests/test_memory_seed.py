@@ -252,3 +252,78 @@ def test_best_within_the_overhead_goal_picks_per_kind():
     assert best["mu_two"].method == "mu_two@0.5"
     assert best["checkpoint"] is None
     assert "mu_two_swap" not in best  # simulated rows never count as measured savings
+
+
+# --- the report's curve ----------------------------------------------------------------------
+
+
+def _curve_meas():
+    """Three trials of a model at one batch size: the eager step, two plan budgets and two
+    checkpoint segmentings, with trial-to-trial noise shared by every method of a trial."""
+    rows = []
+    methods = {
+        # mode: (kind, budget, peak MiB, time ms, activation saved %)
+        "none": ("none", None, 1000, 100.0, 0.0),
+        "mu_two@0.5": ("mu_two", 0.5, 700, 110.0, 60.0),
+        "mu_two@0.1": ("mu_two", 0.1, 500, 150.0, 100.0),
+        "checkpoint_every_1": ("checkpoint", None, 600, 140.0, 80.0),
+        "checkpoint_every_4": ("checkpoint", None, 800, 135.0, 40.0),
+    }
+    for trial, noise in ((1, 1.00), (2, 1.05), (3, 1 / 1.05)):  # geometric mean 1
+        for mode, (kind, budget, peak, ms, saved) in methods.items():
+            extra = {"method": kind} | ({"budget": budget} if budget is not None else {})
+            for metric, value in (
+                ("iter_time_ms", ms * noise),
+                ("peak_mem_bytes", peak * 2**20),
+                ("activation_saved_pct", saved),
+            ):
+                rows.append(
+                    {
+                        "family": "memory",
+                        "status": "ok",
+                        "model": "resnet152",
+                        "batch_size": 8,
+                        "device_name": "cpu X",
+                        "mode": mode,
+                        "trial": trial,
+                        "metric": metric,
+                        "value": value,
+                        "extra": extra,
+                        "shared_machine": False,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def test_curve_table_pairs_trials_and_states_the_goal_and_the_curves():
+    from fwbench.report import memory_curve
+
+    table = memory_curve.curve_table(_curve_meas()).set_index("method")
+    # the shared trial noise cancels in the paired overhead: exactly +10%, a zero-width interval
+    assert table.loc["mu_two@0.5", "overhead_pct"] == pytest.approx(10.0)
+    assert table.loc["mu_two@0.5", "overhead_low"] == pytest.approx(10.0)
+    assert table.loc["mu_two@0.5", "rounds"] == 3
+    # the time itself keeps the spread between trials
+    assert table.loc["none", "time_low"] < 100.0 < table.loc["none", "time_high"]
+    text = " ".join(memory_curve.sentences(table.reset_index()))
+    assert "our plan saves 60.0% of the activation memory at +10.0%" in text
+    assert "meets the 50% goal" in text
+    assert "torch.utils.checkpoint: no point within +33% time" in text  # +40% and +35%
+    # checkpoint_every_4 (800 MiB, 135 ms): our plan reaches 700 MiB in 110 ms -> below it
+    assert (
+        "at checkpoint_every_4's peak of 800 MiB our plan takes 110 ms against its 135 ms: "
+        "our curve lies on or below it" in text
+    )
+    # checkpoint_every_1 (600 MiB, 140 ms): our plan needs 150 ms to get under 600 MiB -> above
+    assert (
+        "at checkpoint_every_1's peak of 600 MiB our plan takes 150 ms against its 140 ms: "
+        "our curve lies above it" in text
+    )
+    memory_curve.curve_chart(table.reset_index()).to_dict()
+
+
+def test_curve_table_ignores_records_without_a_method_kind():
+    from fwbench.report import memory_curve
+
+    meas = _curve_meas().assign(extra=[{}] * len(_curve_meas()))
+    assert memory_curve.curve_table(meas).empty

@@ -20,7 +20,17 @@ from functools import cached_property
 import pandas as pd
 
 from fwbench.measure.meters.contention import SHARED_FRACTION
-from fwbench.report import audio, charts, regressions, roofline, sentences, tables, trust, why
+from fwbench.report import (
+    audio,
+    charts,
+    memory_curve,
+    regressions,
+    roofline,
+    sentences,
+    tables,
+    trust,
+    why,
+)
 from fwbench.report.sections import ReportContent
 
 
@@ -148,6 +158,10 @@ class Analysis:
     @cached_property
     def memory_methods(self) -> pd.DataFrame:
         return tables.family_table(self.meas, "memory")
+
+    @cached_property
+    def memory_curve(self) -> pd.DataFrame:
+        return memory_curve.curve_table(self.meas)
 
     @cached_property
     def validation(self) -> pd.DataFrame:
@@ -902,8 +916,34 @@ SECTIONS: tuple[Section, ...] = (
     ),
     Section(
         "Memory-saving methods",
-        "Peak memory and iteration time per method (e.g. activation checkpointing).",
+        "Peak memory and iteration time per method of one training step (12_memory): the plain "
+        "eager step (none), the traced step (graph), our μ-TWO plan at several budgets "
+        "(mu_two@f: only f of the activation memory may stay at the peak), "
+        "torch.utils.checkpoint on segments of k blocks and on sqrt(n) segments, and "
+        "torch.compile's activation_memory_budget against our rewritten graph, compiled. The "
+        "activation memory is the unplanned graph's activation high-water mark; "
+        "activation_saved_pct is the peak a method saves against the eager step as a share of "
+        "it. Swap plans (mu_two_swap@f) are simulated only, at the bandwidth named.",
         (
+            Each(lambda a: [Note(literal(t)) for t in memory_curve.sentences(a.memory_curve)]),
+            Figure(
+                "memory_curve",
+                "Memory-time curve",
+                "Measured peak memory against iteration time, one line per method; the "
+                "horizontal rule is the time's 95% t-interval over trials (each trial a fresh "
+                "process). Eager and compiled methods are drawn in separate panels.",
+                lambda a: memory_curve.curve_chart(a.memory_curve),
+                when=lambda a: not a.memory_curve.empty and "time_low" in a.memory_curve,
+            ),
+            Table(
+                "memory_curve",
+                "Per method: peak memory, activation memory saved, iteration time (geometric "
+                "mean over trials with its interval), overhead against the eager step paired by "
+                "trial (with its interval), the simulator's errors and the float64 proof.",
+                lambda a: a.memory_curve,
+                records("memory"),
+                when=_nonempty("memory_curve"),
+            ),
             Table(
                 "memory_methods",
                 "Memory-method metrics per mode.",
@@ -922,6 +962,7 @@ SECTIONS: tuple[Section, ...] = (
         ),
         empty=lambda a: a.memory_methods.empty or "mode" not in a.memory_methods,
         empty_note="No memory-method records in this run.",
+        name="memory",
     ),
     Section(
         "Validation",

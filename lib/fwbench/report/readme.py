@@ -237,6 +237,8 @@ def results_block(
     families = distributed_part(distributed, _table(tables, "distributed_parity"), report_link)
     if _has_data(content, "web_audio"):
         families += notes_part(content, "web_audio", "Web audio", report_link)
+    # the memory-time curve's sentences (the section's notes); none for runs before the curve
+    families += notes_part(content, "memory", "Memory-saving methods", report_link)
     if matrix.empty and families:
         # a campaign of other families: the inference parts would only say they are empty
         parts += notes_part(content, "trust", "How far these numbers can be trusted", report_link)

@@ -1,0 +1,240 @@
+"""The report's memory-time curve (12_memory's records): every method's peak memory against its
+iteration time per model and batch size, with the time's interval from the spread between
+trials, the activation goal, and where our plan's curve lies against each baseline's.
+
+A method's kind and budget live in the records' ``extra`` (``{"method": "mu_two", "budget":
+0.5}``); its full name is the ``mode``. Times are paired by trial with the plain eager step
+(``none``) of the same trial, so a trial's overhead cancels what the machine did while that
+process ran; trials on a shared machine are dropped when enough clean ones remain.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from fwbench.measure.stats import paired_ratio_interval
+from fwbench.report.tables import extra_columns, kept_rounds
+
+KEYS = ["model", "batch_size", "device_name"]
+REFERENCE = "none"
+# measured in eager mode, or compiled: compilation also fuses kernels, so compiled times are
+# only ever compared with compiled ones
+COMPILED = ("compile_budget", "compiled_mu_two")
+BASELINES = {"eager": ("checkpoint",), "compiled": ("compile_budget",)}
+OURS = {"eager": "mu_two", "compiled": "compiled_mu_two"}
+OVERHEAD_GOAL_PCT = 33.0
+ACTIVATION_GOAL_PCT = 50.0
+QUIET_STEAL = 0.10  # "quiet": a contention reading below 10%
+POINT_METRICS = [
+    "peak_mem_bytes",
+    "activation_saved_pct",
+    "memory_saved_pct",
+    "sim_peak_error_pct",
+    "sim_time_error_pct",
+    "exact_max_abs_diff",
+    "predicted_peak_bytes",
+    "predicted_iter_ms",
+    "overhead_pct",
+]
+MODEL_WORDS = {"resnet152": "ResNet-152", "bert": "BERT (masked LM)", "resnet50": "ResNet-50"}
+
+
+def _rows(meas: pd.DataFrame) -> pd.DataFrame:
+    """The memory records that name their method's kind (runs before the curve did not)."""
+    rows = meas[(meas.family == "memory") & (meas.status == "ok") & meas.value.notna()]
+    rows = rows[[isinstance(e, dict) and "method" in e for e in rows.extra]]
+    if rows.empty:
+        return rows
+    rows = extra_columns(rows, ["method", "budget", "simulated_only", "swap_bandwidth_gbs"])
+    return rows
+
+
+def _trial_interval(values: list[float]) -> tuple[float, float, float]:
+    """Geometric mean of per-trial times with its t-interval (the paired interval against a
+    constant arm of ones is exactly that)."""
+    result = paired_ratio_interval(np.ones(len(values)), np.asarray(values, dtype=float))
+    return result.ratio, result.low, result.high
+
+
+def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
+    """One row per model, batch size and method: the medians of its point metrics over trials,
+    its iteration time (geometric mean over trials, t-interval) and its overhead against the
+    eager step paired by trial (t-interval), and how many trials ran on a shared machine."""
+    rows = _rows(meas)
+    if rows.empty:
+        return pd.DataFrame()
+    if "shared_machine" not in rows:
+        rows = rows.assign(shared_machine=False)
+    out = []
+    for key, group in rows.groupby(KEYS, sort=True):
+        times = group[group.metric == "iter_time_ms"]
+        ref = times[times["mode"] == REFERENCE].set_index("trial")
+        for mode, part in group.groupby("mode", sort=False):
+            first = part.iloc[0]
+            row = {
+                **dict(zip(KEYS, key, strict=True)),
+                "method": mode,
+                "kind": first.method,
+                "budget": first.budget,
+                "measured": not bool(first.simulated_only),
+                "swap_bandwidth_gbs": first.swap_bandwidth_gbs,
+            }
+            for metric in POINT_METRICS:
+                values = part[part.metric == metric].value
+                row[metric] = float(values.median()) if not values.empty else np.nan
+            mine = times[times["mode"] == mode].set_index("trial")
+            row["trials"] = len(mine)
+            row["shared_trials"] = int(mine.shared_machine.fillna(False).astype(bool).sum())
+            if not mine.empty:
+                row["iter_time_ms"], row["time_low"], row["time_high"] = _trial_interval(
+                    list(mine.value)
+                )
+            common = sorted(set(mine.index) & set(ref.index))
+            if len(common) >= 2 and mode != REFERENCE:
+                shared = [
+                    bool(mine.shared_machine.get(t)) or bool(ref.shared_machine.get(t))
+                    for t in common
+                ]
+                use = kept_rounds(common, shared)
+                paired = paired_ratio_interval(
+                    [ref.value[t] for t in use], [mine.value[t] for t in use]
+                )
+                row["overhead_pct"] = 100 * (paired.ratio - 1)
+                row["overhead_low"] = 100 * (paired.low - 1)
+                row["overhead_high"] = 100 * (paired.high - 1)
+                row["rounds"] = paired.rounds
+            out.append(row)
+    table = pd.DataFrame(out)
+    table["mode_group"] = ["compiled" if k in COMPILED else "eager" for k in table.kind]
+    return table.sort_values([*KEYS, "mode_group", "kind", "budget", "method"], ignore_index=True)
+
+
+def curve_chart(table: pd.DataFrame) -> alt.Chart:
+    """Peak memory against iteration time per model (rows) and batch size (columns), one line
+    per method kind, the time's interval as a horizontal rule; eager and compiled in separate
+    panels (compiled points are drawn hollow)."""
+    data = table[table.measured].assign(
+        peak_MB=lambda d: d.peak_mem_bytes / 2**20,
+        model_batch=lambda d: [
+            f"{MODEL_WORDS.get(m, m)}, batch {b} ({g})"
+            for m, b, g in zip(d.model, d.batch_size, d.mode_group, strict=True)
+        ],
+    )
+    base = alt.Chart().encode(
+        x=alt.X("iter_time_ms:Q", title="iteration time (ms)", scale=alt.Scale(zero=False)),
+        y=alt.Y("peak_MB:Q", title="peak memory (MiB)", scale=alt.Scale(zero=False)),
+        color=alt.Color("kind:N", title="method"),
+    )
+    line = base.mark_line(point=True).encode(
+        order="iter_time_ms:Q",
+        tooltip=[
+            "method",
+            alt.Tooltip("peak_MB:Q", format=".0f"),
+            alt.Tooltip("iter_time_ms:Q", format=".0f"),
+            alt.Tooltip("activation_saved_pct:Q", format=".1f"),
+            alt.Tooltip("overhead_pct:Q", format="+.1f"),
+        ],
+    )
+    rule = base.mark_rule().encode(x="time_low:Q", x2="time_high:Q")
+    return (
+        alt.layer(line, rule, data=data)
+        .properties(width=280, height=200)
+        .facet(facet=alt.Facet("model_batch:N", title=None), columns=2)
+        .resolve_scale(x="independent", y="independent")
+    )
+
+
+def _interp_time_at_peak(points: pd.DataFrame, peak: float) -> float | None:
+    """The fastest time any point of our curve reaches at or below a given peak; None where the
+    peak lies outside the curve's range."""
+    pts = points.sort_values("peak_mem_bytes")
+    peaks, times = pts.peak_mem_bytes.to_numpy(), pts.iter_time_ms.to_numpy()
+    if len(pts) == 0 or peak < peaks.min() or peak > peaks.max():
+        return None
+    # the fastest time any of our points reaches at or below this peak is what our plan offers
+    under = pts[pts.peak_mem_bytes <= peak]
+    return (
+        float(under.iter_time_ms.min()) if not under.empty else float(np.interp(peak, peaks, times))
+    )
+
+
+def _pct(value: float) -> str:
+    return f"{value:+.1f}%"
+
+
+def _overhead_words(row) -> str:
+    if pd.isna(row.get("overhead_low", np.nan)):
+        return f"{_pct(row.overhead_pct)} time"
+    return f"{_pct(row.overhead_pct)} [{_pct(row.overhead_low)}, {_pct(row.overhead_high)}] time"
+
+
+def sentences(table: pd.DataFrame) -> list[str]:
+    """Per model and batch size: the activation memory saved within +33% time by our plan and
+    by the checkpointing baselines against the >= 50% goal, where our curve lies against each
+    baseline at equal peak memory, the simulator's errors and the float64 proof."""
+    if table.empty:
+        return []
+    out = []
+    for (model, batch, device), group in table.groupby(KEYS, sort=True):
+        name = f"{MODEL_WORDS.get(model, model)} at batch {batch} on {device}"
+        measured = group[group.measured]
+        goal = []
+        for kind, words in (("mu_two", "our plan"), ("checkpoint", "torch.utils.checkpoint")):
+            rows = measured[(measured.kind == kind) & (measured.overhead_pct <= OVERHEAD_GOAL_PCT)]
+            if rows.empty:
+                goal.append(f"{words}: no point within +{OVERHEAD_GOAL_PCT:g}% time")
+                continue
+            best = rows.loc[rows.activation_saved_pct.idxmax()]
+            verdict = "meets" if best.activation_saved_pct >= ACTIVATION_GOAL_PCT else "misses"
+            goal.append(
+                f"{words} saves {best.activation_saved_pct:.1f}% of the activation memory at "
+                f"{_overhead_words(best)} ({best.method}; {verdict} the "
+                f"{ACTIVATION_GOAL_PCT:g}% goal)"
+            )
+        out.append(f"{name}: " + "; ".join(goal) + ".")
+        for group_name in ("eager", "compiled"):
+            ours = measured[measured.kind == OURS[group_name]]
+            if ours.empty:
+                continue
+            if group_name == "eager":  # our eager curve starts at the unplanned step
+                ours = pd.concat([ours, measured[measured.kind == REFERENCE]])
+            for row in measured[measured.kind.isin(BASELINES[group_name])].itertuples():
+                ours_time = _interp_time_at_peak(ours, row.peak_mem_bytes)
+                if ours_time is None:
+                    lo, hi = ours.peak_mem_bytes.min(), ours.peak_mem_bytes.max()
+                    side = "below" if row.peak_mem_bytes < lo else "above"
+                    out.append(
+                        f"{name}, {group_name}: {row.method} reaches "
+                        f"{row.peak_mem_bytes / 2**20:.0f} MiB, {side} every peak our plan "
+                        f"reached ({lo / 2**20:.0f}-{hi / 2**20:.0f} MiB), so the curves do "
+                        "not meet there."
+                    )
+                    continue
+                where = "on or below" if ours_time <= row.iter_time_ms else "above"
+                out.append(
+                    f"{name}, {group_name}: at {row.method}'s peak of "
+                    f"{row.peak_mem_bytes / 2**20:.0f} MiB our plan takes {ours_time:.0f} ms "
+                    f"against its {row.iter_time_ms:.0f} ms: our curve lies {where} it."
+                )
+        planned = group[group.kind.isin(["mu_two"]) & group.sim_peak_error_pct.notna()]
+        if not planned.empty:
+            worst_peak = planned.sim_peak_error_pct.abs().max()
+            worst_time = planned.sim_time_error_pct.abs().max()
+            exact = planned.exact_max_abs_diff.max()
+            out.append(
+                f"{name}: over {len(planned)} planned graphs the simulator's largest error is "
+                f"{worst_peak:.2f}% on the peak and {worst_time:.1f}% on the time (median over "
+                f"trials, each within 5%: {'yes' if worst_peak <= 5 and worst_time <= 5 else 'no'}"
+                f"); the float64 proof's largest difference is {exact:.1e}."
+            )
+        swaps = group[~group.measured]
+        if not swaps.empty:
+            best = swaps.loc[swaps.activation_saved_pct.idxmax()]
+            out.append(
+                f"{name}, simulated only: with swapping at {best.swap_bandwidth_gbs:g} GB/s "
+                f"the planner reaches {best.activation_saved_pct:.1f}% of the "
+                f"activation memory at {_pct(best.overhead_pct)} predicted time ({best.method})."
+            )
+    return out
