@@ -26,7 +26,7 @@
 
 # %% tags=["parameters"]
 model_size = "tiny"  # one of: tiny, base
-audio_seconds = [1.0]
+audio_seconds = [1.0]  # > 0: seconds of audio, each a cell of its own measurement
 runtimes = [
     "torch",
     "jax",
@@ -65,6 +65,8 @@ from fwbench.results.records import Recorder
 charts.use_theme()
 runtimes = native.check_runtimes(runtimes)  # bad input stops here
 check_size(model_size)
+# a campaign refuses audio_seconds <= 0 before anything runs (the parameters cell's "> 0"); this
+# guards a Run-All with edited defaults
 if not audio_seconds or min(audio_seconds) <= 0:
     raise ValueError(f"audio_seconds must be positive, got {audio_seconds}")
 threads = fw_device.limit_threads(threads)  # the kernel, and the browser it starts, on these cores

@@ -80,6 +80,29 @@ def test_a_mode_the_framework_lacks_is_refused_before_running(
         load_campaign(write_campaign(text))
 
 
+@pytest.mark.parametrize("value", ["[1.0, 0.0]", "[-2.0]", "[]"])
+def test_a_parameter_marked_above_zero_refuses_zero_negative_and_empty(write_campaign, value):
+    text = (
+        f"campaign: demo\nsteps:\n  - notebook: {REPO}/notebooks/14_web_audio\n"
+        f"    params: {{audio_seconds: {value}}}\n"
+    )
+    with pytest.raises(CampaignError, match="audio_seconds.*must be above 0"):
+        load_campaign(write_campaign(text))
+
+
+def test_the_above_zero_marker_is_read_from_the_comment(tmp_path):
+    nb = tmp_path / "marked.py"
+    nb.write_text(
+        '# %% tags=["parameters"]\nsizes = [1, 2]  # > 0: batch sizes\n'
+        "other = 0  # counts from 0; not marked\n\n# %%\nprint(sizes)\n"
+    )
+    declared = read_parameters(nb)
+    assert declared["sizes"].positive and not declared["other"].positive
+    assert declared["sizes"].check([3]) is None
+    assert "above 0" in declared["sizes"].check([3, 0])
+    assert declared["other"].check(0) is None
+
+
 def test_unknown_model_is_refused_by_the_registry(write_campaign, tmp_path):
     nb = tmp_path / "with_model.py"
     nb.write_text('# %% tags=["parameters"]\nmodel = "resnet50"\n\n# %%\nprint(model)\n')

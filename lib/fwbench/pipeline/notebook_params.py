@@ -1,7 +1,9 @@
 """Read a jupytext notebook and its ``parameters`` cell.
 
 The parameters cell is the notebook's contract with campaigns: each line ``name = literal`` declares a
-parameter, its default and so its type. A trailing ``# one of: a, b, c`` comment restricts the values.
+parameter, its default and so its type. A trailing ``# one of: a, b, c`` comment restricts the values;
+a comment that opens with ``> 0`` (``# > 0: seconds of audio``) says every value, or every item of a
+list, must be a number above zero.
 A parameter called ``model`` (or ``<something>_model``) without such a comment must name a model the
 registry knows: one with a Flax twin, or any torchvision classification model (PyTorch only).
 """
@@ -17,6 +19,7 @@ import jupytext
 import nbformat
 
 ONE_OF_RE = re.compile(r"#.*?one of:\s*(?P<choices>[^#]+)")
+POSITIVE_RE = re.compile(r"#\s*>\s*0\b")
 
 
 @dataclass
@@ -24,12 +27,17 @@ class NotebookParameter:
     name: str
     default: object
     choices: tuple | None = None
+    positive: bool = False
 
     def check(self, value) -> str | None:
         """A message describing what is wrong with ``value``, or None when it is acceptable."""
         problem = _type_problem(self.default, value)
         if problem:
             return problem
+        if self.positive:
+            values = value if isinstance(value, list) else [value]
+            if not values or any(v is None or v <= 0 for v in values):
+                return f"every value must be above 0, got {value!r}"
         if self.choices is not None:
             values = value if isinstance(value, list) else [value]
             bad = [v for v in values if v not in self.choices]
@@ -111,8 +119,12 @@ def read_parameters(path: str | Path) -> dict[str, NotebookParameter]:
             raise ValueError(
                 f"{path}: parameter {target.id!r} must have a literal default"
             ) from None
+        comment = " ".join(lines[node.lineno - 1 : node.end_lineno])
         declared[target.id] = NotebookParameter(
-            target.id, default, _choices(lines, node, target.id)
+            target.id,
+            default,
+            _choices(lines, node, target.id),
+            positive=bool(POSITIVE_RE.search(comment)),
         )
     return declared
 
