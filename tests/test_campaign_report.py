@@ -137,7 +137,10 @@ def test_every_inference_row_of_a_calibrated_campaign_has_an_mfu(scratch_campaig
     assert set(mfu) == {(f, b) for f in ("torch", "jax") for b in (1, 2)}
     peaks = {f: v for f, m, v in calib if m == "peak_matmul_tflops"}
     for (framework, bs), (value, extra) in mfu.items():
-        assert 0 < value < 1.5, (framework, bs)  # calibrated on this very machine
+        # no upper bound: a ceiling measured while other work took the cores reads low, and the
+        # MFU against it then exceeds 1 (the report marks such cells shared); the check is the
+        # arithmetic and where the ceiling came from
+        assert value > 0, (framework, bs)
         achieved = values[(framework, bs, "achieved_tflops")]
         assert value == pytest.approx(achieved / peaks[framework])
         assert extra["ceiling_run_id"] == run_id

@@ -218,6 +218,7 @@ def sentences(table: pd.DataFrame) -> list[str]:
                     f"{row.peak_mem_bytes / 2**20:.0f} MiB our plan takes {ours_time:.0f} ms "
                     f"against its {row.iter_time_ms:.0f} ms: our curve lies {where} it."
                 )
+        out += _compiled_sentences(name, measured)
         planned = group[group.kind.isin(["mu_two"]) & group.sim_peak_error_pct.notna()]
         if not planned.empty:
             worst_peak = planned.sim_peak_error_pct.abs().max()
@@ -237,4 +238,24 @@ def sentences(table: pd.DataFrame) -> list[str]:
                 f"the planner reaches {best.activation_saved_pct:.1f}% of the "
                 f"activation memory at {_pct(best.overhead_pct)} predicted time ({best.method})."
             )
+    return out
+
+
+def _compiled_sentences(name: str, measured: pd.DataFrame) -> list[str]:
+    """How much of each compiled plan's saving survives compilation: its eager peak, its compiled
+    peak and the compiled step without a budget (``compile_budget_1.0``)."""
+    out = []
+    by_method = measured.set_index("method")
+    unplanned = by_method.peak_mem_bytes.get("compile_budget_1.0")
+    for row in measured[measured.kind == "compiled_mu_two"].itertuples():
+        eager = by_method.peak_mem_bytes.get(f"mu_two@{row.budget:g}")
+        if eager is None or pd.isna(eager):
+            continue
+        words = (
+            f"{name}, compiled: our plan at budget {row.budget:g} peaks at {eager / 2**20:.0f} MiB "
+            f"run eagerly and {row.peak_mem_bytes / 2**20:.0f} MiB compiled"
+        )
+        if unplanned is not None and not pd.isna(unplanned):
+            words += f" (the compiled step without a budget: {unplanned / 2**20:.0f} MiB)"
+        out.append(words + ".")
     return out

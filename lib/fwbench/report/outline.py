@@ -418,6 +418,23 @@ def _empty(attribute: str) -> Test:
     return lambda analysis: getattr(analysis, attribute).empty
 
 
+def _no_trials_note(analysis: Analysis) -> str:
+    """Why the trust section is empty: one trial per cell, or trials of another family (their
+    intervals are in that family's own section)."""
+    trials = analysis.cells.trial if "trial" in analysis.cells else pd.Series(dtype=float)
+    if trials.fillna(0).max() > 1:
+        return (
+            "This run's trials are not inference measurements, so there is no JAX-vs-PyTorch "
+            "ratio to pair by round, no A/A control and no stability check here; each family "
+            "that ran trials pairs them in its own section."
+        )
+    return (
+        "This campaign ran one trial per cell, so there is nothing to pair by round, no A/A "
+        "control and no stability check: its ratios carry no between-run interval. A "
+        "campaign with `trials` ≥ 3 and `order: interleaved` has them (params/trust.yaml)."
+    )
+
+
 def _rooflines(analysis: Analysis) -> list:
     items = []
     points, ceilings = analysis.points, analysis.ceilings
@@ -578,11 +595,7 @@ SECTIONS: tuple[Section, ...] = (
             ),
         ),
         empty=_empty("trials"),
-        empty_note=(
-            "This campaign ran one trial per cell, so there is nothing to pair by round, no A/A "
-            "control and no stability check: its ratios carry no between-run interval. A "
-            "campaign with `trials` ≥ 3 and `order: interleaved` has them (params/trust.yaml)."
-        ),
+        empty_note=lambda a: _no_trials_note(a),
         name="trust",
     ),
     Section(
