@@ -15,6 +15,11 @@ FRAMEWORKS = ("torch", "jax")
 FRAMEWORK_LABELS = {"jax": "JAX", "torch": "PyTorch"}
 KIND_LABELS = {"cnn": "CNN", "transformer": "Transformer"}
 
+# The memory family's goal at the seed's scale, stated on activations: at least this share of
+# the activation memory saved at no more than this much added iteration time.
+MEMORY_ACTIVATION_GOAL_PCT = 50.0
+MEMORY_OVERHEAD_GOAL_PCT = 33.0
+
 # What each framework does when a user changes nothing; a notebook's mode "default" resolves to it.
 DEFAULT_MODE = {"torch": "eager", "jax": "jit"}
 # The ways each notebook can run each framework; a campaign is checked against them before it runs.

@@ -16,6 +16,8 @@ import pandas as pd
 
 from fwbench.measure.stats import paired_ratio_interval
 from fwbench.report.tables import extra_columns, kept_rounds
+from fwbench.vocab import MEMORY_ACTIVATION_GOAL_PCT as ACTIVATION_GOAL_PCT
+from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
 
 KEYS = ["model", "batch_size", "device_name"]
 REFERENCE = "none"
@@ -24,9 +26,6 @@ REFERENCE = "none"
 COMPILED = ("compile_budget", "compiled_mu_two")
 BASELINES = {"eager": ("checkpoint",), "compiled": ("compile_budget",)}
 OURS = {"eager": "mu_two", "compiled": "compiled_mu_two"}
-OVERHEAD_GOAL_PCT = 33.0
-ACTIVATION_GOAL_PCT = 50.0
-QUIET_STEAL = 0.10  # "quiet": a contention reading below 10%
 POINT_METRICS = [
     "peak_mem_bytes",
     "activation_saved_pct",

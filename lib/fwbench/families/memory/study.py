@@ -73,11 +73,6 @@ def method_kind(method: str) -> tuple[str, float | None]:
     return method, None
 
 
-# The issue's goal, stated on activations: at least half of them saved at no more than +33% time
-OVERHEAD_GOAL_PCT = 33.0
-ACTIVATION_GOAL_PCT = 50.0
-
-
 def best_within(frame: pd.DataFrame, *, overhead_pct: float) -> dict[str, object]:
     """Per method kind (our plan, checkpointing, ...), the measured row that saves the most
     activation memory within ``overhead_pct`` of added time; None for a kind with no such row."""
