@@ -53,7 +53,7 @@ from fwbench.measure import device as fw_device
 from fwbench.measure import precision as fw_precision
 from fwbench.measure.timing import StopRule
 from fwbench.results.records import Recorder
-from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT
+from fwbench.vocab import MEMORY_COMPILED_KINDS, MEMORY_OVERHEAD_GOAL_PCT
 
 alt.data_transformers.disable_max_rows()
 settings = fw_precision.configure("torch", "fp32")
@@ -270,7 +270,9 @@ memory_charts.pareto_chart(predicted, measured)
 curve = summary[summary.measured].assign(
     peak_MB=lambda d: d.peak_bytes / MB,
     time_ms=lambda d: d.iter_time_ms,
-    mode_group=lambda d: d.kind.map(lambda k: "compiled" if k in study.COMPILED_KINDS else "eager"),
+    mode_group=lambda d: d.kind.map(
+        lambda k: "compiled" if k in MEMORY_COMPILED_KINDS else "eager"
+    ),
 )[["model", "batch_size", "mode_group", "kind", "method", "peak_MB", "time_ms"]]
 memory_charts.curve_chart(curve)
 

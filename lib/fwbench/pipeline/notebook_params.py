@@ -34,12 +34,11 @@ class NotebookParameter:
         problem = _type_problem(self.default, value)
         if problem:
             return problem
+        values = value if isinstance(value, list) else [value]
         if self.positive:
-            values = value if isinstance(value, list) else [value]
             if not values or any(v is None or v <= 0 for v in values):
                 return f"every value must be above 0, got {value!r}"
         if self.choices is not None:
-            values = value if isinstance(value, list) else [value]
             bad = [v for v in values if v not in self.choices]
             if bad:
                 return (

@@ -17,13 +17,11 @@ import pandas as pd
 from fwbench.measure.stats import paired_ratio_interval
 from fwbench.report.tables import extra_columns, kept_rounds
 from fwbench.vocab import MEMORY_ACTIVATION_GOAL_PCT as ACTIVATION_GOAL_PCT
+from fwbench.vocab import MEMORY_COMPILED_KINDS
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
 
 KEYS = ["model", "batch_size", "device_name"]
 REFERENCE = "none"
-# measured in eager mode, or compiled: compilation also fuses kernels, so compiled times are
-# only ever compared with compiled ones
-COMPILED = ("compile_budget", "compiled_mu_two")
 BASELINES = {"eager": ("checkpoint",), "compiled": ("compile_budget",)}
 OURS = {"eager": "mu_two", "compiled": "compiled_mu_two"}
 POINT_METRICS = [
@@ -106,7 +104,9 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
                 row["rounds"] = paired.rounds
             out.append(row)
     table = pd.DataFrame(out)
-    table["mode_group"] = ["compiled" if k in COMPILED else "eager" for k in table.kind]
+    table["mode_group"] = [
+        "compiled" if k in MEMORY_COMPILED_KINDS else "eager" for k in table.kind
+    ]
     return table.sort_values([*KEYS, "mode_group", "kind", "budget", "method"], ignore_index=True)
 
 

@@ -595,7 +595,7 @@ SECTIONS: tuple[Section, ...] = (
             ),
         ),
         empty=_empty("trials"),
-        empty_note=lambda a: _no_trials_note(a),
+        empty_note=_no_trials_note,
         name="trust",
     ),
     Section(

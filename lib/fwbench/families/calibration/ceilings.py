@@ -83,15 +83,19 @@ def measure_ceilings(
     n_elems = copy_mib * 2**20 // itemsize
     fn, inputs = copy_case(n_elems, seed=1)
     s = measure_latency(fn, inputs, sync, rule, warmup=3).summary
-    moved = 2 * n_elems * itemsize  # bytes read plus bytes written
-    copy = {
-        "bytes": moved,
-        "gbs": moved / s["p50"] / 1e9,
-        "ci_low": moved / s["median_ci_high"] / 1e9,
-        "ci_high": moved / s["median_ci_low"] / 1e9,
-        "n": s["n"],
-    }
+    copy = _bandwidth(2 * n_elems * itemsize, s)  # bytes read plus bytes written
     return {"matmul": matmuls, "copy": copy}
+
+
+def _bandwidth(n_bytes: int, summary: dict) -> dict:
+    """GB/s of moving ``n_bytes`` in the median call time, with the median's interval."""
+    return {
+        "bytes": n_bytes,
+        "gbs": n_bytes / summary["p50"] / 1e9,
+        "ci_low": n_bytes / summary["median_ci_high"] / 1e9,
+        "ci_high": n_bytes / summary["median_ci_low"] / 1e9,
+        "n": summary["n"],
+    }
 
 
 def host_device_bandwidth(copy_mib: int, rule: StopRule) -> dict[str, dict] | None:
@@ -114,11 +118,5 @@ def host_device_bandwidth(copy_mib: int, rule: StopRule) -> dict[str, dict] | No
         s = measure_latency(
             lambda v, d=dst: d.copy_(v, non_blocking=True), [src], sync, rule, warmup=3
         ).summary
-        out[name] = {
-            "bytes": n_bytes,
-            "gbs": n_bytes / s["p50"] / 1e9,
-            "ci_low": n_bytes / s["median_ci_high"] / 1e9,
-            "ci_high": n_bytes / s["median_ci_low"] / 1e9,
-            "n": s["n"],
-        }
+        out[name] = _bandwidth(n_bytes, s)
     return out

@@ -97,12 +97,9 @@ def masked_lm_batch(batch_size: int, seq_len: int, vocab: int, gen: torch.Genera
     return torch.stack([ids, attention], dim=1), targets
 
 
-def _masked_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
-
-
 def _token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    # no loss where the target is IGNORE: the masked-LM loss over the masked positions only
+    return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
 
 
 @dataclass
@@ -139,7 +136,7 @@ def build_case(
         layers, hidden, heads, ff, vocab = ENCODER_CONFIGS[encoder_size]
         model = MaskedLM(layers, hidden, heads, ff, vocab, max_len=max(seq_len, 512))
         batch, targets = masked_lm_batch(batch_size, seq_len, vocab, gen)
-        loss_fn, blocks = _masked_token_loss, model.layers
+        loss_fn, blocks = _token_loss, model.layers
     elif name == "bert_encoder":
         layers, hidden, heads, ff, vocab = ENCODER_CONFIGS[encoder_size]
         model = BertStyleEncoder(layers, hidden, heads, ff, vocab, max_len=max(seq_len, 512))

@@ -84,12 +84,6 @@ def best_within(frame: pd.DataFrame, *, overhead_pct: float) -> dict[str, object
     return best
 
 
-# Which measured methods are compared with which: compilation fuses kernels, so compiled and
-# eager times never share a curve.
-EAGER_KINDS = ("none", "graph", "mu_two", "checkpoint")
-COMPILED_KINDS = ("compile_budget", "compiled_mu_two")
-
-
 def run_batch(
     model: str,
     batch_size: int,
@@ -267,7 +261,6 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                 row["met_budget"] = plan.met_budget
                 if fraction in r.exact:
                     row["exact_max_abs_diff"] = max(r.exact[fraction].max_abs_diff.values())
-                    row["exact_equal"] = r.exact[fraction].equal
             if sim is not None:
                 predicted_ms = simulator.predicted_iteration_ms(sim, r.profile)
                 row["predicted_peak_bytes"] = sim.peak_bytes
@@ -275,7 +268,6 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                 row["sim_peak_error_pct"] = 100.0 * (sim.peak_bytes - m.peak_bytes) / m.peak_bytes
                 row["sim_time_error_pct"] = 100.0 * (predicted_ms / m.summary["p50"] - 1)
             rows.append(row)
-        graph = next(m for m in r.measurements if m.method == "graph")
         for fraction, plan in r.swap_plans.items():
             sim = plan.simulation
             predicted_ms = simulator.predicted_iteration_ms(sim, r.profile)
@@ -289,7 +281,7 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                     "budget": fraction,
                     "measured": False,
                     # simulated only: the savings are the simulator's, against the unplanned
-                    # graph's simulated peak and the graph's measured time
+                    # graph's simulated peak and its profiled step
                     "predicted_peak_bytes": sim.peak_bytes,
                     "predicted_iter_ms": predicted_ms,
                     "memory_saved_pct": 100.0 * saved / r.baseline.peak_bytes,
@@ -302,7 +294,6 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                     "budget_bytes": plan.budget_bytes,
                     "met_budget": plan.met_budget,
                     "swap_bandwidth_gbs": r.swap_bandwidth_gbs,
-                    "graph_iter_ms": graph.summary["p50"],
                 }
             )
     return pd.DataFrame(rows)
