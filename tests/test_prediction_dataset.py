@@ -276,7 +276,10 @@ def test_21_and_22_score_hold_outs_and_recommendations(tmp_path, write_campaign)
     scored = rows[(rows.status == "ok") & (rows.notebook == "21_prediction")]
     # three families (resnet, mobilenet, squeezenet) make the family hold-out; no batch size
     # above 16 and one thread count make no other, which the notebook says rather than scores
-    assert set(scored.holdout) == {"family"}
+    assert set(scored.holdout) == {"family", "memory_inference"}
+    # the memory check: the three PyTorch models at batch 1, each a real forward's peak
+    memory = scored[scored.metric == "memory_error_pct"]
+    assert set(memory.holdout) == {"memory_inference"} and memory.value.between(0, 100).all()
     skipped = rows[rows.status == "skipped"]
     assert set(skipped.holdout) == {"batch", "threads"}
     assert {"mape_pct", "within_15pct", "interval_coverage_pct"} <= set(scored.metric)

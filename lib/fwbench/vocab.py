@@ -19,6 +19,8 @@ KIND_LABELS = {"cnn": "CNN", "transformer": "Transformer"}
 # the activation memory saved at no more than this much added iteration time.
 MEMORY_ACTIVATION_GOAL_PCT = 50.0
 MEMORY_OVERHEAD_GOAL_PCT = 33.0
+# The prediction family's memory goal: the model's own peak bytes predicted within this error.
+MEMORY_PREDICTION_GOAL_PCT = 10.0
 # The memory methods measured compiled: compilation also fuses kernels, so their times are only
 # ever compared with each other, never with eager ones.
 MEMORY_COMPILED_KINDS = ("compile_budget", "compiled_mu_two")
