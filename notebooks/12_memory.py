@@ -9,7 +9,9 @@
 # on Chen et al.'s sqrt(n) segments, and `torch.compile` with the partitioner's
 # `activation_memory_budget` (against our rewritten graph, compiled). Sweeping the budget draws
 # a memory-time curve per method. With a copy bandwidth the planner also swaps activations to
-# host memory; on a CPU that plan is simulated only.
+# host memory: on a GPU the rewriter emits the copies on two side streams and the swap plan is
+# measured like the others; on a CPU, which has no separate device memory, it is simulated only
+# (and its rewrite proved in float64 with clones for copies).
 #
 # **Run it:** `fwbench run params/memory_seed.yaml` (ResNet-152 and BERT-base, the seed's
 # scale) or `fwbench run params/memory_cpu.yaml`; Run-All in JupyterLab runs the defaults below.
@@ -36,11 +38,13 @@ timing_iters = 3
 compile_budgets = []  # e.g. [0.1, 0.5, 1.0]; empty skips the torch.compile baselines
 compile_fractions = []  # budget fractions whose rewritten graph is also compiled
 compile_backend = "inductor"
-swap_bandwidth_gbs = 12.0  # copy bandwidth for the simulated swap plans; 0 plans no swap
+swap_bandwidth_gbs = 12.0  # copy bandwidth the swap plans assume; 0 plans no swap
 exact_check = True  # prove every rewritten graph in float64
 seed = 0
 
 # %%
+import os
+
 import altair as alt
 import pandas as pd
 import torch
@@ -52,14 +56,17 @@ from fwbench.families.memory.memory_charts import MB
 from fwbench.measure import device as fw_device
 from fwbench.measure import precision as fw_precision
 from fwbench.measure.timing import StopRule
+from fwbench.report import memory_curve
 from fwbench.results.records import Recorder
-from fwbench.vocab import MEMORY_COMPILED_KINDS, MEMORY_OVERHEAD_GOAL_PCT
+from fwbench.vocab import ENV_TRIAL, MEMORY_COMPILED_KINDS, MEMORY_OVERHEAD_GOAL_PCT
 
 alt.data_transformers.disable_max_rows()
 settings = fw_precision.configure("torch", "fp32")
 device_name = fw_device.device_name("torch", device)
 rule = StopRule(min_iters=timing_iters, min_seconds=0.0)
-print(f"torch {torch.__version__} on {device_name}")
+# the runner's trial number: each trial measures the methods in another order
+trial = int(os.environ.get(ENV_TRIAL) or 1)
+print(f"torch {torch.__version__} on {device_name}; trial {trial}")
 
 # %% [markdown]
 # ## Trace, profile, plan, rewrite and measure, per batch size
@@ -92,6 +99,7 @@ results = [
         swap_bandwidth_gbs=swap_bandwidth_gbs or None,
         exact_check=exact_check,
         seed=seed,
+        rotation=trial - 1,
     )
     for bs in tqdm(batch_sizes, desc=f"{model} batch sizes")
 ]
@@ -111,14 +119,16 @@ if last.profile.note:
 # Every plan is applied to the float64 trace of the same step (same graph, node for node) and
 # one step of each graph runs from identical copies of parameters, buffers and optimizer state,
 # with the same RNG seed: the loss, every gradient and every updated input must agree within
-# 1e-10. Dropout masks are never recomputed, so they are drawn identically.
+# 1e-10. Dropout masks are never recomputed, so they are drawn identically. The swap plans are
+# proved too: on a CPU their copies out and back are clones, so this proves the rewrite (the
+# inserted copies and the views rebuilt on them), not the copy engines of a GPU.
 
 # %%
 checks = pd.DataFrame(
     [
-        {"batch_size": r.batch_size, "fraction": f, "equal": eq.equal, **eq.max_abs_diff}
+        {"batch_size": r.batch_size, "method": method, "equal": eq.equal, **eq.max_abs_diff}
         for r in results
-        for f, eq in r.exact.items()
+        for method, eq in r.exact.items()
     ]
 )
 display(checks)
@@ -161,8 +171,8 @@ table_b.head(15)
 # profiled increment, and the iteration time from the profiled whole step plus the replayed
 # nodes' profiled times (`sim_time_error_pct`). The method is in the records' `mode` column
 # (`none`, `graph`, `mu_two@0.5`, `checkpoint_every_2`, `checkpoint_sqrt_n`,
-# `compile_budget_0.5`, `compiled_mu_two@0.5`, and `mu_two_swap@0.5` for the simulated swap
-# plans); savings and overheads are relative to `none`, the plain eager step. `graph` is the
+# `compile_budget_0.5`, `compiled_mu_two@0.5`, and `mu_two_swap@0.5` for the swap plans,
+# measured on a GPU and simulated only on a CPU); savings and overheads are relative to `none`, the plain eager step. `graph` is the
 # traced step run unmodified. `activation_saved_pct` is the saving as a share of the activation
 # memory (the most activation bytes alive at once in the unplanned graph); when the optimizer
 # update makes the peak (`activation_at_peak_bytes` is then 0), no method can lower it much.
@@ -263,24 +273,30 @@ memory_charts.pareto_chart(predicted, measured)
 # Measured peak against measured iteration time for every method, one line per kind: eager
 # methods (our plan, `torch.utils.checkpoint`, sqrt(n)) in one panel, compiled ones
 # (`activation_memory_budget` against our rewritten graph, compiled) in the other, because
-# compilation also fuses kernels. This notebook is one trial; the report puts the intervals
-# from the spread between trials on the times.
+# compilation also fuses kernels. The same chart as the report's (`report.memory_curve`), but
+# this notebook is one trial: the bar on each time is the interval of its median within this
+# process; the report's is the interval from the spread between trials.
 
 # %%
-curve = summary[summary.measured].assign(
-    peak_MB=lambda d: d.peak_bytes / MB,
-    time_ms=lambda d: d.iter_time_ms,
+curve = summary.rename(
+    columns={
+        "peak_bytes": "peak_mem_bytes",
+        "iter_ci_low_ms": "time_low",
+        "iter_ci_high_ms": "time_high",
+    }
+).assign(
+    device_name=device_name,
     mode_group=lambda d: d.kind.map(
         lambda k: "compiled" if k in MEMORY_COMPILED_KINDS else "eager"
     ),
-)[["model", "batch_size", "mode_group", "kind", "method", "peak_MB", "time_ms"]]
-memory_charts.curve_chart(curve)
+)
+memory_curve.curve_chart(curve)
 
 # %% [markdown]
 # ## What the planner decided, per activation (largest batch)
 # Each bar is one activation at the rank that creates it, as tall as its bytes: kept,
-# recomputed or (in the swap plans, simulated only) swapped. Swap plans assume the copy
-# bandwidth set above; on a CPU no copy runs.
+# recomputed or (in the swap plans) swapped. Swap plans assume the copy bandwidth set above
+# (on a GPU, 02_calibrate's `h2d_bandwidth_gbs` and `d2h_bandwidth_gbs` say what it is).
 
 # %%
 decided = {study.plan_method(f): p for f, p in last.plans.items()}
@@ -307,7 +323,7 @@ for r in results:
             f"the activations saved) at {m.overhead_pct:+.1f}% iteration time; simulator error "
             f"{m.sim_peak_error_pct:+.2f}% on the peak, {m.sim_time_error_pct:+.2f}% on the time"
         )
-    best = study.best_within(rows.reset_index(), overhead_pct=MEMORY_OVERHEAD_GOAL_PCT)
+    best = memory_curve.best_within(rows.reset_index(), MEMORY_OVERHEAD_GOAL_PCT)
     for kind, row in best.items():
         print(
             f"  most activation memory saved at <= +{MEMORY_OVERHEAD_GOAL_PCT:g}% time, {kind}: "

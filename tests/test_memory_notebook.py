@@ -35,7 +35,7 @@ def test_memory_notebook_runs_through_the_runner(tmp_path):
     errors = [r["value"] for r in records if r["metric"] == "sim_peak_error_pct"]
     assert errors and all(abs(e) <= 10 for e in errors)
     # the float64 proof of the plan, and the simulated swap plan with its bandwidth
-    (exact,) = [r["value"] for r in records if r["metric"] == "exact_max_abs_diff"]
-    assert exact <= 1e-10
+    exact = {r["mode"]: r["value"] for r in records if r["metric"] == "exact_max_abs_diff"}
+    assert set(exact) == {"mu_two@0.5", "mu_two_swap@0.5"} and max(exact.values()) <= 1e-10
     swap = [r for r in records if r["mode"] == "mu_two_swap@0.5"]
     assert swap and all(r["extra"]["simulated_only"] for r in swap)

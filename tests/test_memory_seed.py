@@ -13,6 +13,7 @@ from fwbench.families.memory import (
     liveness,
     planner,
     profiler,
+    rewriter,
     simulator,
     study,
     tracer,
@@ -24,6 +25,7 @@ from fwbench.families.memory.cases import (
     build_case,
     masked_lm_batch,
 )
+from fwbench.measure.timing import StopRule
 
 
 def _trace(case):
@@ -75,7 +77,7 @@ def test_bert_plan_is_exact_in_float64():
         found, prof, planner.budget_for_fraction(found, base.peak_bytes, 0.1)
     )
     assert plan.recompute
-    (check,) = study.exact_equivalence("bert", 2, shape, {0.1: plan}).values()
+    (check,) = study.exact_equivalence("bert", 2, shape, {"mu_two@0.1": plan}).values()
     assert check.equal and max(check.max_abs_diff.values()) <= study.EXACT_TOLERANCE
 
 
@@ -248,7 +250,9 @@ def test_best_within_the_overhead_goal_picks_per_kind():
             },
         ]
     )
-    best = study.best_within(frame, overhead_pct=33.0)
+    from fwbench.report import memory_curve
+
+    best = memory_curve.best_within(frame, overhead_pct=33.0)
     assert best["mu_two"].method == "mu_two@0.5"
     assert best["checkpoint"] is None
     assert "mu_two_swap" not in best  # simulated rows never count as measured savings
@@ -327,3 +331,90 @@ def test_curve_table_ignores_records_without_a_method_kind():
 
     meas = _curve_meas().assign(extra=[{}] * len(_curve_meas()))
     assert memory_curve.curve_table(meas).empty
+
+
+def test_each_trial_measures_the_methods_in_another_order():
+    from fwbench.families.memory import footprint
+
+    assert footprint.rotated(["a", "b", "c"], 4) == ["b", "c", "a"]
+    assert footprint.rotated([], 1) == []
+    shape = {"encoder_size": "tiny", "seq_len": 16}
+    rule = StopRule(min_iters=1, min_seconds=0.0)
+    kwargs = dict(fractions=[0.5], rule=rule, checkpoint_every=[1], exact_check=False, **shape)
+    first = study.run_batch("bert", 2, rotation=0, **kwargs)
+    second = study.run_batch("bert", 2, rotation=1, **kwargs)
+    assert [m.method for m in first.measurements] == [
+        "graph",
+        "mu_two@0.5",
+        "none",
+        "checkpoint_every_1",
+    ]
+    # on the CPU an odd trial starts with the eager methods, each list rotated by one
+    assert [m.method for m in second.measurements] == [
+        "checkpoint_every_1",
+        "none",
+        "mu_two@0.5",
+        "graph",
+    ]
+    # the order changes what runs when, not what the unplanned methods hold at their peaks
+    unplanned = ("graph", "none", "checkpoint_every_1")
+    peaks = [{m.method: m.peak_bytes for m in r.measurements} for r in (first, second)]
+    assert [peaks[0][m] for m in unplanned] == [peaks[1][m] for m in unplanned]
+
+
+# --- swap in the rewriter ------------------------------------------------------------------
+
+
+def test_swap_rewrite_is_exact_in_float64_and_frees_the_forward_tensor():
+    """BERT's dropout outputs cannot be recomputed (a replay would draw new masks) but can be
+    swapped: a plan that swaps them and recomputes others computes the same step, and no backward
+    node reads a swapped activation's forward tensor or its views any more."""
+    shape = {"seq_len": 16, "encoder_size": "tiny"}
+    case = build_case("bert", 2, dtype=torch.float64, **shape)
+    traced, found = _trace(case)
+    prof = profiler.profile_graph(traced.graph_module, traced.inputs, found, warmup=0, iters=1)
+    base = simulator.simulate(found, (), prof)
+    random_acts = [a.name for a in found.activations.values() if a.from_random_op]
+    # and activations whose backward readers are views of them: the views are rebuilt on the copy
+    viewed = [
+        a.name
+        for a in found.activations.values()
+        if not a.from_random_op and found.backward_aliases.get(a.name, []) != [found.node(a.name)]
+    ]
+    assert random_acts and viewed
+    swapped = [*random_acts, *viewed[:3]]
+    swaps = simulator.swap_schedule(found, swapped, prof, 1e6)
+    plan = planner.plan_recomputation(
+        found, prof, planner.budget_for_fraction(found, base.peak_bytes, 0.5)
+    )
+    recompute = [a for a in plan.recompute if a not in swapped]
+    rewritten = rewriter.rewrite(traced.graph_module, found, recompute, swaps)
+    names = {n.name: n for n in rewritten.graph.nodes}
+    for act in swapped:
+        assert {act + s for s in ("_swap_out", "_swap_in", "_swap_wait")} <= set(names)
+        forward = {n.name for n in found.backward_aliases.get(act, [])} | {act}
+        readers = [u for f in forward if f in names for u in names[f].users]
+        assert all(u.name.endswith("_swap_out") or not _in_backward(found, u) for u in readers)
+    assert any(name.endswith("_view") for name in names)
+    check = rewriter.check_equivalence(traced, rewritten, rtol=0.0, atol=study.EXACT_TOLERANCE)
+    assert check.equal and max(check.max_abs_diff.values()) <= study.EXACT_TOLERANCE
+
+
+def _in_backward(found, node) -> bool:
+    if node.name.endswith(rewriter.REPLAY_SUFFIX):  # replays run in the backward pass
+        return True
+    info = found.info.get(node.name)
+    return info is not None and info.rank >= found.backward_start
+
+
+def test_a_swap_plan_is_proved_in_float64_like_a_recompute_plan():
+    shape = {"seq_len": 16, "encoder_size": "tiny"}
+    case = build_case("bert", 4, **shape)
+    traced, found = _trace(case)
+    prof = profiler.profile_graph(traced.graph_module, traced.inputs, found, warmup=0, iters=1)
+    base = simulator.simulate(found, (), prof)
+    budget = planner.budget_for_fraction(found, base.peak_bytes, 0.3)
+    plan = planner.plan_recomputation(found, prof, budget, swap_bandwidth_bytes_per_ms=12e6)
+    assert plan.swap
+    (check,) = study.exact_equivalence("bert", 2, shape, {"mu_two_swap@0.3": plan}).values()
+    assert check.equal and max(check.max_abs_diff.values()) <= study.EXACT_TOLERANCE

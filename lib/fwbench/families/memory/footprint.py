@@ -174,6 +174,15 @@ def compile_method(budget: float) -> str:
     return f"compile_budget_{budget:.1f}"
 
 
+def rotated(items: list, rotation: int) -> list:
+    """``items`` starting at position ``rotation`` (modulo their number), wrapping around: each
+    trial measures the methods in another order."""
+    if not items:
+        return items
+    k = rotation % len(items)
+    return [*items[k:], *items[:k]]
+
+
 def measure_baselines(
     case: ModelCase,
     device: str,
@@ -183,26 +192,35 @@ def measure_baselines(
     sqrt_n: bool = False,
     compile_budgets: list[float] = (),
     compile_backend: str = "inductor",
+    rotation: int = 0,
 ) -> list[Measurement]:
-    """The eager step (``none``), then each checkpointing baseline, then each compiled one."""
-    results = []
-    eager = EagerStep(case)
-    results.append(measure("none", eager, eager.persistent, device, rule))
-    del eager
+    """The eager step (``none``), each checkpointing baseline and each compiled one, measured in
+    that order started at position ``rotation`` (the order wraps around)."""
     sizes = [(k, checkpoint_method(k)) for k in checkpoint_every]
     if sqrt_n:
         sizes.append((sqrt_n_segment(len(case.blocks)), checkpoint_method(None)))
-    for size, method in sizes:
+
+    def plain():
+        eager = EagerStep(case)
+        return measure("none", eager, eager.persistent, device, rule)
+
+    def checkpointed(size, method):
         with checkpoint_segments(case.blocks, size):
             eager = EagerStep(case)
-            results.append(measure(method, eager, eager.persistent, device, rule))
-            del eager
-    for budget in compile_budgets:
+            return measure(method, eager, eager.persistent, device, rule)
+
+    def compiled_with(budget):
         torch.compiler.reset()
         with torch_internals.activation_memory_budget(budget):
             compiled = torch.compile(case.model, backend=compile_backend)
             eager = EagerStep(case, module=compiled)
-            results.append(measure(compile_method(budget), eager, eager.persistent, device, rule))
-        del eager, compiled
+            return measure(compile_method(budget), eager, eager.persistent, device, rule)
+
+    methods = [
+        plain,
+        *(functools.partial(checkpointed, size, method) for size, method in sizes),
+        *(functools.partial(compiled_with, budget) for budget in compile_budgets),
+    ]
+    results = [run() for run in rotated(methods, rotation)]
     torch.compiler.reset()
     return results

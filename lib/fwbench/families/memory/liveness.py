@@ -117,18 +117,19 @@ def aliased_input(node: fx.Node) -> fx.Node | None:
         return None
     if node.target is operator.getitem:
         parent, index = node.args
-        schema_returns = _schema_returns(parent.target)
-        if not schema_returns:
+        returns = schema_returns(parent.target)
+        if not returns:
             return None
-        ret = schema_returns[index] if len(schema_returns) > 1 else schema_returns[0]
+        ret = returns[index] if len(returns) > 1 else returns[0]
         return _arg_with_alias(parent, ret.alias_info)
-    returns = _schema_returns(node.target)
+    returns = schema_returns(node.target)
     if len(returns) != 1:
         return None
     return _arg_with_alias(node, returns[0].alias_info)
 
 
-def _schema_returns(target):
+def schema_returns(target):
+    """The returns of an operator's schema (empty for anything but an aten-style op)."""
     return (
         list(torch_internals.op_schema(target).returns)
         if torch_internals.is_aten_style_op(target)

@@ -141,32 +141,6 @@ def pareto_chart(predicted: pd.DataFrame, measured: pd.DataFrame) -> alt.Chart:
     return (line + points).properties(width=420, height=280)
 
 
-def curve_chart(frame: pd.DataFrame, *, x_title: str = "iteration time (ms)") -> alt.Chart:
-    """Peak memory against iteration time, one line per method kind, one panel per mode (eager,
-    compiled), with the interval on the time where the frame has ``time_low``/``time_high``.
-
-    ``frame`` columns: ``model``, ``batch_size``, ``mode_group``, ``kind``, ``method``,
-    ``peak_MB`` and ``time_ms`` (plus the optional interval)."""
-    base = alt.Chart(frame).encode(
-        x=alt.X("time_ms:Q", title=x_title, scale=alt.Scale(zero=False)),
-        y=alt.Y("peak_MB:Q", title="peak memory (MB)", scale=alt.Scale(zero=False)),
-        color=alt.Color("kind:N", title="method"),
-    )
-    layers = [
-        base.mark_line(point=True).encode(
-            order="time_ms:Q", tooltip=[c for c in frame.columns if c != "mode_group"]
-        )
-    ]
-    if {"time_low", "time_high"} <= set(frame.columns):
-        layers.append(base.mark_rule().encode(x="time_low:Q", x2="time_high:Q"))
-    return (
-        alt.layer(*layers, data=frame)
-        .properties(width=300, height=220)
-        .facet(row=alt.Row("mode_group:N", title=None), column=alt.Column("batch_size:O"))
-        .resolve_scale(x="independent", y="independent")
-    )
-
-
 def decisions_frame(analysis: GraphAnalysis, plans: dict[str, object]) -> pd.DataFrame:
     """Every activation's fate under each plan (kept, recomputed or swapped), placed at the
     execution rank that creates it; ``plans`` maps a label to a planner ``Plan``."""

@@ -1,10 +1,19 @@
-"""Apply a recomputation plan to the training-step graph, and check the result is the same step.
+"""Apply a recomputation and swap plan to the training-step graph, and check the result is the
+same step.
 
-For each chosen activation the rewriter copies its recomputation closure (the forward nodes that
-rebuild it from tensors still in memory) to just before its first backward use, then points the
-backward readers, and only them, at the copies. The forward nodes are untouched, so the original
-tensor now dies after its last forward use; fx's generated code frees every value after its last
-reader, which is what turns the plan into saved memory.
+For each activation to recompute the rewriter copies its recomputation closure (the forward nodes
+that rebuild it from tensors still in memory) to just before its first backward use, then points
+the backward readers, and only them, at the copies. The forward nodes are untouched, so the
+original tensor now dies after its last forward use; fx's generated code frees every value after
+its last reader, which is what turns the plan into saved memory.
+
+For each activation to swap (a ``SwapWindow`` of the simulator) it inserts three calls: a copy out
+to host memory right after the activation's last forward use, a copy back in where the window
+starts it (``back_rank``), and a wait just before the first backward use, after which the views the
+backward reads are rebuilt on the copy. On a GPU the copies run on two side streams, one each way,
+beside the compute stream, as μ-TWO's swap does; the allocator is told which stream uses what, so
+no buffer is reused while a copy still reads it. On a CPU there is no separate device memory: the
+copies are plain clones, which proves the rewrite computes the same step and saves nothing.
 """
 
 from __future__ import annotations
@@ -15,30 +24,128 @@ from dataclasses import dataclass
 import torch
 from torch import fx
 
-from fwbench.families.memory.liveness import GraphAnalysis, replay_call
-from fwbench.families.memory.simulator import replay_schedule
+from fwbench.families.memory.liveness import GraphAnalysis, replay_call, schema_returns
+from fwbench.families.memory.simulator import SwapWindow, replay_schedule
 from fwbench.families.memory.tracer import TracedStep, is_mark
 
 REPLAY_SUFFIX = "_recomp"
+SWAP_OUT_SUFFIX, SWAP_IN_SUFFIX, SWAP_WAIT_SUFFIX = "_swap_out", "_swap_in", "_swap_wait"
 
 
-def rewrite(gm: fx.GraphModule, analysis: GraphAnalysis, plan: Iterable[str]) -> fx.GraphModule:
-    """A new graph module that recomputes the activations in ``plan`` during the backward pass."""
+@dataclass
+class Swapped:
+    """A tensor in flight between memories, with the event that marks its copy done (None on the
+    CPU, where the copy is done when the call returns)."""
+
+    tensor: torch.Tensor
+    device: torch.device  # where the tensor came from, and goes back to
+    event: object = None
+
+
+_SIDE_STREAMS: dict[tuple[torch.device, str], object] = {}
+
+
+def _side_stream(device: torch.device, way: str):
+    """One side stream per device and direction: the two copy engines of the simulator."""
+    key = (device, way)
+    if key not in _SIDE_STREAMS:
+        _SIDE_STREAMS[key] = torch.cuda.Stream(device=device)
+    return _SIDE_STREAMS[key]
+
+
+def swap_out(tensor: torch.Tensor) -> Swapped:
+    """Copy ``tensor`` to host memory; on a GPU, on the copy-out stream once the compute stream
+    has produced it."""
+    if tensor.device.type != "cuda":
+        return Swapped(tensor.clone(), tensor.device)
+    stream = _side_stream(tensor.device, "out")
+    stream.wait_stream(torch.cuda.current_stream(tensor.device))
+    with torch.cuda.stream(stream):
+        host = torch.empty_like(tensor, device="cpu", pin_memory=True)
+        host.copy_(tensor, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record(stream)
+    # the compute stream's tensor may be freed now; its memory is not reused until the copy is done
+    tensor.record_stream(stream)
+    return Swapped(host, tensor.device, done)
+
+
+def swap_in(swapped: Swapped) -> Swapped:
+    """Start copying a swapped tensor back to its device, on the copy-in stream, once its copy out
+    is done."""
+    device = swapped.device
+    if device.type != "cuda":
+        return Swapped(swapped.tensor.clone(), device)
+    stream = _side_stream(device, "in")
+    with torch.cuda.stream(stream):
+        stream.wait_event(swapped.event)
+        back = torch.empty_like(swapped.tensor, device=device)
+        back.copy_(swapped.tensor, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record(stream)
+    return Swapped(back, device, done)
+
+
+def swap_wait(swapped: Swapped) -> torch.Tensor:
+    """The copied-in tensor, once the compute stream may read it."""
+    tensor = swapped.tensor
+    if tensor.device.type == "cuda":
+        current = torch.cuda.current_stream(tensor.device)
+        current.wait_event(swapped.event)
+        # allocated on the copy-in stream, read on the compute stream: tell the allocator
+        tensor.record_stream(current)
+    return tensor
+
+
+def rewrite(
+    gm: fx.GraphModule,
+    analysis: GraphAnalysis,
+    plan: Iterable[str],
+    swaps: Iterable[SwapWindow] = (),
+) -> fx.GraphModule:
+    """A new graph module that recomputes the activations in ``plan`` and swaps those of ``swaps``
+    during the backward pass."""
     blocks_at: dict[int, list] = {}
     for block in replay_schedule(analysis, plan):
         blocks_at.setdefault(block.before_rank, []).append(block)
+    swaps = list(swaps)
+    out_after: dict[int, list[SwapWindow]] = {}
+    in_before: dict[int, list[SwapWindow]] = {}
+    wait_before: dict[int, list[SwapWindow]] = {}
+    for window in swaps:
+        act = analysis.activations[window.activation]
+        out_after.setdefault(act.last_forward_use, []).append(window)
+        # the copy in starts where the window says, never before the copy out has been issued
+        start = max(min(window.back_rank, act.first_backward_use), act.last_forward_use + 1)
+        in_before.setdefault(start, []).append(window)
+        wait_before.setdefault(act.first_backward_use, []).append(window)
 
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     backward_view: dict[fx.Node, fx.Node] = {}  # forward node -> its replay, for backward readers
+    in_flight: dict[str, fx.Node] = {}  # swapped activation -> its copy out, then its copy in
     for node in gm.graph.nodes:
         rank = analysis.info[node.name].rank
+        for window in in_before.get(rank, []):
+            name = window.activation
+            in_flight[name] = graph.call_function(
+                swap_in, (in_flight[name],), name=name + SWAP_IN_SUFFIX
+            )
+        for window in wait_before.get(rank, []):
+            name = window.activation
+            restored = graph.call_function(
+                swap_wait, (in_flight.pop(name),), name=name + SWAP_WAIT_SUFFIX
+            )
+            restored.meta = dict(analysis.node(name).meta)
+            _rebuild_views(graph, analysis, name, restored, env, backward_view)
         for block in blocks_at.get(rank, []):
             local: dict[fx.Node, fx.Node] = {}
             for original in block.closure.nodes:
                 target, args, kwargs = replay_call(original)
+                # a swapped activation a replay reads is its copy once that is back
                 args, kwargs = fx.node.map_arg(
-                    (args, kwargs), lambda a, local=local: local.get(a, env[a])
+                    (args, kwargs),
+                    lambda a, local=local: local.get(a, backward_view.get(a, env[a])),
                 )
                 replay = graph.create_node(
                     "call_function", target, args, kwargs, name=original.name + REPLAY_SUFFIX
@@ -51,10 +158,54 @@ def rewrite(gm: fx.GraphModule, analysis: GraphAnalysis, plan: Iterable[str]) ->
         env[node] = graph.node_copy(
             node, lambda a, b=in_backward: backward_view.get(a, env[a]) if b else env[a]
         )
+        for window in out_after.get(rank, []):
+            name = window.activation
+            in_flight[name] = graph.call_function(
+                swap_out, (env[analysis.node(name)],), name=name + SWAP_OUT_SUFFIX
+            )
     graph.lint()
     rewritten = fx.GraphModule(gm, graph)
     rewritten.recompile()
     return rewritten
+
+
+def _rebuild_views(graph, analysis, name, restored, env, backward_view) -> None:
+    """Point the backward readers of activation ``name``'s storage at ``restored``: the
+    activation itself, and every view of it the backward reads, replayed on the copy (views only
+    compute where in the storage to look, so replaying them is free)."""
+    base = analysis.node(name)
+    rebuilt: dict[fx.Node, fx.Node] = {base: restored}
+    info = analysis.info
+
+    def derived(node: fx.Node) -> bool:
+        # in the storage, or a multi-output view op over it (split, unbind: every output an
+        # alias) whose items are
+        if info[node.name].owner == name:
+            return True
+        returns = schema_returns(node.target)
+        return (
+            node.op == "call_function"
+            and bool(returns)
+            and all(r.alias_info is not None for r in returns)
+            and any(info[x.name].owner == name for x in node.all_input_nodes)
+        )
+
+    def rebuild(node: fx.Node) -> fx.Node:
+        if node in rebuilt:
+            return rebuilt[node]
+        target, args, kwargs = replay_call(node)
+        args, kwargs = fx.node.map_arg(
+            (args, kwargs),
+            lambda a: rebuild(a) if derived(a) else env[a],
+        )
+        copy = graph.create_node("call_function", target, args, kwargs, name=node.name + "_view")
+        copy.meta = dict(node.meta)
+        rebuilt[node] = copy
+        return copy
+
+    backward_view[base] = restored
+    for alias in analysis.backward_aliases.get(name, []):
+        backward_view[alias] = rebuild(alias)
 
 
 @dataclass

@@ -73,17 +73,6 @@ def method_kind(method: str) -> tuple[str, float | None]:
     return method, None
 
 
-def best_within(frame: pd.DataFrame, *, overhead_pct: float) -> dict[str, object]:
-    """Per method kind (our plan, checkpointing, ...), the measured row that saves the most
-    activation memory within ``overhead_pct`` of added time; None for a kind with no such row."""
-    measured = frame[frame.measured & frame.kind.isin(["mu_two", "checkpoint"])]
-    best = {}
-    for kind, rows in measured.groupby("kind"):
-        inside = rows[rows.overhead_pct <= overhead_pct]
-        best[kind] = None if inside.empty else inside.loc[inside.activation_saved_pct.idxmax()]
-    return best
-
-
 def run_batch(
     model: str,
     batch_size: int,
@@ -104,13 +93,15 @@ def run_batch(
     swap_bandwidth_gbs: float | None = None,
     exact_check: bool = True,
     seed: int = 0,
+    rotation: int = 0,
 ) -> BatchResult:
     """Trace, profile and plan one model at one batch size, then measure every method.
 
     ``fractions``: the planner's budgets (share of the activation bytes left at the peak), each
     rewritten, checked and measured eagerly; ``compile_fractions``: those whose rewritten graph is
     also compiled. ``swap_bandwidth_gbs``: plan with swapping too at that copy bandwidth
-    (simulated only). ``exact_check``: prove every rewritten graph in float64.
+    (simulated only). ``exact_check``: prove every rewritten graph in float64. ``rotation``:
+    where in the list of methods measuring starts (the trial number; see below).
     """
     shape = {
         "image_size": image_size,
@@ -128,14 +119,26 @@ def run_batch(
     baseline = simulator.simulate(found, (), prof)
     result = BatchResult(model, batch_size, traced.torch_version, found, prof, baseline, stats)
     result.pareto = planner.pareto_curve(found, prof, stats)
-    result.measurements.append(
-        footprint.measure_graph("graph", traced, traced.graph_module, device, rule)
-    )
     for fraction in fractions:
         budget = planner.budget_for_fraction(found, baseline.peak_bytes, fraction)
-        plan = planner.plan_recomputation(found, prof, budget, stats=stats)
-        result.plans[fraction] = plan
-        rewritten = rewriter.rewrite(traced.graph_module, found, plan.recompute)
+        result.plans[fraction] = planner.plan_recomputation(found, prof, budget, stats=stats)
+        if swap_bandwidth_gbs:
+            result.swap_plans[fraction] = planner.plan_recomputation(
+                found,
+                prof,
+                budget,
+                stats=stats,
+                swap_bandwidth_bytes_per_ms=swap_bandwidth_gbs * 1e6,
+            )
+    result.swap_bandwidth_gbs = swap_bandwidth_gbs
+
+    def measure_plan(traced: tracer.TracedStep, fraction: float | None) -> None:
+        if fraction is None:
+            result.measurements.append(
+                footprint.measure_graph("graph", traced, traced.graph_module, device, rule)
+            )
+            return
+        rewritten = rewriter.rewrite(traced.graph_module, found, result.plans[fraction].recompute)
         result.measurements.append(
             footprint.measure_graph(plan_method(fraction), traced, rewritten, device, rule)
         )
@@ -148,29 +151,47 @@ def run_batch(
             )
             del compiled
             torch.compiler.reset()
-        del rewritten
-        if swap_bandwidth_gbs:
-            result.swap_plans[fraction] = planner.plan_recomputation(
-                found,
-                prof,
-                budget,
-                stats=stats,
-                swap_bandwidth_bytes_per_ms=swap_bandwidth_gbs * 1e6,
+
+    def measure_eager(case) -> None:
+        result.measurements.extend(
+            footprint.measure_baselines(
+                case,
+                device,
+                rule,
+                checkpoint_every=checkpoint_every,
+                sqrt_n=sqrt_n,
+                compile_budgets=compile_budgets,
+                compile_backend=compile_backend,
+                rotation=rotation,
             )
-    result.swap_bandwidth_gbs = swap_bandwidth_gbs
+        )
+
+    # Each trial runs the methods in another order (``rotation``, the trial number), so that a
+    # drift within the process falls on different methods in different trials and pairing by
+    # trial averages it out. On a GPU the traced methods always go first and the traced step is
+    # freed before the eager ones: its peak counter sees every live tensor, not just the step's.
+    eager_first = device != "cuda" and rotation % 2 == 1
+    if eager_first:
+        measure_eager(case)
+    for fraction in footprint.rotated([None, *fractions], rotation):
+        measure_plan(traced, fraction)
+    if device == "cuda":  # only a GPU has a memory to swap from: measure the swap plans there
+        for fraction, plan in result.swap_plans.items():
+            rewritten = rewriter.rewrite(
+                traced.graph_module, found, plan.recompute, plan.simulation.swaps
+            )
+            result.measurements.append(
+                footprint.measure_graph(swap_plan_method(fraction), traced, rewritten, device, rule)
+            )
+            del rewritten
     del traced
-    result.measurements += footprint.measure_baselines(
-        case,
-        device,
-        rule,
-        checkpoint_every=checkpoint_every,
-        sqrt_n=sqrt_n,
-        compile_budgets=compile_budgets,
-        compile_backend=compile_backend,
-    )
+    if not eager_first:
+        measure_eager(case)
     del case
-    if exact_check and result.plans:
-        result.exact = exact_equivalence(model, min(batch_size, EXACT_BATCH), shape, result.plans)
+    if exact_check and (result.plans or result.swap_plans):
+        every_plan = {plan_method(f): p for f, p in result.plans.items()}
+        every_plan |= {swap_plan_method(f): p for f, p in result.swap_plans.items()}
+        result.exact = exact_equivalence(model, min(batch_size, EXACT_BATCH), shape, every_plan)
     if device == "cuda":
         torch.cuda.empty_cache()
     return result
@@ -184,26 +205,34 @@ EXACT_BATCH = 2
 
 
 def exact_equivalence(
-    model: str, batch_size: int, shape: dict, plans: dict[float, planner.Plan]
-) -> dict[float, rewriter.Equivalence]:
-    """Every plan applied to the float64 trace of the same step, against that trace unmodified.
+    model: str, batch_size: int, shape: dict, plans: dict[str, planner.Plan]
+) -> dict[str, rewriter.Equivalence]:
+    """Every plan (by method name) applied to the float64 trace of the same step, against that
+    trace unmodified: its recomputations and, where it has them, its swaps (on a CPU the swap
+    copies are clones, so the proof covers the rewrite, not the copy engines).
 
     The float64 step has the same graph, node for node, as the float32 one it was planned on (the
-    dtype changes no op), so each plan's node names carry over; the check fails loudly if one
-    does not. In float64 a difference from a changed computation could not hide in rounding.
+    dtype changes no op), so each plan's node names and the swap windows' positions carry over;
+    the check fails loudly if a name does not. In float64 a difference from a changed computation
+    could not hide in rounding.
     """
     case = build_case(model, batch_size, dtype=torch.float64, **shape)
     traced = tracer.trace_training_step(case.model, case.batch, case.targets, case.loss_fn)
     found = graph_analysis.analyze(traced)
     checks = {}
-    for fraction, plan in plans.items():
-        missing = [n for n in plan.recompute if n not in found.activations]
+    for method, plan in plans.items():
+        swaps = plan.simulation.swaps if plan.simulation is not None else []
+        missing = [
+            n
+            for n in [*plan.recompute, *(w.activation for w in swaps)]
+            if n not in found.activations
+        ]
         if missing:
             raise RuntimeError(
-                f"the float64 trace of {model} lacks activations the plan recomputes: {missing[:3]}"
+                f"the float64 trace of {model} lacks activations the plan rewrites: {missing[:3]}"
             )
-        rewritten = rewriter.rewrite(traced.graph_module, found, plan.recompute)
-        checks[fraction] = rewriter.check_equivalence(
+        rewritten = rewriter.rewrite(traced.graph_module, found, plan.recompute, swaps)
+        checks[method] = rewriter.check_equivalence(
             traced, rewritten, rtol=0.0, atol=EXACT_TOLERANCE
         )
     return checks
@@ -222,6 +251,8 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
         ref = next(m for m in r.measurements if m.method == REFERENCE_METHOD)
         act_peak = r.activation_peak_bytes
         planned = {plan_method(f): (f, p) for f, p in r.plans.items()}
+        planned |= {swap_plan_method(f): (f, p) for f, p in r.swap_plans.items()}
+        measured_methods = {m.method for m in r.measurements}
         for m in r.measurements:
             kind, budget = method_kind(m.method)
             saved = ref.peak_bytes - m.peak_bytes
@@ -257,10 +288,11 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                 fraction, plan = planned[m.method]
                 sim = plan.simulation
                 row["recomputed_bytes"] = plan.recomputed_bytes
+                row["swapped_bytes"] = plan.swapped_bytes
                 row["budget_bytes"] = plan.budget_bytes
                 row["met_budget"] = plan.met_budget
-                if fraction in r.exact:
-                    row["exact_max_abs_diff"] = max(r.exact[fraction].max_abs_diff.values())
+                if m.method in r.exact:
+                    row["exact_max_abs_diff"] = max(r.exact[m.method].max_abs_diff.values())
             if sim is not None:
                 predicted_ms = simulator.predicted_iteration_ms(sim, r.profile)
                 row["predicted_peak_bytes"] = sim.peak_bytes
@@ -269,6 +301,8 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                 row["sim_time_error_pct"] = 100.0 * (predicted_ms / m.summary["p50"] - 1)
             rows.append(row)
         for fraction, plan in r.swap_plans.items():
+            if swap_plan_method(fraction) in measured_methods:
+                continue  # measured on a GPU: its row above carries the simulator's figures
             sim = plan.simulation
             predicted_ms = simulator.predicted_iteration_ms(sim, r.profile)
             saved = r.baseline.peak_bytes - sim.peak_bytes
@@ -294,6 +328,11 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                     "budget_bytes": plan.budget_bytes,
                     "met_budget": plan.met_budget,
                     "swap_bandwidth_gbs": r.swap_bandwidth_gbs,
+                    "exact_max_abs_diff": (
+                        max(r.exact[swap_plan_method(fraction)].max_abs_diff.values())
+                        if swap_plan_method(fraction) in r.exact
+                        else None
+                    ),
                 }
             )
     return pd.DataFrame(rows)
