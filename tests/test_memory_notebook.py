@@ -32,6 +32,9 @@ def test_memory_notebook_runs_through_the_runner(tmp_path):
     assert {"none", "graph", "mu_two@0.5", "checkpoint_every_1"} <= set(peaks)
     assert all(v > 0 for v in peaks.values())
     assert all(r["family"] == "memory" and r["status"] == "ok" for r in records)
+    # the time the plan adds, predicted against what it added to the graph in this process
+    added = {r["mode"] for r in records if r["metric"] == "sim_added_error_pct"}
+    assert "mu_two@0.5" in added and "graph" not in added
     errors = [r["value"] for r in records if r["metric"] == "sim_peak_error_pct"]
     assert errors and all(abs(e) <= 10 for e in errors)
     # the float64 proof of the plan, and the simulated swap plan with its bandwidth

@@ -249,6 +249,7 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
     rows = []
     for r in results:
         ref = next(m for m in r.measurements if m.method == REFERENCE_METHOD)
+        graph = next(m for m in r.measurements if m.method == "graph")
         act_peak = r.activation_peak_bytes
         planned = {plan_method(f): (f, p) for f, p in r.plans.items()}
         planned |= {swap_plan_method(f): (f, p) for f, p in r.swap_plans.items()}
@@ -299,6 +300,14 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                 row["predicted_iter_ms"] = predicted_ms
                 row["sim_peak_error_pct"] = 100.0 * (sim.peak_bytes - m.peak_bytes) / m.peak_bytes
                 row["sim_time_error_pct"] = 100.0 * (predicted_ms / m.summary["p50"] - 1)
+                if m.method != "graph":
+                    # the model's own part: the time the plan adds, against what it added to the
+                    # unplanned graph measured in this process, so that the noise between the
+                    # profile's window and the measurement's does not count
+                    added = predicted_ms - simulator.predicted_iteration_ms(r.baseline, r.profile)
+                    measured_added = m.summary["p50"] - graph.summary["p50"]
+                    row["predicted_added_ms"] = added
+                    row["sim_added_error_pct"] = 100.0 * (added - measured_added) / m.summary["p50"]
             rows.append(row)
         for fraction, plan in r.swap_plans.items():
             if swap_plan_method(fraction) in measured_methods:
@@ -344,6 +353,8 @@ METRICS = (
     ("predicted_iter_ms", "predicted_iter_ms", "ms"),
     ("sim_peak_error_pct", "sim_peak_error_pct", "%"),
     ("sim_time_error_pct", "sim_time_error_pct", "%"),
+    ("sim_added_error_pct", "sim_added_error_pct", "%"),
+    ("predicted_added_ms", "predicted_added_ms", "ms"),
     ("activation_bytes", "activation_bytes", "bytes"),
     ("activation_peak_bytes", "activation_peak_bytes", "bytes"),
     ("activation_at_peak_bytes", "activation_at_peak_bytes", "bytes"),
