@@ -40,6 +40,7 @@ compile_fractions = []  # budget fractions whose rewritten graph is also compile
 compile_backend = "inductor"
 swap_bandwidth_gbs = 12.0  # copy bandwidth the swap plans assume; 0 plans no swap
 exact_check = True  # prove every rewritten graph in float64
+replay_random = True  # may recompute dropout masks (generator state restored); False: never
 seed = 0
 
 # %%
@@ -100,16 +101,19 @@ results = [
         exact_check=exact_check,
         seed=seed,
         rotation=trial - 1,
+        replay_random=replay_random,
     )
     for bs in tqdm(batch_sizes, desc=f"{model} batch sizes")
 ]
 summary = study.summary_frame(results)
 last = results[-1]
+masks = "replayed from the forward pass's generator state" if replay_random else "kept"
 print(
     f"traced with torch {last.torch_version}; {len(last.analysis.nodes)} nodes, "
     f"{len(last.analysis.activations)} activations, "
-    f"{sum(not a.recomputable for a in last.analysis.activations.values())} never recomputed "
-    "(their replay would run a random op)"
+    f"{sum(a.from_random_op for a in last.analysis.activations.values())} drawn by a random op "
+    f"(dropout masks: {masks}), "
+    f"{sum(not a.recomputable for a in last.analysis.activations.values())} never recomputed"
 )
 if last.profile.note:
     print(last.profile.note)
@@ -119,9 +123,10 @@ if last.profile.note:
 # Every plan is applied to the float64 trace of the same step (same graph, node for node) and
 # one step of each graph runs from identical copies of parameters, buffers and optimizer state,
 # with the same RNG seed: the loss, every gradient and every updated input must agree within
-# 1e-10. Dropout masks are never recomputed, so they are drawn identically. The swap plans are
-# proved too: on a CPU their copies out and back are clones, so this proves the rewrite (the
-# inserted copies and the views rebuilt on them), not the copy engines of a GPU.
+# 1e-10. A recomputed dropout mask is drawn again from the generator state its forward pass
+# drew it with (as `torch.utils.checkpoint` does), so an equal step means equal masks. The swap
+# plans are proved too: on a CPU their copies out and back are clones, so this proves the
+# rewrite (the inserted copies and the views rebuilt on them), not the copy engines of a GPU.
 
 # %%
 checks = pd.DataFrame(

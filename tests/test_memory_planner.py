@@ -42,14 +42,23 @@ def dropout_step():
     return traced, liveness.analyze(traced)
 
 
-def test_dropout_outputs_are_never_candidates(dropout_step):
-    _, found = dropout_step
+def test_dropout_masks_are_replayed_from_the_generator_state_or_ruled_out(dropout_step):
+    traced, found = dropout_step
     random = [a for a in found.activations.values() if a.from_random_op]
     assert random, "the dropout mask should be an activation"
-    assert all(not a.recomputable and "bernoulli" in a.reason for a in random)
-    assert any(a.recomputable for a in found.activations.values())
+    # replayed: the closure draws the mask again (bernoulli_ on a fresh tensor, not on the input)
+    assert all(a.recomputable for a in random)
+    (block,) = simulator.replay_schedule(found, [random[0].name])
+    assert [str(n.target) for n in block.closure.random_nodes] == ["aten.bernoulli_.float"]
+    assert "empty_like" in " ".join(str(n.target) for n in block.closure.nodes)
+    assert random[0].name not in block.closure.sources
+    # without replaying random ops, the masks are never candidates
+    strict = liveness.analyze(traced, replay_random=False)
+    masks = [a for a in strict.activations.values() if a.from_random_op]
+    assert masks and all(not a.recomputable and "bernoulli" in a.reason for a in masks)
+    assert any(a.recomputable for a in strict.activations.values())
     with pytest.raises(ValueError, match="cannot be recomputed"):
-        simulator.replay_schedule(found, [random[0].name])
+        simulator.replay_schedule(strict, [masks[0].name])
 
 
 def test_budget_fraction_and_static_simulation_of_a_plan(dropout_step):

@@ -7,9 +7,11 @@ use of any of its aliases; graph inputs live for the whole step.
 
 An activation is a storage created in the forward or loss region and still needed by the
 backward region. Recomputing one replays the forward nodes between it and tensors that are still
-in memory at that point (its ``recompute sources``); it is excluded when that replay would run a
-random op (dropout would draw a new mask and silently change the gradients) or an op that writes
-to its inputs and has no side-effect-free twin.
+in memory at that point (its ``recompute sources``); it is excluded when that replay would run an
+op that writes to its inputs and has no side-effect-free twin. A random op (dropout's
+``bernoulli_``) is replayed with the random generator's state the forward pass drew with, as
+``torch.utils.checkpoint`` does, so it draws the same mask (``analyze(replay_random=False)`` rules
+such activations out instead).
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class GraphAnalysis:
     backward_end: int
     # forward nodes living in an activation's storage whose values backward nodes read
     backward_aliases: dict[str, list[fx.Node]] = field(default_factory=dict)
+    replay_random: bool = False  # a recomputation may replay random ops (generator restored)
 
     @property
     def n_ranks(self) -> int:
@@ -162,19 +165,54 @@ def is_random(target) -> bool:
     )
 
 
-def replay_call(node: fx.Node):
-    """``(target, args, kwargs)`` that recompute ``node`` without side effects, or None."""
+def fresh_tensor(shape, stride, dtype, device) -> torch.Tensor:
+    """An uninitialized tensor of the given layout: ``empty_like``'s replay, which needs no input."""
+    return torch.empty_strided(shape, stride, dtype=dtype, device=device)
+
+
+def mutated_args(node: fx.Node) -> list[fx.Node]:
+    """The argument nodes an op writes to in place, per its schema."""
+    if not torch_internals.is_aten_style_op(node.target):
+        return []
+    written = []
+    for i, arg in enumerate(torch_internals.op_schema(node.target).arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+        if isinstance(value, fx.Node):
+            written.append(value)
+    return written
+
+
+def replay_call(node: fx.Node, *, replay_random: bool = False):
+    """``(target, args, kwargs)`` that recompute ``node`` without side effects, or None.
+
+    ``empty_like`` is replayed from its recorded layout, so a replay never reaches back to the
+    tensor it only took a shape from. With ``replay_random`` a random op is replayed as itself: the
+    rewriter restores the random generator's state from before the forward pass ran it, so it
+    draws the same numbers; an in-place one is only replayable where what it writes to is part of
+    the same replay (the caller checks that), as dropout's ``bernoulli_`` on a fresh
+    ``empty_like`` is."""
     args = list(node.args)
     if node.target in _STATS_ARGS_TO_DROP:
         for i in _STATS_ARGS_TO_DROP[node.target]:
             args[i] = None
         return node.target, tuple(args), dict(node.kwargs)
-    if mutates_inputs(node.target) or is_random(node.target):
+    if node.target is _aten.empty_like.default and "val" in node.meta:
+        val = node.meta["val"]
+        layout = (tuple(val.shape), tuple(val.stride()), val.dtype, str(val.device))
+        return fresh_tensor, layout, {}
+    if is_random(node.target):
+        return (node.target, tuple(args), dict(node.kwargs)) if replay_random else None
+    if mutates_inputs(node.target):
         return None
     return node.target, tuple(args), dict(node.kwargs)
 
 
-def analyze(traced: TracedStep) -> GraphAnalysis:
+def analyze(traced: TracedStep, *, replay_random: bool = True) -> GraphAnalysis:
+    """The step's storages, activations and what each activation's recomputation replays.
+    ``replay_random``: whether a recomputation may replay a random op (dropout) with the
+    generator's state restored; without it those activations are never recomputed."""
     nodes = list(traced.graph_module.graph.nodes)
     rank = {n: i for i, n in enumerate(nodes)}
     forward_end = next(rank[n] for n in nodes if is_mark(n, FORWARD_END))
@@ -248,8 +286,8 @@ def analyze(traced: TracedStep) -> GraphAnalysis:
             first_backward_use=backward_uses[0],
             last_backward_use=backward_uses[-1],
             from_random_op=s.random_writer,
-            recomputable=not s.random_writer,
-            reason="written by a random op" if s.random_writer else "",
+            recomputable=replay_random or not s.random_writer,
+            reason="written by a random op" if s.random_writer and not replay_random else "",
         )
 
     info = {
@@ -264,7 +302,14 @@ def analyze(traced: TracedStep) -> GraphAnalysis:
         for n in nodes
     }
     analysis = GraphAnalysis(
-        nodes, info, storages, activations, forward_end, backward_start, backward_end
+        nodes,
+        info,
+        storages,
+        activations,
+        forward_end,
+        backward_start,
+        backward_end,
+        replay_random=replay_random,
     )
     for n in nodes[:backward_start]:
         o = info[n.name].owner
@@ -273,6 +318,7 @@ def analyze(traced: TracedStep) -> GraphAnalysis:
     for act in activations.values():
         if act.recomputable:
             closure = recompute_closure(analysis, act.name, set(activations))
+            act.from_random_op = act.from_random_op or bool(closure.random_nodes)
             if closure.blocker is not None:
                 act.recomputable = False
                 act.from_random_op = act.from_random_op or closure.blocked_by_random
@@ -286,6 +332,11 @@ class Closure:
     sources: set[str]  # storages read by the replay (retained activations and graph inputs)
     blocker: str | None = None
     blocked_by_random: bool = False
+
+    @property
+    def random_nodes(self) -> list[fx.Node]:
+        """The random ops the replay runs, each with the generator's state restored."""
+        return [n for n in self.nodes if is_random(n.target)]
 
 
 def recompute_closure(analysis: GraphAnalysis, name: str, retained: set[str]) -> Closure:
@@ -310,7 +361,7 @@ def recompute_closure(analysis: GraphAnalysis, name: str, retained: set[str]) ->
             continue
         if n.op != "call_function" or info[n.name].rank >= analysis.backward_start:
             return Closure([], set(), blocker=f"{n.name} (not a forward op)")
-        replay = replay_call(n)
+        replay = replay_call(n, replay_random=analysis.replay_random)
         if replay is None:
             random = is_random(n.target)
             return Closure([], set(), blocker=f"{n.name} ({n.target})", blocked_by_random=random)
@@ -318,5 +369,15 @@ def recompute_closure(analysis: GraphAnalysis, name: str, retained: set[str]) ->
         replay_inputs: list[fx.Node] = []
         fx.node.map_arg((replay[1], replay[2]), replay_inputs.append)
         stack.extend(a for a in replay_inputs if a not in seen)
+    for n in chosen:
+        # an in-place random op may only write to what the replay itself made fresh
+        outside = [a for a in mutated_args(n) if a not in chosen]
+        if outside:
+            return Closure(
+                [],
+                set(),
+                blocker=f"{n.name} ({n.target}) on {outside[0].name}",
+                blocked_by_random=True,
+            )
     ordered = sorted(chosen, key=lambda n: info[n.name].rank)
     return Closure(ordered, sources)

@@ -3,7 +3,9 @@ same step.
 
 For each activation to recompute the rewriter copies its recomputation closure (the forward nodes
 that rebuild it from tensors still in memory) to just before its first backward use, then points
-the backward readers, and only them, at the copies. The forward nodes are untouched, so the
+the backward readers, and only them, at the copies. A random op in a closure (dropout's mask) is
+replayed with the random generator's state captured just before the forward pass ran it, and the
+generator is put back afterwards, as ``torch.utils.checkpoint`` does. The forward nodes are untouched, so the
 original tensor now dies after its last forward use; fx's generated code frees every value after
 its last reader, which is what turns the plan into saved memory.
 
@@ -24,7 +26,12 @@ from dataclasses import dataclass
 import torch
 from torch import fx
 
-from fwbench.families.memory.liveness import GraphAnalysis, replay_call, schema_returns
+from fwbench.families.memory.liveness import (
+    GraphAnalysis,
+    mutated_args,
+    replay_call,
+    schema_returns,
+)
 from fwbench.families.memory.simulator import SwapWindow, replay_schedule
 from fwbench.families.memory.tracer import TracedStep, is_mark
 
@@ -97,6 +104,47 @@ def swap_wait(swapped: Swapped) -> torch.Tensor:
     return tensor
 
 
+RNG_SUFFIX = "_rng"
+
+
+def rng_state(like: torch.Tensor) -> torch.Tensor:
+    """The state of the random generator that an op on ``like``'s device draws from."""
+    if like.device.type == "cuda":
+        return torch.cuda.get_rng_state(like.device)
+    return torch.get_rng_state()
+
+
+def _op(qualified: str):
+    """``aten::bernoulli_.float`` -> ``torch.ops.aten.bernoulli_.float``."""
+    namespace, rest = qualified.split("::")
+    packet, _, overload = rest.partition(".")
+    return getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
+
+
+def replay_seeded(state: torch.Tensor, op: str, *args, **kwargs):
+    """Run the random op ``op`` with the generator at ``state`` (where the forward pass drew
+    from it), then put the generator back, so nothing after the replay draws anything else."""
+    like = next(a for a in args if isinstance(a, torch.Tensor))
+    if like.device.type == "cuda":
+        saved = torch.cuda.get_rng_state(like.device)
+
+        def restore(s):
+            torch.cuda.set_rng_state(s, like.device)
+    else:
+        saved = torch.get_rng_state()
+        restore = torch.set_rng_state
+    restore(state)
+    try:
+        return _op(op)(*args, **kwargs)
+    finally:
+        restore(saved)
+
+
+def _qualified(target) -> str:
+    overload = target._overloadname
+    return target._schema.name + ("" if overload == "default" else f".{overload}")
+
+
 def rewrite(
     gm: fx.GraphModule,
     analysis: GraphAnalysis,
@@ -106,8 +154,11 @@ def rewrite(
     """A new graph module that recomputes the activations in ``plan`` and swaps those of ``swaps``
     during the backward pass."""
     blocks_at: dict[int, list] = {}
+    seeded: set[fx.Node] = set()  # random ops some replay runs: their generator state is kept
     for block in replay_schedule(analysis, plan):
         blocks_at.setdefault(block.before_rank, []).append(block)
+        seeded.update(block.closure.random_nodes)
+    rng: dict[fx.Node, fx.Node] = {}
     swaps = list(swaps)
     out_after: dict[int, list[SwapWindow]] = {}
     in_before: dict[int, list[SwapWindow]] = {}
@@ -141,12 +192,14 @@ def rewrite(
         for block in blocks_at.get(rank, []):
             local: dict[fx.Node, fx.Node] = {}
             for original in block.closure.nodes:
-                target, args, kwargs = replay_call(original)
+                target, args, kwargs = replay_call(original, replay_random=True)
                 # a swapped activation a replay reads is its copy once that is back
                 args, kwargs = fx.node.map_arg(
                     (args, kwargs),
                     lambda a, local=local: local.get(a, backward_view.get(a, env[a])),
                 )
+                if original in seeded:
+                    target, args = replay_seeded, (rng[original], _qualified(target), *args)
                 replay = graph.create_node(
                     "call_function", target, args, kwargs, name=original.name + REPLAY_SUFFIX
                 )
@@ -155,6 +208,11 @@ def rewrite(
             for alias in analysis.backward_aliases.get(block.activation, []):
                 backward_view[alias] = local[alias]
         in_backward = rank >= analysis.backward_start
+        if node in seeded:
+            written = mutated_args(node) or list(node.all_input_nodes)
+            rng[node] = graph.call_function(
+                rng_state, (env[written[0]],), name=node.name + RNG_SUFFIX
+            )
         env[node] = graph.node_copy(
             node, lambda a, b=in_backward: backward_view.get(a, env[a]) if b else env[a]
         )
@@ -230,7 +288,8 @@ def check_equivalence(
 
     Compares the loss, every gradient, and every graph input after the step: parameters,
     buffers (running statistics) and optimizer state. Both runs start from the same RNG seed, so
-    dropout draws the same masks as long as the plan never replays a random op.
+    the forward passes draw the same dropout masks; a replayed mask is drawn again from the state
+    the forward pass drew it with.
     """
     results = {}
     for label, module in (("original", traced.graph_module), ("rewritten", rewritten)):

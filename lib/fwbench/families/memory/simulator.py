@@ -33,8 +33,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+from torch import fx
 
-from fwbench.families.memory.liveness import KINDS, Closure, GraphAnalysis, recompute_closure
+from fwbench.families.memory.liveness import (
+    KINDS,
+    Closure,
+    GraphAnalysis,
+    recompute_closure,
+    replay_call,
+)
 from fwbench.families.memory.profiler import Profile
 
 
@@ -156,6 +163,12 @@ class Simulation:
         return parts
 
 
+def _input_nodes(args, kwargs) -> list[fx.Node]:
+    found: list[fx.Node] = []
+    fx.node.map_arg((args, kwargs), found.append)
+    return found
+
+
 def replay_schedule(analysis: GraphAnalysis, plan: Iterable[str]) -> list[ReplayBlock]:
     """Replay blocks for ``plan`` in the order the rewritten graph runs them."""
     plan = set(plan)
@@ -243,7 +256,10 @@ def simulate(
     for block, where in zip(blocks, replay_pos, strict=True):
         block_nodes = block.closure.nodes
         for n in block_nodes:
-            for a in n.all_input_nodes:
+            # what the replay reads, which is not always what the forward node read: a replayed
+            # empty_like takes its layout from the trace, not from its input
+            _, args, kwargs = replay_call(n, replay_random=True)
+            for a in _input_nodes(args, kwargs):
                 owner = analysis.info[a.name].owner
                 if a.name in where or owner is None:
                     continue

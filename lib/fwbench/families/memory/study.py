@@ -94,6 +94,7 @@ def run_batch(
     exact_check: bool = True,
     seed: int = 0,
     rotation: int = 0,
+    replay_random: bool = True,
 ) -> BatchResult:
     """Trace, profile and plan one model at one batch size, then measure every method.
 
@@ -102,6 +103,8 @@ def run_batch(
     also compiled. ``swap_bandwidth_gbs``: plan with swapping too at that copy bandwidth
     (simulated only). ``exact_check``: prove every rewritten graph in float64. ``rotation``:
     where in the list of methods measuring starts (the trial number; see below).
+    ``replay_random``: the planner may recompute dropout masks, replayed with the generator's
+    state of the forward pass (False: never, as before this option existed).
     """
     shape = {
         "image_size": image_size,
@@ -113,7 +116,7 @@ def run_batch(
     }
     case = build_case(model, batch_size, **shape)
     traced = tracer.trace_training_step(case.model, case.batch, case.targets, case.loss_fn)
-    found = graph_analysis.analyze(traced)
+    found = graph_analysis.analyze(traced, replay_random=replay_random)
     prof = profiler.profile_graph(traced.graph_module, traced.inputs, found, iters=profile_iters)
     stats = profiler.activation_stats(found, prof)
     baseline = simulator.simulate(found, (), prof)
@@ -191,7 +194,9 @@ def run_batch(
     if exact_check and (result.plans or result.swap_plans):
         every_plan = {plan_method(f): p for f, p in result.plans.items()}
         every_plan |= {swap_plan_method(f): p for f, p in result.swap_plans.items()}
-        result.exact = exact_equivalence(model, min(batch_size, EXACT_BATCH), shape, every_plan)
+        result.exact = exact_equivalence(
+            model, min(batch_size, EXACT_BATCH), shape, every_plan, replay_random=replay_random
+        )
     if device == "cuda":
         torch.cuda.empty_cache()
     return result
@@ -205,7 +210,12 @@ EXACT_BATCH = 2
 
 
 def exact_equivalence(
-    model: str, batch_size: int, shape: dict, plans: dict[str, planner.Plan]
+    model: str,
+    batch_size: int,
+    shape: dict,
+    plans: dict[str, planner.Plan],
+    *,
+    replay_random: bool = True,
 ) -> dict[str, rewriter.Equivalence]:
     """Every plan (by method name) applied to the float64 trace of the same step, against that
     trace unmodified: its recomputations and, where it has them, its swaps (on a CPU the swap
@@ -218,7 +228,7 @@ def exact_equivalence(
     """
     case = build_case(model, batch_size, dtype=torch.float64, **shape)
     traced = tracer.trace_training_step(case.model, case.batch, case.targets, case.loss_fn)
-    found = graph_analysis.analyze(traced)
+    found = graph_analysis.analyze(traced, replay_random=replay_random)
     checks = {}
     for method, plan in plans.items():
         swaps = plan.simulation.swaps if plan.simulation is not None else []
