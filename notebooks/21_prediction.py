@@ -40,7 +40,7 @@ from IPython.display import Markdown, display
 from tqdm import tqdm
 
 from fwbench import vocab
-from fwbench.families.prediction import dataset, forecast, peaks, predictor
+from fwbench.families.prediction import dataset, forecast, peaks, prediction_charts, predictor
 from fwbench.pipeline.campaign import find_repo_root
 from fwbench.results import db as fw_db
 from fwbench.results.records import Recorder
@@ -174,25 +174,15 @@ if scored:
             "predicted",
         ]
     ].assign(error_pct=lambda f: (f.predicted / f.seconds - 1) * 100)
-    scatter = (
-        alt.Chart(points)
-        .mark_point()
-        .encode(
-            x=alt.X("seconds:Q", title="measured s per call", scale=alt.Scale(type="log")),
-            y=alt.Y("predicted:Q", title="predicted s per call", scale=alt.Scale(type="log")),
-            color=alt.Color("framework:N"),
-            shape=alt.Shape("precision:N"),
-            tooltip=list(points.columns),
-        )
-        .properties(width=220, height=220)
-    )
-    diagonal = (
-        alt.Chart(points)
-        .mark_line(color="gray", strokeDash=[4, 4])
-        .encode(x="seconds:Q", y="seconds:Q")
-    )
     display(
-        (scatter + diagonal)
+        prediction_charts.versus_chart(
+            points,
+            measured="seconds",
+            predicted="predicted",
+            unit="s per call",
+            color="framework",
+            shape="precision",
+        )
         .facet(column="holdout:N")
         .properties(
             title="Predicted against measured, each point by a fit that never saw its group"
@@ -285,26 +275,15 @@ if memory_scores:
         predicted_mib=lambda f: f.predicted_bytes / 2**20,
         measured_mib=lambda f: f.measured_bytes / 2**20,
     )
-    memory_scatter = (
-        alt.Chart(points)
-        .mark_point()
-        .encode(
-            x=alt.X("measured_mib:Q", title="measured peak (MiB)", scale=alt.Scale(type="log")),
-            y=alt.Y("predicted_mib:Q", title="predicted peak (MiB)", scale=alt.Scale(type="log")),
-            color="kind:N",
-            tooltip=list(points.columns),
-        )
-        .properties(width=260, height=260)
-    )
-    memory_diagonal = (
-        alt.Chart(points)
-        .mark_line(color="gray", strokeDash=[4, 4])
-        .encode(x="measured_mib:Q", y="measured_mib:Q")
-    )
     display(
-        (memory_scatter + memory_diagonal).properties(
-            title="The model's own bytes: predicted against the allocator's measurement"
-        )
+        prediction_charts.versus_chart(
+            points,
+            measured="measured_mib",
+            predicted="predicted_mib",
+            unit="peak (MiB)",
+            color="kind",
+            size=260,
+        ).properties(title="The model's own bytes: predicted against the allocator's measurement")
     )
 
 # %%

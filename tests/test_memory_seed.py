@@ -67,17 +67,21 @@ def test_bert_traced_step_computes_the_eager_loss_and_the_mask_matters():
     assert abs(loss_fn(model(unmasked), targets).item() - eager) > 1e-6
 
 
-def test_bert_plan_is_exact_in_float64():
-    shape = {"seq_len": 64, "encoder_size": "tiny"}
+@pytest.mark.parametrize(
+    "seq_len, fraction, bandwidth",
+    [(64, 0.1, None), (16, 0.3, 12e6)],
+    ids=["recompute", "recompute-and-swap"],
+)
+def test_bert_plans_are_exact_in_float64(seq_len, fraction, bandwidth):
+    shape = {"seq_len": seq_len, "encoder_size": "tiny"}
     case = build_case("bert", 4, **shape)
     traced, found = _trace(case)
     prof = profiler.profile_graph(traced.graph_module, traced.inputs, found, warmup=0, iters=1)
     base = simulator.simulate(found, (), prof)
-    plan = planner.plan_recomputation(
-        found, prof, planner.budget_for_fraction(found, base.peak_bytes, 0.1)
-    )
-    assert plan.recompute
-    (check,) = study.exact_equivalence("bert", 2, shape, {"mu_two@0.1": plan}).values()
+    budget = planner.budget_for_fraction(found, base.peak_bytes, fraction)
+    plan = planner.plan_recomputation(found, prof, budget, swap_bandwidth_bytes_per_ms=bandwidth)
+    assert plan.swap if bandwidth else plan.recompute
+    (check,) = study.exact_equivalence("bert", 2, shape, {"plan": plan}).values()
     assert check.equal and max(check.max_abs_diff.values()) <= study.EXACT_TOLERANCE
 
 
@@ -405,16 +409,3 @@ def _in_backward(found, node) -> bool:
         return True
     info = found.info.get(node.name)
     return info is not None and info.rank >= found.backward_start
-
-
-def test_a_swap_plan_is_proved_in_float64_like_a_recompute_plan():
-    shape = {"seq_len": 16, "encoder_size": "tiny"}
-    case = build_case("bert", 4, **shape)
-    traced, found = _trace(case)
-    prof = profiler.profile_graph(traced.graph_module, traced.inputs, found, warmup=0, iters=1)
-    base = simulator.simulate(found, (), prof)
-    budget = planner.budget_for_fraction(found, base.peak_bytes, 0.3)
-    plan = planner.plan_recomputation(found, prof, budget, swap_bandwidth_bytes_per_ms=12e6)
-    assert plan.swap
-    (check,) = study.exact_equivalence("bert", 2, shape, {"mu_two_swap@0.3": plan}).values()
-    assert check.equal and max(check.max_abs_diff.values()) <= study.EXACT_TOLERANCE
