@@ -76,10 +76,6 @@ if folder:
 # cannot make (one thread count, one CPU) is said so and recorded as `skipped`.
 
 # %%
-GOALS = {  # the goals, per hold-out: MAPE at most, or the share within ±15% at least
-    "batch": ("mape_pct", 10.0),
-    "family": ("mape_pct", 15.0),
-}
 rec = Recorder("prediction", extra={"seed": seed})
 scored, summary = [], []
 for kind in holdouts:
@@ -123,15 +119,16 @@ summary
 # %%
 lines = []
 for row in summary.itertuples():
-    metric, bound = GOALS.get(row.holdout, ("within_15pct", 90.0))
+    metric, bound = vocab.PREDICTION_GOALS[row.holdout]
     value = getattr(row, metric)
-    better = value <= bound if metric == "mape_pct" else value >= bound
+    better = value <= bound if metric in vocab.PREDICTION_ERROR_METRICS else value >= bound
     word = "meets" if better else f"misses by {abs(value - bound):.1f} points"
     lines.append(
         f"- **{row.holdout}** hold-out ({row.n} predictions): MAPE {row.mape_pct:.1f}%, "
         f"{row.within_15pct:.0f}% within ±15%, worst {row.worst_pct:.0f}%, interval held "
         f"{row.interval_coverage_pct:.0f}% (nominal {predictor.COVERAGE:.0%}); goal "
-        f"{metric} {'≤' if metric == 'mape_pct' else '≥'} {bound:g}: {word}. Correct winner "
+        f"{metric} {'≤' if metric in vocab.PREDICTION_ERROR_METRICS else '≥'} {bound:g}: "
+        f"{word}. Correct winner "
         + (
             f"{row.correct_winner_rate:.0f}% of {row.decided_pairs} decided comparisons."
             if row.decided_pairs
@@ -241,16 +238,16 @@ for kind, frame in memory_scores:
     rec.add("memory_error_pct", found["mape_pct"], "%", n=found["n"], extra=extra)
     rec.add("within_10pct", found["within_10pct"], "%", n=found["n"], extra=extra)
     rec.add("worst_pct", found["worst_pct"], "%", n=found["n"], extra=extra)
+    _, bound = vocab.PREDICTION_GOALS[kind]
     word = (
         "meets"
-        if found["mape_pct"] <= vocab.MEMORY_PREDICTION_GOAL_PCT
-        else f"misses by {found['mape_pct'] - vocab.MEMORY_PREDICTION_GOAL_PCT:.1f} points"
+        if found["mape_pct"] <= bound
+        else f"misses by {found['mape_pct'] - bound:.1f} points"
     )
     worst = frame.loc[frame.error_pct.abs().idxmax()]
     memory_lines.append(
         f"- **{kind}** ({found['n']} peaks): mean error {found['mape_pct']:.1f}%, "
-        f"{found['within_10pct']:.0f}% within ±10%; goal ≤ "
-        f"{vocab.MEMORY_PREDICTION_GOAL_PCT:g}%: {word}. Worst: {worst.model} at batch "
+        f"{found['within_10pct']:.0f}% within ±10%; goal ≤ {bound:g}%: {word}. Worst: {worst.model} at batch "
         f"{worst.batch_size}, predicted {worst.predicted_bytes / 2**20:.0f} MiB against "
         f"{worst.measured_bytes / 2**20:.0f} MiB measured ({worst.error_pct:+.1f}%)."
     )

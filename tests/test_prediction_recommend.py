@@ -219,3 +219,16 @@ def test_the_reports_prediction_table_keeps_hold_outs_and_queries_apart():
     assert table.loc["hold-out: batch", "mape_pct"] == 12.0
     assert table.loc["query: batch", "regret_pct"] == 10.0  # the median over three queries
     assert "hold-out: cpu" not in table.index  # skipped hold-outs carry no score
+
+    # the README's rows say each goal and by how much it is met or missed
+    from fwbench.report import readme
+
+    meas = pd.concat(
+        [meas, pd.DataFrame([row("memory_error_pct", 4.0, holdout="memory_inference")])]
+    )
+    _, block = readme.prediction_part(tables.prediction_table(meas), "r.md")
+    lines = {line.split(" | ")[0].strip("| "): line for line in block.splitlines()}
+    assert lines["hold-out: batch"].endswith("MAPE ≤ 10%: missed by 2.0 points |")
+    assert lines["hold-out: family"].endswith("MAPE ≤ 15%: missed by 25.0 points |")
+    assert lines["hold-out: memory_inference"].endswith("memory error ≤ 10%: met |")
+    assert lines["query: batch"].endswith("regret ≤ 5% ≥ 90%: missed by 56.7 points |")

@@ -21,6 +21,19 @@ MEMORY_ACTIVATION_GOAL_PCT = 50.0
 MEMORY_OVERHEAD_GOAL_PCT = 33.0
 # The prediction family's memory goal: the model's own peak bytes predicted within this error.
 MEMORY_PREDICTION_GOAL_PCT = 10.0
+# The prediction family's goals per hold-out (21_prediction) and for the recommender's queries
+# (22_recommend, its parameters' defaults): (metric, bound). An error is held to at most its
+# bound (``PREDICTION_ERROR_METRICS``), a share to at least.
+PREDICTION_GOALS = {
+    "batch": ("mape_pct", 10.0),
+    "family": ("mape_pct", 15.0),
+    "threads": ("within_15pct", 90.0),
+    "cpu": ("within_15pct", 90.0),
+    "memory_inference": ("memory_error_pct", MEMORY_PREDICTION_GOAL_PCT),
+    "memory_training": ("memory_error_pct", MEMORY_PREDICTION_GOAL_PCT),
+    "query": ("regret_within_5pct", 90.0),
+}
+PREDICTION_ERROR_METRICS = ("mape_pct", "memory_error_pct")
 # The memory methods measured compiled: compilation also fuses kernels, so their times are only
 # ever compared with each other, never with eager ones.
 MEMORY_COMPILED_KINDS = ("compile_budget", "compiled_mu_two")

@@ -19,7 +19,14 @@ import pandas as pd
 from fwbench.pipeline import environment
 from fwbench.report import sections
 from fwbench.report.tables import PAIRED_INTERVAL
-from fwbench.vocab import model_label, series_label, setting_words, threads_words
+from fwbench.vocab import (
+    PREDICTION_ERROR_METRICS,
+    PREDICTION_GOALS,
+    model_label,
+    series_label,
+    setting_words,
+    threads_words,
+)
 
 
 def markers(campaign: str) -> tuple[str, str]:
@@ -235,10 +242,12 @@ def results_block(
             f"![JAX ÷ PyTorch throughput ratio, run {run_id}]({_link(figure, readme_dir)})"
         )
     families = distributed_part(distributed, _table(tables, "distributed_parity"), report_link)
+    families += prediction_part(_table(tables, "prediction"), report_link)
     if _has_data(content, "web_audio"):
         families += notes_part(content, "web_audio", "Web audio", report_link)
     # the memory-time curve's sentences (the section's notes); none for runs before the curve
-    families += notes_part(content, "memory", "Memory-saving methods", report_link)
+    if _has_data(content, "memory"):
+        families += notes_part(content, "memory", "Memory-saving methods", report_link)
     if matrix.empty and families:
         # a campaign of other families: the inference parts would only say they are empty
         parts += notes_part(content, "trust", "How far these numbers can be trusted", report_link)
@@ -335,6 +344,49 @@ def progress_sentence(manifest_path: Path) -> str:
         f"**This run is not finished:** {len(done & planned)} of its {len(planned)} cells have "
         f"run, and the numbers below cover those only; {going_on}."
     )
+
+
+PREDICTION_COLUMNS = [
+    ("mape_pct", "MAPE"),
+    ("within_15pct", "within ±15%"),
+    ("worst_pct", "worst"),
+    ("interval_coverage_pct", "90% interval held"),
+    ("correct_winner_rate", "correct winner"),
+    ("memory_error_pct", "memory error"),
+    ("regret_within_5pct", "regret ≤ 5%"),
+]
+
+
+def prediction_part(table: pd.DataFrame, report_link: str) -> list[str]:
+    """21_prediction's hold-outs and 22_recommend's queries, one row each, with the goal each
+    is held to and by how much it is met or missed."""
+    if table.empty:
+        return []
+    group = table.columns[0]
+    columns = [(c, label) for c, label in PREDICTION_COLUMNS if c in table]
+    body = []
+    for row in table.itertuples(index=False):
+        values = dict(zip(table.columns, row, strict=True))
+        cells = ["" if pd.isna(values[c]) else f"{values[c]:.1f}%" for c, _ in columns]
+        # "hold-out: batch" -> the batch hold-out's goal; "query: latency" -> the queries' goal
+        kind, _, name = str(values[group]).partition(": ")
+        goal = PREDICTION_GOALS.get("query" if kind == "query" else name)
+        words = ""
+        if goal is not None and not pd.isna(values.get(goal[0], float("nan"))):
+            metric, bound = goal
+            at_most = metric in PREDICTION_ERROR_METRICS
+            value = values[metric]
+            met = value <= bound if at_most else value >= bound
+            sign = "≤" if at_most else "≥"
+            label = dict(PREDICTION_COLUMNS)[metric]
+            words = f"{label} {sign} {bound:g}%: " + (
+                "met" if met else f"missed by {abs(value - bound):.1f} points"
+            )
+        body.append([values[group], *cells, words])
+    return [
+        f"Prediction: each row scored only on what no fit saw ([report]({report_link}#prediction)):",
+        _markdown([group, *(label for _, label in columns), "goal"], body),
+    ]
 
 
 def notes_part(content: dict, name: str, heading: str, report_link: str) -> list[str]:
