@@ -165,9 +165,13 @@ def rewrite(
     wait_before: dict[int, list[SwapWindow]] = {}
     for window in swaps:
         act = analysis.activations[window.activation]
-        out_after.setdefault(act.last_forward_use, []).append(window)
+        # after its last forward use, and never before the node that holds it: an output of a
+        # multi-output op that only the backward reads (batch norm's saved statistics) was
+        # "created" by the op, one node before the getitem that picks it
+        out_rank = max(act.last_forward_use, analysis.info[window.activation].rank)
+        out_after.setdefault(out_rank, []).append(window)
         # the copy in starts where the window says, never before the copy out has been issued
-        start = max(min(window.back_rank, act.first_backward_use), act.last_forward_use + 1)
+        start = max(min(window.back_rank, act.first_backward_use), out_rank + 1)
         in_before.setdefault(start, []).append(window)
         wait_before.setdefault(act.first_backward_use, []).append(window)
 
