@@ -1,9 +1,10 @@
 # %% [markdown]
 # # 21 · Prediction: how well can we predict a configuration nobody ran?
 #
-# **Purpose.** Fit the predictor (`fwbench.families.prediction.predictor`: a roofline prior from
-# each model's FLOPs and bytes over the machine's measured ceilings, corrected in log space by
-# gradient boosting with the framework and mode as columns) on every measured inference
+# **Purpose.** Fit the predictor (`fwbench.families.prediction.predictor`: a sum of costs, each op
+# category's FLOPs and output bytes over the machine's measured ceilings plus the op count, with
+# the costs fitted per framework and mode, corrected in log space by gradient boosting over the
+# setting and the model's size) on every measured inference
 # configuration in the index, and score it only on what no fit has seen: grouped hold-outs that
 # leave out a model family, the batch sizes above 16, a thread count, or a CPU. Random splits
 # would put a model's batch 4 in training and its batch 8 in test and flatter the predictor.
@@ -69,6 +70,20 @@ folder = os.environ.get(vocab.ENV_EXECUTED_DIR)
 if folder:
     saved = forecast.save_table(table, Path(folder))
     print(saved.relative_to(root) if saved.is_relative_to(root) else saved.name)
+
+# %% [markdown]
+# ## What each kind of op costs
+# The cost model fitted on the whole table: the share of the measured peak a FLOP of each category
+# runs at, the share of the copy bandwidth its output bytes are written at, and the time an op
+# takes beyond its work. A setting with too few models for its own fit (fewer than
+# `MIN_SETTING_MODELS`, or too few rows) uses `all`, and the correction learns its difference.
+# The terms are fitted jointly, so a share is a term's cost with the others in place, not one
+# kernel's measured efficiency: a depthwise convolution's FLOPs are few and its time is carried
+# mostly by its bytes, so its FLOP share can read near the peak. The profiles say what a kernel
+# reaches.
+
+# %%
+predictor.cost_table(table) if len(table) else "no rows"
 
 # %% [markdown]
 # ## Grouped hold-outs

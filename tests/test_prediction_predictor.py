@@ -11,15 +11,17 @@ FAMILIES = ("resnet", "mobilenet", "vit", "regnet", "densenet")
 
 
 def synthetic_sweep(seed=0, noise=0.05):
-    """Configurations of 15 models in 5 families; the true time is the prior times a known
-    correction: JAX slow on depthwise FLOPs, two threads 1.8x as fast, small batches dominated by
-    per-op overhead, plus log-normal noise."""
+    """Configurations of 15 models in 5 families whose true time is a known sum of costs: each
+    framework has its own cost per depthwise FLOP (JAX's six times PyTorch's) and per op, dense
+    FLOPs and bytes cost the same in both, small batches run a little less efficiently, plus
+    log-normal noise."""
     rng = np.random.default_rng(seed)
     rows = []
     for f, family in enumerate(FAMILIES):
         for m in range(3):
             gflops = rng.uniform(0.5, 10.0)
             depthwise = rng.uniform(0.0, 0.3) if family in ("mobilenet", "regnet") else 0.0
+            intensity = rng.uniform(5, 30)
             for batch in (1, 4, 16, 32, 64):
                 for threads in (1, 2):
                     for framework, mode in (("torch", "eager"), ("jax", "jit")):
@@ -36,23 +38,27 @@ def synthetic_sweep(seed=0, noise=0.05):
                                 "total_flops": flops,
                                 "flops:convolution": flops * (1 - depthwise),
                                 "flops:depthwise/grouped convolution": flops * depthwise,
-                                "total_bytes": flops / rng.uniform(5, 30),
+                                "bytes:elementwise/activation": flops / intensity,
+                                "total_bytes": flops / intensity,
                                 "param_bytes": gflops * 4e6,
                                 "op_count": 100 + 40 * f,
                                 "peak_tflops": 0.1 * threads,
                                 "bandwidth_gbs": 10.0 * threads,
-                                "depthwise": depthwise,
                             }
                         )
     frame = pd.DataFrame(rows)
-    log_correction = (
-        0.4
-        + 4.0 * frame.depthwise * (frame.framework == "jax")
-        + 0.2 * (frame.threads == 2)
-        + rng.normal(0, noise, len(frame))
+    jax = frame.framework == "jax"
+    peak, bandwidth = frame.peak_tflops * 1e12, frame.bandwidth_gbs * 1e9
+    seconds = (
+        1.5 * frame["flops:convolution"] / peak
+        + np.where(jax, 12.0, 2.0) * frame["flops:depthwise/grouped convolution"] / peak
+        + 3.0 * frame["bytes:elementwise/activation"] / bandwidth
+        + frame.param_bytes / bandwidth
+        + np.where(jax, 60e-6, 20e-6) * frame.op_count
     )
-    frame["seconds"] = predictor.prior_seconds(frame) * np.exp(log_correction)
-    return frame.drop(columns="depthwise")
+    slow_small = 1 + 0.5 / frame.batch_size
+    frame["seconds"] = seconds * slow_small * np.exp(rng.normal(0, noise, len(frame)))
+    return frame
 
 
 def test_model_family():
@@ -86,14 +92,26 @@ def test_a_leaking_split_would_be_caught():
     assert set(frame.loc[train].model) & set(frame.loc[test].model)
 
 
-def test_the_correction_learns_what_the_prior_misses_on_unseen_families():
+def test_the_fitted_costs_carry_over_to_unseen_families():
     frame = synthetic_sweep()
     held = predictor.evaluate(frame, "family")
     learned = predictor.errors(held.seconds, held.predicted)
-    prior_only = predictor.errors(held.seconds, predictor.prior_seconds(held))
-    assert learned["mape_pct"] < 15 < prior_only["mape_pct"]
+    roofline = predictor.errors(held.seconds, predictor.roofline_seconds(held))
+    assert learned["mape_pct"] < 15 < roofline["mape_pct"]
     batch = predictor.evaluate(frame, "batch")
     assert predictor.errors(batch.seconds, batch.predicted)["mape_pct"] < 15
+
+
+def test_each_framework_gets_its_own_costs():
+    """JAX's depthwise FLOPs cost six times PyTorch's in the synthetic law; the fitted costs say
+    so, and a setting too thin to fit alone falls back to the costs of all rows."""
+    frame = synthetic_sweep(noise=0.0)
+    costs, pooled = predictor.fit_costs(frame)
+    column = list(predictor.cost_terms(frame).columns).index("flops:depthwise/grouped convolution")
+    assert costs["jax jit"][column] > 3 * costs["torch eager"][column]
+    thin = frame[(frame.framework == "torch") | frame.model.isin(["resnet0", "vit0"])]
+    costs, _ = predictor.fit_costs(thin)
+    assert "jax jit" not in costs and "torch eager" in costs
 
 
 def test_the_conformal_interval_covers_about_what_it_claims():

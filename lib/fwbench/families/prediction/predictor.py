@@ -1,12 +1,20 @@
-"""Predict a configuration's time per call from its features: a roofline prior corrected in log
+"""Predict a configuration's time per call from its features: a fitted cost model corrected in log
 space by a learned model, with intervals from grouped conformal residuals, and the grouped
 hold-outs that score it on what no fit has seen.
 
-The prior is the roofline time of one call: the larger of its FLOPs over the measured peak and its
-bytes over the measured bandwidth, plus the launch cost of its ops. What the prior misses (a
-framework's kernels for depthwise convolutions, XLA's fusion, the threads' scaling) is learned as
-log(measured / prior) by gradient boosting over the features, with the framework and mode as
-columns, so one model serves both frameworks and can say which is faster where neither ran.
+The cost model is a sum, as a kernel-by-kernel predictor sums kernels: each op category's FLOPs
+over the measured peak, each category's output bytes and the parameters' bytes over the measured
+copy bandwidth, and the op count, every term weighted by a non-negative cost that is fitted (one
+set per framework and mode, since their kernels differ) by non-negative least squares on relative
+error. A new model is a new mix of the same categories, so the sum carries over to it; a depthwise
+convolution costs what depthwise convolutions cost, whichever network it sits in.
+
+What the sum misses (small batches, threads, precision, the size of the whole network) is learned
+as log(measured / cost) by gradient boosting over the setting and the model's size only. The
+correction sees no feature that names a model's shape (its FLOP mix, its op count): trees cannot
+extrapolate, and given those they learn each family's residual by heart, which is worth nothing on
+a family they have not seen (on the committed sweep a correction over the FLOP mix predicted
+held-out families worse than the sum alone).
 
 Intervals are split-conformal on that log ratio: the residuals come from fits that did not see the
 residual's model (grouped cross-validation), so the interval holds for a model nobody ran, which
@@ -28,6 +36,24 @@ OP_OVERHEAD_S = 5e-6
 HOLDOUTS = ("family", "batch", "threads", "cpu")
 BATCH_FIT_MAX = 16  # the batch hold-out fits on batch <= 16 and predicts larger batches
 COVERAGE = 0.9
+SETTINGS = ("torch eager", "torch compile", "jax jit")
+# a setting gets its own costs once its rows span this many models and twice as many rows as the
+# cost model has terms; a thinner one uses the costs fitted on all rows, and the correction's
+# setting columns carry its difference
+MIN_SETTING_MODELS = 5
+# bytes per element relative to the fp32 the features are built in
+_ELEMENT_SCALE = {"bf16": 0.5, "fp16": 0.5}
+# what the correction may read: the setting and the model's size, nothing of its shape
+CORRECTION_COLUMNS = [
+    "log_batch",
+    "threads",
+    "log_peak",
+    "log_bandwidth",
+    "bf16",
+    *SETTINGS,
+    "log_flops",
+    "log_params",
+]
 
 
 def model_family(name: str) -> str:
@@ -37,48 +63,82 @@ def model_family(name: str) -> str:
     return found.group(0) if found else name
 
 
-def prior_seconds(frame: pd.DataFrame) -> pd.Series:
-    """Roofline time of one call: max(FLOPs / peak, bytes / bandwidth) + ops x launch cost."""
+def setting_of(frame: pd.DataFrame) -> pd.Series:
+    return frame["framework"] + " " + frame["mode"]
+
+
+def roofline_seconds(frame: pd.DataFrame) -> pd.Series:
+    """The unfitted roofline of one call: max(FLOPs / peak, bytes / bandwidth) + ops x launch
+    cost; the yardstick the fitted costs are scored against."""
     compute = frame.total_flops / (frame.peak_tflops * 1e12)
     memory = frame.total_bytes / (frame.bandwidth_gbs * 1e9)
     return np.maximum(compute, memory) + frame.op_count * OP_OVERHEAD_S
 
 
-def design_matrix(frame: pd.DataFrame) -> pd.DataFrame:
-    """The learned correction's inputs: sizes in logs, the FLOP mix as shares, the setting."""
-    flops = frame.total_flops.clip(lower=1.0)
+def cost_terms(frame: pd.DataFrame) -> pd.DataFrame:
+    """The cost model's terms, each in seconds at the hardware's ceilings (the op count in
+    microseconds): FLOPs and output bytes per category, parameter bytes, ops."""
+    scale = frame.precision.map(_ELEMENT_SCALE).fillna(1.0)
+    bandwidth = frame.bandwidth_gbs * 1e9
     out = pd.DataFrame(index=frame.index)
-    out["log_flops"] = np.log(flops)
-    out["log_bytes"] = np.log(frame.total_bytes.clip(lower=1.0))
-    out["log_params"] = np.log(frame.param_bytes.clip(lower=1.0))
-    out["log_ops"] = np.log(frame.op_count.clip(lower=1.0))
+    for category in OP_CATEGORIES:
+        flops = frame.get(f"flops:{category}", pd.Series(0.0, index=frame.index))
+        written = frame.get(f"bytes:{category}", pd.Series(0.0, index=frame.index))
+        out[f"flops:{category}"] = flops.fillna(0.0) / (frame.peak_tflops * 1e12)
+        out[f"bytes:{category}"] = written.fillna(0.0) * scale / bandwidth
+    out["params"] = frame.param_bytes * scale / bandwidth
+    out["ops"] = frame.op_count * 1e-6
+    return out
+
+
+def _fit_costs(frame: pd.DataFrame) -> np.ndarray:
+    """Non-negative costs minimising the relative error of the sum over ``frame``'s rows."""
+    from scipy.optimize import nnls
+
+    terms = cost_terms(frame).to_numpy()
+    weight = 1.0 / frame.seconds.to_numpy()
+    costs, _ = nnls(terms * weight[:, None], np.ones(len(frame)))
+    return costs
+
+
+def design_matrix(frame: pd.DataFrame) -> pd.DataFrame:
+    """The correction's inputs (``CORRECTION_COLUMNS``): sizes in logs and the setting."""
+    out = pd.DataFrame(index=frame.index)
     out["log_batch"] = np.log(frame.batch_size)
     out["threads"] = frame.threads.astype(float)
-    out["arithmetic_intensity"] = np.log(flops / frame.total_bytes.clip(lower=1.0))
     out["log_peak"] = np.log(frame.peak_tflops)
     out["log_bandwidth"] = np.log(frame.bandwidth_gbs)
-    for category in OP_CATEGORIES:
-        column = f"flops:{category}"
-        if column in frame:
-            out[f"share:{category}"] = frame[column] / flops
     out["bf16"] = (frame.precision == "bf16").astype(float)
-    for setting in ("torch eager", "torch compile", "jax jit"):
-        out[setting] = ((frame["framework"] + " " + frame["mode"]) == setting).astype(float)
-    return out
+    setting = setting_of(frame)
+    for name in SETTINGS:
+        out[name] = (setting == name).astype(float)
+    out["log_flops"] = np.log(frame.total_flops.clip(lower=1.0))
+    out["log_params"] = np.log(frame.param_bytes.clip(lower=1.0))
+    return out[CORRECTION_COLUMNS]
 
 
 @dataclass
 class Predictor:
-    """A fitted correction and its conformal half-width (in log space)."""
+    """Fitted costs (per setting, and over all rows for a setting too thin to fit alone), a
+    fitted correction and its conformal half-width (in log space)."""
 
+    costs: dict[str, np.ndarray]
+    pooled: np.ndarray
     regressor: object
-    columns: list[str]
     half_width: float
+
+    def cost_seconds(self, frame: pd.DataFrame) -> pd.Series:
+        """The fitted cost model's seconds per call, before the correction."""
+        terms = cost_terms(frame).to_numpy()
+        weights = np.stack([self.costs.get(s, self.pooled) for s in setting_of(frame)])
+        # a floor: a row whose every fitted cost is zero still takes a launch per op
+        floor = frame.op_count.to_numpy() * OP_OVERHEAD_S
+        return pd.Series(np.maximum((terms * weights).sum(axis=1), floor), index=frame.index)
 
     def predict(self, frame: pd.DataFrame) -> pd.DataFrame:
         """Seconds per call with a ``COVERAGE`` interval, for rows with the feature columns."""
-        prior = prior_seconds(frame)
-        correction = self.regressor.predict(design_matrix(frame)[self.columns])
+        prior = self.cost_seconds(frame)
+        correction = self.regressor.predict(design_matrix(frame))
         seconds = prior * np.exp(correction)
         return pd.DataFrame(
             {
@@ -99,27 +159,72 @@ def _regressor(seed: int):
     )
 
 
+def fit_costs(frame: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The cost model's weights: one set per setting that is broad enough (``MIN_SETTING_MODELS``)
+    and one fitted on every row for the rest."""
+    pooled = _fit_costs(frame)
+    n_terms = pooled.size
+    costs = {}
+    for name, rows in frame.groupby(setting_of(frame)):
+        if rows.model.nunique() >= MIN_SETTING_MODELS and len(rows) >= 2 * n_terms:
+            costs[name] = _fit_costs(rows)
+    return costs, pooled
+
+
+def cost_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The costs fitted on ``frame`` as a reader reads them: per setting (``all`` for the pooled
+    fit) and term, the share of the peak (a FLOP term) or of the copy bandwidth (a byte term) it
+    runs at, 1 / cost, and the microseconds an op takes. A term fitted at zero explains nothing
+    the others do not and is left out."""
+    costs, pooled = fit_costs(frame)
+    names = list(cost_terms(frame.iloc[:1]).columns)
+    rows = []
+    for setting, weights in {**costs, "all": pooled}.items():
+        for name, weight in zip(names, weights, strict=True):
+            if weight <= 0:
+                continue
+            rows.append(
+                {
+                    "setting": setting,
+                    "term": name,
+                    "share_of_ceiling": None if name == "ops" else 1.0 / weight,
+                    "us_per_op": weight if name == "ops" else None,
+                }
+            )
+    return pd.DataFrame(rows, columns=["setting", "term", "share_of_ceiling", "us_per_op"])
+
+
+def _fit_once(frame: pd.DataFrame, seed: int) -> Predictor:
+    costs, pooled = fit_costs(frame)
+    partial = Predictor(costs, pooled, None, np.inf)
+    target = np.log(frame.seconds / partial.cost_seconds(frame))
+    partial.regressor = _regressor(seed).fit(design_matrix(frame), target)
+    return partial
+
+
 def fit(frame: pd.DataFrame, *, seed: int = 0, folds: int = 5) -> Predictor:
     """Fit on measured rows (``seconds`` per call plus the feature columns).
 
     The interval's half-width is the ``COVERAGE`` quantile of absolute log residuals from
-    grouped cross-validation by model (each residual from a fit that never saw its model)."""
+    grouped cross-validation by model (each residual from a fit, costs and correction, that
+    never saw its model)."""
     from sklearn.model_selection import GroupKFold
 
-    x = design_matrix(frame)
-    target = np.log(frame.seconds / prior_seconds(frame))
     groups = frame.model.to_numpy()
     residuals = []
     n_groups = len(set(groups))
     if n_groups >= 2:
-        for train, test in GroupKFold(n_splits=min(folds, n_groups)).split(x, target, groups):
-            model = _regressor(seed).fit(x.iloc[train], target.iloc[train])
-            residuals.append(np.abs(target.iloc[test] - model.predict(x.iloc[test])))
+        splitter = GroupKFold(n_splits=min(folds, n_groups))
+        for train, test in splitter.split(frame, groups=groups):
+            held = frame.iloc[test]
+            model = _fit_once(frame.iloc[train], seed)
+            residuals.append(np.abs(np.log(held.seconds / model.predict(held).seconds)))
     spread = np.concatenate(residuals) if residuals else np.array([np.inf])
     # the finite-sample conformal quantile: ceil((n + 1) q) / n
     level = min(1.0, np.ceil((len(spread) + 1) * COVERAGE) / len(spread))
-    half_width = float(np.quantile(spread, level))
-    return Predictor(_regressor(seed).fit(x, target), list(x.columns), half_width)
+    fitted = _fit_once(frame, seed)
+    fitted.half_width = float(np.quantile(spread, level))
+    return fitted
 
 
 def holdout_splits(frame: pd.DataFrame, kind: str):
