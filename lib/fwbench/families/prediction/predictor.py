@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from fwbench.families.prediction import dataset
 from fwbench.vocab import OP_CATEGORIES
 
 # launch cost of one eager op on a CPU, before anything is learned: a few microseconds
@@ -41,8 +42,6 @@ SETTINGS = ("torch eager", "torch compile", "jax jit")
 # cost model has terms; a thinner one uses the costs fitted on all rows, and the correction's
 # setting columns carry its difference
 MIN_SETTING_MODELS = 5
-# bytes per element relative to the fp32 the features are built in
-_ELEMENT_SCALE = {"bf16": 0.5, "fp16": 0.5}
 # what the correction may read: the setting and the model's size, nothing of its shape
 CORRECTION_COLUMNS = [
     "log_batch",
@@ -78,7 +77,8 @@ def roofline_seconds(frame: pd.DataFrame) -> pd.Series:
 def cost_terms(frame: pd.DataFrame) -> pd.DataFrame:
     """The cost model's terms, each in seconds at the hardware's ceilings (the op count in
     microseconds): FLOPs and output bytes per category, parameter bytes, ops."""
-    scale = frame.precision.map(_ELEMENT_SCALE).fillna(1.0)
+    # the features are built in fp32; the dataset's element sizes scale them to the precision
+    scale = frame.precision.map(dataset.ELEMENT_BYTES).fillna(4) / 4
     bandwidth = frame.bandwidth_gbs * 1e9
     out = pd.DataFrame(index=frame.index)
     for category in OP_CATEGORIES:
