@@ -35,6 +35,7 @@ sqrt_n = True  # also Chen et al.'s segments of sqrt(n) blocks
 device = "cpu"  # one of: cpu, cuda
 profile_iters = 3
 timing_iters = 3
+time_rounds = 3  # rounds of the graph and every plan, interleaved, for the time model's check
 compile_budgets = []  # e.g. [0.1, 0.5, 1.0]; empty skips the torch.compile baselines
 compile_fractions = []  # budget fractions whose rewritten graph is also compiled
 compile_backend = "inductor"
@@ -102,6 +103,7 @@ results = [
         seed=seed,
         rotation=trial - 1,
         replay_random=replay_random,
+        time_rounds=time_rounds,
     )
     for bs in tqdm(batch_sizes, desc=f"{model} batch sizes")
 ]
@@ -173,8 +175,14 @@ table_b.head(15)
 # buffers that torch.compile's generated code allocates; it is **not** the process RSS, which
 # adds the allocator's cached pages, the framework's own code and data, and never goes down.
 # The simulator predicts the same quantity from the static liveness of storages plus each node's
-# profiled increment, and the iteration time from the profiled whole step plus the replayed
-# nodes' profiled times (`sim_time_error_pct`). The method is in the records' `mode` column
+# profiled increment. Its time model predicts a plan's step as a multiple of the unplanned
+# graph's: the profiled whole step plus the replayed nodes' profiled times, over the profiled
+# whole step. `predicted_iter_ms` is that multiple of the unplanned graph as timed in
+# `time_rounds` interleaved rounds (one step of the graph and of every plan per round), and
+# `sim_time_error_pct` compares the multiple with the measured one, the median over rounds of
+# the plan's step over the graph's. On the graph's row, `predicted_iter_ms` is the profile's own
+# reading of the whole step; how far it sits from the rounds (`profile_drift_pct`) is the
+# machine's drift between two windows of one process, not the model's error. The method is in the records' `mode` column
 # (`none`, `graph`, `mu_two@0.5`, `checkpoint_every_2`, `checkpoint_sqrt_n`,
 # `compile_budget_0.5`, `compiled_mu_two@0.5`, and `mu_two_swap@0.5` for the swap plans,
 # measured on a GPU and simulated only on a CPU); savings and overheads are relative to `none`, the plain eager step. `graph` is the
@@ -198,6 +206,7 @@ shown = summary.assign(
         "iter_time_ms",
         "predicted_iter_ms",
         "sim_time_error_pct",
+        "profile_drift_pct",
         "overhead_pct",
     ]
 ]

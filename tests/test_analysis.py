@@ -121,6 +121,26 @@ def test_a_short_history_says_the_detector_needs_more_runs():
     assert "needs at least 4 points" in text
 
 
+def test_a_regression_from_zero_is_not_given_as_a_percentage():
+    # a regret of 0 that becomes positive: the change has no relative size
+    changes = pd.DataFrame(
+        [
+            {
+                "metric": "regret_pct",
+                "configuration": "model=m",
+                "run_id": "r2",
+                "change_pct": math.inf,
+                "p_value": 0.001,
+                "direction": "regression",
+            }
+        ]
+    )
+    text = sentences.history_sentence(changes, 4, "r4")
+    assert "inf" not in text
+    assert "(up from a level of 0 at run r2)" in text
+    assert "1 regression and 0 improvements" in text
+
+
 def test_history_direction_depends_on_the_metric():
     assert tables.higher_is_better("throughput_img_s", "img/s")
     assert not tables.higher_is_better("latency_p50_ms", "ms")

@@ -366,6 +366,96 @@ def test_each_trial_measures_the_methods_in_another_order():
     assert [peaks[0][m] for m in unplanned] == [peaks[1][m] for m in unplanned]
 
 
+def test_interleaved_rounds_run_every_method_once_per_round_in_rotated_order():
+    from fwbench.families.memory import footprint
+
+    ran = []
+    steps = {name: (lambda name=name: ran.append(name)) for name in ("graph", "a", "b")}
+    times = footprint.interleaved_rounds(steps, 3, "cpu", rotation=1)
+    assert ran == ["a", "b", "graph", "b", "graph", "a", "graph", "a", "b"]
+    assert {k: len(v) for k, v in times.items()} == {"graph": 3, "a": 3, "b": 3}
+    with pytest.raises(ValueError, match="at least one round"):
+        footprint.interleaved_rounds(steps, 0, "cpu")
+
+
+def test_time_check_compares_predicted_and_measured_multiples_of_the_graph():
+    """A plan that replays 50 ms of profiled nodes on a 200 ms profiled step is predicted at
+    1.25x the graph; rounds that measured it at 1.2x, 1.3x and 1.25x give a median of 1.25x, so
+    the model's error is 0 however far the profile's window sat from the rounds'."""
+    from types import SimpleNamespace
+
+    prof = profiler.Profile("cpu", 1, {"x": 100.0, "y": 100.0}, {}, {}, 0, step_ms=200.0)
+    baseline = SimpleNamespace(replay_ms=0.0, swap_stall_ms=0.0)
+    plan = SimpleNamespace(replay_ms=50.0, swap_stall_ms=0.0)
+    graph_ms = [300.0, 320.0, 310.0]  # the machine ran 50% slower than in the profile
+    plan_ms = [g * k for g, k in zip(graph_ms, (1.2, 1.3, 1.25), strict=True)]
+    r = SimpleNamespace(
+        profile=prof, baseline=baseline, round_ms={"graph": graph_ms, "mu_two@0.5": plan_ms}
+    )
+    block = {"p50": 1.0}
+    graph = SimpleNamespace(method="graph", summary=block)
+    found = study._time_check(r, SimpleNamespace(method="mu_two@0.5", summary=block), graph, plan)
+    assert found["predicted_multiple"] == pytest.approx(1.25)
+    assert found["measured_multiple"] == pytest.approx(1.25)
+    assert found["sim_time_error_pct"] == pytest.approx(0.0, abs=1e-9)
+    assert found["predicted_iter_ms"] == pytest.approx(310.0 * 1.25)
+    assert found["time_check_source"] == "interleaved rounds"
+    on_graph = study._time_check(r, graph, graph, baseline)
+    assert on_graph["profile_drift_pct"] == pytest.approx(100 * (200 / 310 - 1))
+    assert "sim_time_error_pct" not in on_graph
+    # without rounds, the methods' own timings stand in, and the record says so
+    r.round_ms = {}
+    graph.summary = {"p50": 200.0}
+    own = study._time_check(
+        r, SimpleNamespace(method="mu_two@0.5", summary={"p50": 260.0}), graph, plan
+    )
+    assert own["measured_multiple"] == pytest.approx(1.3)
+    assert own["time_check_source"] == "each method's own timing"
+
+
+def test_curve_table_checks_the_time_model_on_quiet_trials_only():
+    from fwbench.report import memory_curve
+
+    meas = _curve_meas()
+    extra = {"method": "mu_two", "budget": 0.5, "timed_by": "interleaved rounds"}
+    for trial, error, shared in ((1, 2.0, False), (2, -3.0, False), (3, 40.0, True)):
+        meas = pd.concat(
+            [
+                meas,
+                pd.DataFrame(
+                    [
+                        {
+                            "family": "memory",
+                            "status": "ok",
+                            "model": "resnet152",
+                            "batch_size": 8,
+                            "device_name": "cpu X",
+                            "mode": "mu_two@0.5",
+                            "trial": trial,
+                            "metric": metric,
+                            "value": value,
+                            "extra": extra,
+                            "shared_machine": shared,
+                        }
+                        for metric, value in (
+                            ("sim_time_error_pct", error),
+                            ("sim_peak_error_pct", 0.5),
+                        )
+                    ]
+                ),
+            ],
+            ignore_index=True,
+        )
+    table = memory_curve.curve_table(meas).set_index("method")
+    row = table.loc["mu_two@0.5"]
+    assert row.sim_time_error_pct == pytest.approx(-0.5)  # median of 2 and -3; 40 was shared
+    assert row.sim_time_worst_pct == pytest.approx(3.0)
+    assert row.quiet_time_trials == 2
+    text = " ".join(memory_curve.sentences(table.reset_index()))
+    assert "multiple of the unplanned graph's" in text
+    assert "3.0% in the worst single trial); each within 5%: yes" in text
+
+
 # --- swap in the rewriter ------------------------------------------------------------------
 
 

@@ -30,7 +30,7 @@ POINT_METRICS = [
     "memory_saved_pct",
     "sim_peak_error_pct",
     "sim_time_error_pct",
-    "sim_added_error_pct",
+    "profile_drift_pct",
     "exact_max_abs_diff",
     "predicted_peak_bytes",
     "predicted_iter_ms",
@@ -45,7 +45,9 @@ def _rows(meas: pd.DataFrame) -> pd.DataFrame:
     rows = rows[[isinstance(e, dict) and "method" in e for e in rows.extra]]
     if rows.empty:
         return rows
-    rows = extra_columns(rows, ["method", "budget", "simulated_only", "swap_bandwidth_gbs"])
+    rows = extra_columns(
+        rows, ["method", "budget", "simulated_only", "swap_bandwidth_gbs", "timed_by"]
+    )
     return rows
 
 
@@ -82,6 +84,17 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
             for metric in POINT_METRICS:
                 values = part[part.metric == metric].value
                 row[metric] = float(values.median()) if not values.empty else np.nan
+            # the issue's bar for the time model holds on quiet trials (contention below 10%)
+            timed = part[part.metric == "sim_time_error_pct"]
+            quiet = timed[~timed.shared_machine.fillna(False).astype(bool)]
+            row["sim_time_error_pct"] = float(quiet.value.median()) if not quiet.empty else np.nan
+            row["sim_time_worst_pct"] = (
+                float(quiet.value.abs().max()) if not quiet.empty else np.nan
+            )
+            row["quiet_time_trials"] = len(quiet)
+            # runs before the interleaved rounds compared the profiled step itself with the
+            # measured time, so the two windows' difference counted as the model's error
+            row["time_anchored"] = bool(timed.timed_by.notna().any()) if not timed.empty else None
             mine = times[times["mode"] == mode].set_index("trial")
             row["trials"] = len(mine)
             row["shared_trials"] = int(mine.shared_machine.fillna(False).astype(bool).sum())
@@ -242,20 +255,30 @@ def sentences(table: pd.DataFrame) -> list[str]:
         planned = group[group.kind.isin(["mu_two"]) & group.sim_peak_error_pct.notna()]
         if not planned.empty:
             worst_peak = planned.sim_peak_error_pct.abs().max()
-            worst_time = planned.sim_time_error_pct.abs().max()
             exact = planned.exact_max_abs_diff.max()
-            added = planned.sim_added_error_pct.dropna()
+            timed = planned[planned.sim_time_error_pct.notna()]
+            if timed.empty:
+                time_words = "no quiet trial checked the time"
+                within = worst_peak <= 5
+            else:
+                worst_time = timed.sim_time_worst_pct.max()
+                what = (
+                    "the plan's time as a multiple of the unplanned graph's"
+                    if timed.time_anchored.all()
+                    else "the profiled step plus the replay against the measured time, an "
+                    "earlier time model that counts the drift between two timing windows"
+                )
+                time_words = (
+                    f"{timed.sim_time_error_pct.abs().max():.1f}% on the time ({what}, median over "
+                    f"{int(timed.quiet_time_trials.min())} or more quiet trials; "
+                    f"{worst_time:.1f}% in the worst single trial)"
+                )
+                within = worst_peak <= 5 and worst_time <= 5
             out.append(
                 f"{name}: over {len(planned)} planned graphs the simulator's largest error is "
-                f"{worst_peak:.2f}% on the peak and {worst_time:.1f}% on the time (median over "
-                f"trials, each within 5%: {'yes' if worst_peak <= 5 and worst_time <= 5 else 'no'}"
-                + (
-                    f"; on the time the plans add to the unplanned graph measured in the same "
-                    f"process, {added.abs().max():.1f}% of the plan's time at most"
-                    if not added.empty
-                    else ""
-                )
-                + f"); the float64 proof's largest difference is {exact:.1e}."
+                f"{worst_peak:.2f}% on the peak and {time_words}; each within 5%: "
+                f"{'yes' if within else 'no'}. The float64 proof's largest difference is "
+                f"{exact:.1e}."
             )
         swaps = group[~group.measured]
         if not swaps.empty:

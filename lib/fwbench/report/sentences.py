@@ -7,6 +7,7 @@ the comparison matrix (or another analysis table), so the text cannot drift from
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -133,17 +134,25 @@ def history_sentence(changes: pd.DataFrame, runs: int, run_id: str) -> str:
     here = changes[changes.run_id == run_id]
     text = (
         f"Over {runs} runs, {method} found {len(changes)} level change"
-        f"{'s' if len(changes) != 1 else ''}: {counts.get('regression', 0)} regressions and "
-        f"{counts.get('improvement', 0)} improvements; {len(here)} start at this run"
+        f"{'s' if len(changes) != 1 else ''}: {_count(counts.get('regression', 0), 'regression')}"
+        f" and {_count(counts.get('improvement', 0), 'improvement')}; {len(here)} start at this "
+        "run"
     )
     worst = changes[changes.direction == "regression"]
     if not worst.empty:
         row = worst.assign(size=worst.change_pct.abs()).sort_values("size").iloc[-1]
-        text += (
-            f". The largest regression is {row.metric} of {row.configuration} "
-            f"({row.change_pct:+.1f}% from run {row.run_id})"
+        # a level that leaves zero has no relative size; say so rather than print +inf%
+        size = (
+            f"up from a level of 0 at run {row.run_id}"
+            if math.isinf(row.change_pct)
+            else f"{row.change_pct:+.1f}% from run {row.run_id}"
         )
+        text += f". The largest regression is {row.metric} of {row.configuration} ({size})"
     return text + "."
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def matrix_intro(matrix: pd.DataFrame) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -181,6 +182,29 @@ def rotated(items: list, rotation: int) -> list:
         return items
     k = rotation % len(items)
     return [*items[k:], *items[:k]]
+
+
+def interleaved_rounds(
+    steps: dict[str, Callable[[], object]], rounds: int, device: str, rotation: int = 0
+) -> dict[str, list[float]]:
+    """One step of every method per round, ``rounds`` rounds, each in another order; ms per
+    round for each method. The methods must already be warm.
+
+    A slow stretch of the machine (the hypervisor's steal comes in bursts of seconds) falls on
+    one round of every method instead of on all the steps of one, so ratios taken round by
+    round cancel it, where the methods' own back-to-back timings do not."""
+    if rounds < 1:
+        raise ValueError(f"interleaved timing needs at least one round, not {rounds}")
+    sync = _sync(device)
+    names = list(steps)
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in rotated(names, rotation + r):
+            sync(None)
+            t0 = time.perf_counter()
+            sync(steps[name]())
+            out[name].append((time.perf_counter() - t0) * 1e3)
+    return out
 
 
 def measure_baselines(
