@@ -104,11 +104,24 @@ for kind in holdouts:
     found["interval_coverage_pct"] = float(
         ((held.seconds >= held.low) & (held.seconds <= held.high)).mean() * 100
     )
-    pairs = dataset.winner_pairs(held, held.predicted)
+    # a winner is judged only where the fold was fitted on both frameworks' settings; a pair
+    # whose JAX (or PyTorch) rows all sit in the held-out group tells nothing about transfer
+    pairs = dataset.winner_pairs(held[held.setting_seen], held.predicted)
+    every_pair = dataset.winner_pairs(held, held.predicted)
     found["correct_winner_rate"] = (
         predictor.correct_winner_rate(pairs) if len(pairs) else float("nan")
     )
     found["decided_pairs"] = int(pairs.decided.sum()) if len(pairs) else 0
+    found["unjudged_pairs"] = (int(every_pair.decided.sum()) if len(every_pair) else 0) - found[
+        "decided_pairs"
+    ]
+    unseen = int((~held.setting_seen).sum())
+    if unseen:
+        print(
+            f"{kind}: {unseen} of {len(held)} rows are of a framework and mode its fold never "
+            f"trained on; {found['unjudged_pairs']} decided JAX-vs-PyTorch pairs are left out "
+            "of the winner score for it"
+        )
     extra = {"holdout": kind, "folds": int(held.fold.nunique()), "rows": found["n"]}
     for metric in ("mape_pct", "within_10pct", "within_15pct", "worst_pct"):
         rec.add(metric, found[metric], "%", n=found["n"], extra=extra)
@@ -145,9 +158,19 @@ for row in summary.itertuples():
         f"{metric} {'≤' if metric in vocab.PREDICTION_ERROR_METRICS else '≥'} {bound:g}: "
         f"{word}. Correct winner "
         + (
-            f"{row.correct_winner_rate:.0f}% of {row.decided_pairs} decided comparisons."
+            f"{row.correct_winner_rate:.0f}% of {row.decided_pairs} decided comparisons"
+            + (
+                f" ({row.unjudged_pairs} more left out: a framework their fold never trained on)."
+                if row.unjudged_pairs
+                else "."
+            )
             if row.decided_pairs
-            else "not scored: no decided JAX-vs-PyTorch comparison in this hold-out."
+            else (
+                f"not scored: each of its {row.unjudged_pairs} decided JAX-vs-PyTorch "
+                "comparisons has a framework whose every row sits in the held-out group."
+                if row.unjudged_pairs
+                else "not scored: no decided JAX-vs-PyTorch comparison in this hold-out."
+            )
         )
     )
 if scored:

@@ -371,9 +371,17 @@ def test_interleaved_rounds_run_every_method_once_per_round_in_rotated_order():
 
     ran = []
     steps = {name: (lambda name=name: ran.append(name)) for name in ("graph", "a", "b")}
-    times = footprint.interleaved_rounds(steps, 3, "cpu", rotation=1)
+    faults = {}
+    times = footprint.interleaved_rounds(steps, 3, "cpu", rotation=1, faults=faults)
     assert ran == ["a", "b", "graph", "b", "graph", "a", "graph", "a", "b"]
     assert {k: len(v) for k, v in times.items()} == {"graph": 3, "a": 3, "b": 3}
+    assert {k: len(v) for k, v in faults.items()} == {"graph": 3, "a": 3, "b": 3}
+    # a step that touches 64 MiB of fresh pages faults: 16,384 times in 4 KiB pages, and still
+    # 32 times where transparent huge pages back it with 2 MiB ones
+    fresh = footprint.interleaved_rounds(
+        {"touch": lambda: torch.ones(16 * 2**20)}, 1, "cpu", faults=(touched := {})
+    )
+    assert fresh["touch"][0] > 0 and touched["touch"][0] >= 16
     with pytest.raises(ValueError, match="at least one round"):
         footprint.interleaved_rounds(steps, 0, "cpu")
 
@@ -390,7 +398,10 @@ def test_time_check_compares_predicted_and_measured_multiples_of_the_graph():
     graph_ms = [300.0, 320.0, 310.0]  # the machine ran 50% slower than in the profile
     plan_ms = [g * k for g, k in zip(graph_ms, (1.2, 1.3, 1.25), strict=True)]
     r = SimpleNamespace(
-        profile=prof, baseline=baseline, round_ms={"graph": graph_ms, "mu_two@0.5": plan_ms}
+        profile=prof,
+        baseline=baseline,
+        round_ms={"graph": graph_ms, "mu_two@0.5": plan_ms},
+        round_faults={"graph": [9, 9, 9], "mu_two@0.5": [5, 5, 5]},
     )
     block = {"p50": 1.0}
     graph = SimpleNamespace(method="graph", summary=block)
@@ -400,6 +411,8 @@ def test_time_check_compares_predicted_and_measured_multiples_of_the_graph():
     assert found["sim_time_error_pct"] == pytest.approx(0.0, abs=1e-9)
     assert found["predicted_iter_ms"] == pytest.approx(310.0 * 1.25)
     assert found["time_check_source"] == "interleaved rounds"
+    assert found["time_diagnosis"]["minor_faults"] == [5, 5, 5]
+    assert found["time_diagnosis"]["graph_round_ms"] == graph_ms
     on_graph = study._time_check(r, graph, graph, baseline)
     assert on_graph["profile_drift_pct"] == pytest.approx(100 * (200 / 310 - 1))
     assert "sim_time_error_pct" not in on_graph

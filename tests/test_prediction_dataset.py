@@ -240,9 +240,24 @@ def test_predict_answers_from_the_index_and_shows_the_measurement(tmp_path):
     assert answer["measured"] == pytest.approx(np.median([30.0, 32.0, 31.0]))
     assert answer["interval"]["low"] <= answer["throughput_img_s"] <= answer["interval"]["high"]
     assert answer["latency_ms"] > 0 and answer["peak_mem_bytes"] > 11e6 * 4
+    assert answer["measured_at_other_sizes"] == []
     text = _predict(tmp_path, *args)
     assert text.returncode == 0 and "measured" in text.stdout and "img/s" in text.stdout
     assert answer["model_seen"] and "own measurements are among those it learned" in text.stdout
+
+
+def test_a_measurement_at_another_image_size_is_pointed_at(tmp_path):
+    write_index(tmp_path / "i.duckdb")
+    con = fw_db.connect(tmp_path / "i.duckdb", read_only=True)
+    measured = dataset.measured(con)
+    con.close()
+    request = forecast.Request("resnet18", "torch", "eager", 4, "fp32", 2, "cpu", CPU, 224)
+    assert IMAGE != 224
+    assert forecast.measured_throughput(measured, request) is None
+    assert forecast.measured_sizes(measured, request) == [IMAGE]
+    at_its_size = forecast.Request("resnet18", "torch", "eager", 4, "fp32", 2, "cpu", CPU, IMAGE)
+    assert forecast.measured_sizes(measured, at_its_size) == []
+    assert forecast.measured_throughput(measured, at_its_size)["throughput_img_s"] > 0
 
 
 def test_the_newest_saved_table_is_found(tmp_path):

@@ -137,3 +137,16 @@ def test_errors_and_winner_rate_on_known_numbers():
         }
     )
     assert predictor.correct_winner_rate(pairs) == pytest.approx(200 / 3)
+
+
+def test_a_holdout_says_which_rows_had_a_setting_its_fold_never_saw():
+    """JAX measured on one CPU only: holding that CPU out leaves a fold with no JAX row to learn
+    from, and every JAX row of it is marked, so that no winner is judged on it."""
+    frame = synthetic_sweep()
+    other = frame[frame.framework == "torch"].assign(device_name="CPU B")
+    both = pd.concat([frame, other], ignore_index=True)
+    held = predictor.evaluate(both, "cpu")
+    on_a = held[held.fold == "device_name CPU A"]
+    assert not on_a[on_a.framework == "jax"].setting_seen.any()
+    assert on_a[on_a.framework == "torch"].setting_seen.all()
+    assert held[held.fold == "device_name CPU B"].setting_seen.all()

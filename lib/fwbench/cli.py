@@ -322,15 +322,23 @@ def cmd_predict(args) -> int:
     result = forecast.forecast(table, row)
     con = db.connect(db_path, read_only=True)
     try:
-        measured = forecast.measured_throughput(dataset.measured(con), request)
+        every_measurement = dataset.measured(con)
     finally:
         con.close()
+    measured = forecast.measured_throughput(every_measurement, request)
+    other_sizes = forecast.measured_sizes(every_measurement, request)
     result["measured"] = measured["throughput_img_s"] if measured else None
     if args.json:
         seen = request.model in set(table.model)
         print(
             json.dumps(
-                {**result, "request": vars(request), "measured_in": measured, "model_seen": seen}
+                {
+                    **result,
+                    "request": vars(request),
+                    "measured_in": measured,
+                    "measured_at_other_sizes": other_sizes,
+                    "model_seen": seen,
+                }
             )
         )
         return EXIT_OK
@@ -359,6 +367,12 @@ def cmd_predict(args) -> int:
             f"  measured               {measured['throughput_img_s']:.4g} img/s "
             f"({measured['campaign']} run {measured['run_id']}, {measured['trials']} trials): "
             f"the prediction is {off:+.1%} off"
+        )
+    elif other_sizes:
+        sizes = ", ".join(f"{s} px" for s in other_sizes)
+        print(
+            f"  measured               not at {request.image_size} px; at {sizes} on this "
+            "machine (--image-size picks the size to predict)"
         )
     else:
         print("  measured               no measurement of this configuration on this machine")

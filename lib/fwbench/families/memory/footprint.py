@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -185,10 +186,16 @@ def rotated(items: list, rotation: int) -> list:
 
 
 def interleaved_rounds(
-    steps: dict[str, Callable[[], object]], rounds: int, device: str, rotation: int = 0
+    steps: dict[str, Callable[[], object]],
+    rounds: int,
+    device: str,
+    rotation: int = 0,
+    faults: dict[str, list[int]] | None = None,
 ) -> dict[str, list[float]]:
     """One step of every method per round, ``rounds`` rounds, each in another order; ms per
-    round for each method. The methods must already be warm.
+    round for each method. The methods must already be warm. ``faults``, when given, receives
+    each step's minor page faults: the CPU allocator hands large buffers back to the system, so
+    a step pays for touching fresh pages, and a plan that holds fewer bytes pays less.
 
     A slow stretch of the machine (the hypervisor's steal comes in bursts of seconds) falls on
     one round of every method instead of on all the steps of one, so ratios taken round by
@@ -201,9 +208,13 @@ def interleaved_rounds(
     for r in range(rounds):
         for name in rotated(names, rotation + r):
             sync(None)
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             t0 = time.perf_counter()
             sync(steps[name]())
             out[name].append((time.perf_counter() - t0) * 1e3)
+            if faults is not None:
+                after = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                faults.setdefault(name, []).append(int(after - before))
     return out
 
 

@@ -36,6 +36,7 @@ class BatchResult:
     # the unplanned graph and each eager plan, one step each per round, rounds interleaved in
     # this process (``footprint.interleaved_rounds``): method -> ms per round
     round_ms: dict[str, list[float]] = field(default_factory=dict)
+    round_faults: dict[str, list[int]] = field(default_factory=dict)  # minor page faults
 
     @property
     def activation_peak_bytes(self) -> int:
@@ -198,6 +199,7 @@ def run_batch(
             time_rounds,
             device,
             rotation,
+            faults=result.round_faults,
         )
     timed_graphs.clear()
     if device == "cuda":  # only a GPU has a memory to swap from: measure the swap plans there
@@ -282,10 +284,17 @@ def _time_check(r: BatchResult, m: footprint.Measurement, graph, sim) -> dict:
     machine's, not the model's: on this VM it reached 24% between minutes of one process."""
     rounds = r.round_ms
     graph_ms = float(np.median(rounds["graph"])) if "graph" in rounds else graph.summary["p50"]
+    # the rounds themselves go into the records, so a surprising multiple can be looked into
+    diagnosis = {
+        "round_ms": [round(t, 1) for t in rounds.get(m.method, [])],
+        "graph_round_ms": [round(t, 1) for t in rounds.get("graph", [])],
+        "minor_faults": r.round_faults.get(m.method, []),
+    }
     if m.method == "graph":
         return {
             "predicted_iter_ms": r.profile.step_ms,
             "profile_drift_pct": 100.0 * (r.profile.step_ms / graph_ms - 1),
+            "time_diagnosis": diagnosis,
         }
     predicted = simulator.predicted_iteration_ms(sim, r.profile)
     multiple = predicted / simulator.predicted_iteration_ms(r.baseline, r.profile)
@@ -302,6 +311,7 @@ def _time_check(r: BatchResult, m: footprint.Measurement, graph, sim) -> dict:
         "measured_multiple": measured,
         "sim_time_error_pct": 100.0 * (multiple / measured - 1),
         "time_check_source": source,
+        "time_diagnosis": diagnosis,
     }
 
 
@@ -456,4 +466,7 @@ def add_records(rec, frame: pd.DataFrame, peak_source: str) -> None:
                 extra["peak_source"] = peak_source if row.get("measured", True) else "simulator"
             if metric in ("sim_time_error_pct", "measured_multiple"):
                 extra["timed_by"] = row["time_check_source"]
+            if metric in ("measured_multiple", "profile_drift_pct"):
+                diagnosis = row.get("time_diagnosis")
+                extra |= diagnosis if isinstance(diagnosis, dict) else {}
             rec.add(metric, value, unit, extra=extra, **common)

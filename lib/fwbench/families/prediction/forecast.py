@@ -121,14 +121,30 @@ def forecast(table: pd.DataFrame, row: pd.DataFrame, *, seed: int = 0) -> dict:
     }
 
 
+def _same_configuration(measured: pd.DataFrame, request: Request) -> pd.Series:
+    """Rows of this model and configuration on this machine, at any image size."""
+    mask = pd.Series(True, index=measured.index)
+    for column in ("model", "framework", "mode", "precision", "batch_size", "threads"):
+        mask &= measured[column] == getattr(request, column)
+    return mask & (measured.device_name == request.device_name)
+
+
+def measured_sizes(measured: pd.DataFrame, request: Request) -> list[int]:
+    """Image sizes other than the request's at which this configuration was measured here:
+    ``fwbench predict`` builds a model at its own size (EfficientNetV2-S at 384 px) while
+    10_inference builds every model at 224 px unless told, so a measurement can sit one flag
+    away."""
+    if measured.empty:
+        return []
+    rows = measured[_same_configuration(measured, request)]
+    return sorted({int(s) for s in rows.image_size} - {int(request.image_size)})
+
+
 def measured_throughput(measured: pd.DataFrame, request: Request) -> dict | None:
     """The newest run's median throughput of exactly this configuration on this machine."""
     if measured.empty:
         return None
-    mask = pd.Series(True, index=measured.index)
-    for column in ("model", "framework", "mode", "precision", "batch_size", "threads"):
-        mask &= measured[column] == getattr(request, column)
-    mask &= measured.device_name == request.device_name
+    mask = _same_configuration(measured, request)
     mask &= measured.image_size == request.image_size
     rows = measured[mask].sort_values("run_id")
     if rows.empty:

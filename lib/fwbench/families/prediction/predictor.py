@@ -276,15 +276,22 @@ def correct_winner_rate(rows: pd.DataFrame) -> float:
 
 def evaluate(frame: pd.DataFrame, kind: str, *, seed: int = 0) -> pd.DataFrame:
     """Every row of ``frame`` predicted by a fit that held its group out; the hold-out's folds
-    concatenated, with ``fold``, ``predicted`` seconds and the interval."""
+    concatenated, with ``fold``, ``predicted`` seconds and the interval. ``setting_seen`` says
+    whether the fold's training rows held any row of that row's framework and mode: where they
+    did not (JAX measured on one CPU only, that CPU held out), the prediction says nothing about
+    how the held-out group transfers."""
     parts = []
     for name, train, test in holdout_splits(frame, kind):
         fitted = fit(frame.loc[train], seed=seed)
         predicted = fitted.predict(frame.loc[test])
+        seen = set(setting_of(frame.loc[train]))
         parts.append(
             frame.loc[test].assign(
                 fold=name,
                 **{"predicted": predicted.seconds, "low": predicted.low, "high": predicted.high},
+                setting_seen=setting_of(frame.loc[test]).isin(seen).to_numpy(),
             )
         )
-    return pd.concat(parts) if parts else frame.iloc[:0].assign(fold="", predicted=np.nan)
+    if not parts:
+        return frame.iloc[:0].assign(fold="", predicted=np.nan, setting_seen=False)
+    return pd.concat(parts)
