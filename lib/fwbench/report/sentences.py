@@ -133,10 +133,9 @@ def history_sentence(changes: pd.DataFrame, runs: int, run_id: str) -> str:
     counts = changes.direction.value_counts()
     here = changes[changes.run_id == run_id]
     text = (
-        f"Over {runs} runs, {method} found {len(changes)} level change"
-        f"{'s' if len(changes) != 1 else ''}: {_count(counts.get('regression', 0), 'regression')}"
-        f" and {_count(counts.get('improvement', 0), 'improvement')}; {len(here)} start at this "
-        "run"
+        f"Over {runs} runs, {method} found {_count(len(changes), 'level change')}: "
+        f"{_count(counts.get('regression', 0), 'regression')} and "
+        f"{_count(counts.get('improvement', 0), 'improvement')}; {len(here)} start at this run"
     )
     worst = changes[changes.direction == "regression"]
     if not worst.empty:

@@ -156,7 +156,8 @@ def run_batch(
         result.measurements.append(
             footprint.measure_graph(plan_method(fraction), traced, rewritten, device, rule)
         )
-        timed_graphs[plan_method(fraction)] = rewritten
+        if time_rounds > 0:  # kept for the rounds below, freed after them
+            timed_graphs[plan_method(fraction)] = rewritten
         if fraction in compile_fractions:
             torch.compiler.reset()
             compiled = torch.compile(rewriter.without_marks(rewritten), backend=compile_backend)
@@ -281,7 +282,7 @@ def _time_check(r: BatchResult, m: footprint.Measurement, graph, sim) -> dict:
     the predicted multiple against the measured one, the median over rounds of the plan's step
     over the graph's. The profile's own reading of the whole step was taken in another window,
     and the difference between the two windows (``profile_drift_pct`` on the graph's row) is the
-    machine's, not the model's: on this VM it reached 24% between minutes of one process."""
+    machine's, not the model's: on this VM it reached 27% between minutes of one process."""
     rounds = r.round_ms
     graph_ms = float(np.median(rounds["graph"])) if "graph" in rounds else graph.summary["p50"]
     # the rounds themselves go into the records, so a surprising multiple can be looked into
