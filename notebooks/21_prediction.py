@@ -104,17 +104,8 @@ for kind in holdouts:
     found["interval_coverage_pct"] = float(
         ((held.seconds >= held.low) & (held.seconds <= held.high)).mean() * 100
     )
-    # a winner is judged only where the fold was fitted on both frameworks' settings; a pair
-    # whose JAX (or PyTorch) rows all sit in the held-out group tells nothing about transfer
-    pairs = dataset.winner_pairs(held[held.setting_seen], held.predicted)
-    every_pair = dataset.winner_pairs(held, held.predicted)
-    found["correct_winner_rate"] = (
-        predictor.correct_winner_rate(pairs) if len(pairs) else float("nan")
-    )
-    found["decided_pairs"] = int(pairs.decided.sum()) if len(pairs) else 0
-    found["unjudged_pairs"] = (int(every_pair.decided.sum()) if len(every_pair) else 0) - found[
-        "decided_pairs"
-    ]
+    # a winner is judged only where the fold was fitted on both frameworks' settings
+    found.update(predictor.winner_score(held))
     unseen = int((~held.setting_seen).sum())
     if unseen:
         print(

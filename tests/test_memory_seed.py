@@ -3,6 +3,7 @@ whose timings are set by hand, the checkpointing baselines and the budget curve.
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -520,3 +521,64 @@ def _in_backward(found, node) -> bool:
         return True
     info = found.info.get(node.name)
     return info is not None and info.rank >= found.backward_start
+
+
+def _timed_meas(predicted: float, plan_rounds: dict[int, list[float]]):
+    """_curve_meas plus one planned graph's time check: per trial the predicted multiple and the
+    interleaved rounds (the graph at 100 ms in each round); trial 3 ran on a shared machine."""
+    meas = _curve_meas()
+    rows = []
+    for trial, rounds in plan_rounds.items():
+        extra = {
+            "method": "mu_two",
+            "budget": 0.5,
+            "timed_by": "interleaved rounds",
+            "round_ms": rounds,
+            "graph_round_ms": [100.0] * len(rounds),
+        }
+        measured = float(np.median(rounds)) / 100
+        for metric, value in (
+            ("predicted_multiple", predicted),
+            ("measured_multiple", measured),
+            ("sim_time_error_pct", 100 * (predicted / measured - 1)),
+            ("sim_peak_error_pct", 0.5),
+        ):
+            rows.append(
+                {
+                    "family": "memory",
+                    "status": "ok",
+                    "model": "resnet152",
+                    "batch_size": 8,
+                    "device_name": "cpu X",
+                    "mode": "mu_two@0.5",
+                    "trial": trial,
+                    "metric": metric,
+                    "value": value,
+                    "extra": extra,
+                    "shared_machine": trial == 3,
+                }
+            )
+    return pd.concat([meas, pd.DataFrame(rows)], ignore_index=True)
+
+
+def test_the_time_error_pools_the_quiet_trials_rounds_with_an_interval():
+    from fwbench.report import memory_curve
+
+    # every round 100 ms against the graph's 100: measured 1.0, predicted 1.1, exactly +10%;
+    # the shared trial's slow rounds are left out
+    meas = _timed_meas(1.1, {1: [100.0] * 3, 2: [100.0] * 3, 3: [200.0] * 3})
+    row = memory_curve.curve_table(meas).set_index("method").loc["mu_two@0.5"]
+    assert row.time_error_pooled_pct == pytest.approx(10.0)
+    assert row.time_error_low_pct == pytest.approx(10.0)
+    assert row.time_rounds_pooled == 6
+    text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
+    assert "the largest error is +10.0% at mu_two@0.5" in text
+    assert "each within 5%: no" in text
+
+    # rounds spread both ways around the prediction: the errors are small, the interval is not
+    meas = _timed_meas(1.0, {1: [92.0, 100.0, 108.0], 2: [95.0, 104.0, 101.0]})
+    row = memory_curve.curve_table(meas).set_index("method").loc["mu_two@0.5"]
+    assert abs(row.time_error_pooled_pct) < 2
+    assert row.time_error_low_pct < -5 or row.time_error_high_pct > 5
+    text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
+    assert "0 of 1 graphs have their interval inside ±5%; each within 5%: not shown" in text

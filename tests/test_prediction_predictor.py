@@ -150,3 +150,39 @@ def test_a_holdout_says_which_rows_had_a_setting_its_fold_never_saw():
     assert not on_a[on_a.framework == "jax"].setting_seen.any()
     assert on_a[on_a.framework == "torch"].setting_seen.all()
     assert held[held.fold == "device_name CPU B"].setting_seen.all()
+
+
+def test_winner_score_leaves_out_pairs_with_a_framework_the_fold_never_saw():
+    """Three decided pairs: two judged (one right, one wrong), one with JAX unseen by its fold,
+    which is counted as left out and not scored, though its predicted winner is wrong."""
+    rows = []
+    cases = {  # model: (JAX img/s per trial, predicted JAX s, JAX seen)
+        "right": ([5.0, 5.5, 5.2], 2.0, True),
+        "wrong": ([5.0, 5.5, 5.2], 0.5, True),
+        "unseen": ([5.0, 5.5, 5.2], 0.5, False),
+    }
+    for model, (jax_rates, jax_predicted, seen) in cases.items():
+        for framework, mode, rates, predicted, row_seen in (
+            ("torch", "eager", [10.0, 11.0, 10.5], 1.0, True),
+            ("jax", "jit", jax_rates, jax_predicted, seen),
+        ):
+            rows.append(
+                {
+                    "campaign": "c",
+                    "run_id": "r",
+                    "model": model,
+                    "precision": "fp32",
+                    "batch_size": 4,
+                    "threads": 2,
+                    "device_name": "CPU A",
+                    "framework": framework,
+                    "mode": mode,
+                    "trial_img_s": dict(enumerate(rates)),
+                    "seconds": 1 / float(np.median(rates)),
+                    "predicted": predicted,
+                    "setting_seen": row_seen,
+                }
+            )
+    score = predictor.winner_score(pd.DataFrame(rows))
+    assert score == {"correct_winner_rate": 50.0, "decided_pairs": 2, "unjudged_pairs": 1}
+    assert predictor.winner_score(pd.DataFrame(rows[4:]))["decided_pairs"] == 0

@@ -51,6 +51,36 @@ def _rows(meas: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+def pooled_time_error(part: pd.DataFrame) -> dict:
+    """The time model's error for one planned graph over its quiet trials' interleaved rounds.
+
+    Each round gives the plan's step over the graph's; each trial predicts that multiple from
+    its own profile. The rounds of every quiet trial are pooled: the error is the predicted
+    multiple over each round's measured one, a geometric mean with a t-interval over all the
+    rounds. With three rounds a trial, one trial's interval is about ±10% on this VM, too wide to
+    say whether a 5% bar holds; nine rounds from three trials narrow it."""
+    timed = part[part.metric == "measured_multiple"]
+    timed = timed[~timed.shared_machine.fillna(False).astype(bool)]
+    predicted = part[part.metric == "predicted_multiple"].set_index("trial").value
+    plan_scaled, graph = [], []
+    for row in timed.itertuples():
+        rounds, graph_rounds = row.extra.get("round_ms"), row.extra.get("graph_round_ms")
+        if not rounds or not graph_rounds or row.trial not in predicted.index:
+            continue
+        # predicted / (plan / graph) per round, as the paired ratio graph / (plan / predicted)
+        plan_scaled += [t / predicted[row.trial] for t in rounds]
+        graph += list(graph_rounds)
+    if len(graph) < 2:
+        return {}
+    pooled = paired_ratio_interval(plan_scaled, graph)
+    return {
+        "time_error_pooled_pct": 100 * (pooled.ratio - 1),
+        "time_error_low_pct": 100 * (pooled.low - 1),
+        "time_error_high_pct": 100 * (pooled.high - 1),
+        "time_rounds_pooled": len(graph),
+    }
+
+
 def _trial_interval(values: list[float]) -> tuple[float, float, float]:
     """Geometric mean of per-trial times with its t-interval (the paired interval against a
     constant arm of ones is exactly that)."""
@@ -81,13 +111,16 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
                 "measured": not bool(first.simulated_only),
                 "swap_bandwidth_gbs": first.swap_bandwidth_gbs,
             }
-            for metric in POINT_METRICS:
-                values = part[part.metric == metric].value
-                row[metric] = float(values.median()) if not values.empty else np.nan
             # the issue's bar for the time model holds on quiet trials (contention below 10%)
             timed = part[part.metric == "sim_time_error_pct"]
             quiet = timed[~timed.shared_machine.fillna(False).astype(bool)]
-            row["sim_time_error_pct"] = float(quiet.value.median()) if not quiet.empty else np.nan
+            for metric in POINT_METRICS:
+                values = (
+                    quiet.value
+                    if metric == "sim_time_error_pct"
+                    else part[part.metric == metric].value
+                )
+                row[metric] = float(values.median()) if not values.empty else np.nan
             row["sim_time_worst_pct"] = (
                 float(quiet.value.abs().max()) if not quiet.empty else np.nan
             )
@@ -95,6 +128,7 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
             # runs before the interleaved rounds compared the profiled step itself with the
             # measured time, so the two windows' difference counted as the model's error
             row["time_anchored"] = bool(timed.timed_by.notna().any()) if not timed.empty else None
+            row |= pooled_time_error(part)
             mine = times[times["mode"] == mode].set_index("trial")
             row["trials"] = len(mine)
             row["shared_trials"] = int(mine.shared_machine.fillna(False).astype(bool).sum())
@@ -257,27 +291,16 @@ def sentences(table: pd.DataFrame) -> list[str]:
             worst_peak = planned.sim_peak_error_pct.abs().max()
             exact = planned.exact_max_abs_diff.max()
             timed = planned[planned.sim_time_error_pct.notna()]
+            within = "yes" if worst_peak <= 5 else "no"
             if timed.empty:
                 time_words = "no quiet trial checked the time"
-                within = worst_peak <= 5
             else:
-                worst_time = timed.sim_time_worst_pct.max()
-                what = (
-                    "the plan's time as a multiple of the unplanned graph's"
-                    if timed.time_anchored.all()
-                    else "the profiled step plus the replay against the measured time, an "
-                    "earlier time model that counts the drift between two timing windows"
-                )
-                time_words = (
-                    f"{timed.sim_time_error_pct.abs().max():.1f}% on the time ({what}, median over "
-                    f"{int(timed.quiet_time_trials.min())} or more quiet trials; "
-                    f"{worst_time:.1f}% in the worst single trial)"
-                )
-                within = worst_peak <= 5 and worst_time <= 5
+                time_words, time_within = _time_words(timed)
+                within = time_within if within == "yes" else within
             out.append(
                 f"{name}: over {len(planned)} planned graphs the simulator's largest error is "
                 f"{worst_peak:.2f}% on the peak and {time_words}; each within 5%: "
-                f"{'yes' if within else 'no'}. The float64 proof's largest difference is "
+                f"{within}. The float64 proof's largest difference is "
                 f"{exact:.1e}."
             )
         swaps = group[~group.measured]
@@ -289,6 +312,37 @@ def sentences(table: pd.DataFrame) -> list[str]:
                 f"activation memory at {_pct(best.overhead_pct)} predicted time ({best.method})."
             )
     return out
+
+
+def _time_words(timed: pd.DataFrame) -> tuple[str, str]:
+    """The time model's error over planned graphs, and whether the 5% bar holds: ``yes`` where
+    every pooled interval lies within ±5%, ``no`` where one lies wholly beyond it, ``not shown``
+    otherwise (an interval straddles the bar: the rounds cannot tell)."""
+    worst_time = timed.sim_time_worst_pct.max()
+    what = (
+        "the plan's time as a multiple of the unplanned graph's"
+        if timed.time_anchored.all()
+        else "the profiled step plus the replay against the measured time, an "
+        "earlier time model that counts the drift between two timing windows"
+    )
+    words = (
+        f"{timed.sim_time_error_pct.abs().max():.1f}% on the time ({what}, median over "
+        f"{int(timed.quiet_time_trials.min())} or more quiet trials; "
+        f"{worst_time:.1f}% in the worst single trial)"
+    )
+    if "time_error_pooled_pct" not in timed or timed.time_error_pooled_pct.isna().any():
+        return words, "yes" if worst_time <= 5 else "no"
+    worst = timed.loc[timed.time_error_pooled_pct.abs().idxmax()]
+    inside = ((timed.time_error_low_pct >= -5) & (timed.time_error_high_pct <= 5)).sum()
+    beyond = ((timed.time_error_low_pct > 5) | (timed.time_error_high_pct < -5)).sum()
+    words += (
+        f". Pooled over the quiet trials' interleaved rounds "
+        f"({int(timed.time_rounds_pooled.min())} or more a graph), the largest error is "
+        f"{worst.time_error_pooled_pct:+.1f}% at {worst.method} (95% interval "
+        f"{worst.time_error_low_pct:+.1f}% to {worst.time_error_high_pct:+.1f}%), and "
+        f"{inside} of {len(timed)} graphs have their interval inside ±5%"
+    )
+    return words, "no" if beyond else ("yes" if inside == len(timed) else "not shown")
 
 
 def _compiled_sentences(name: str, measured: pd.DataFrame) -> list[str]:

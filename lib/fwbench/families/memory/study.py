@@ -282,7 +282,8 @@ def _time_check(r: BatchResult, m: footprint.Measurement, graph, sim) -> dict:
     the predicted multiple against the measured one, the median over rounds of the plan's step
     over the graph's. The profile's own reading of the whole step was taken in another window,
     and the difference between the two windows (``profile_drift_pct`` on the graph's row) is the
-    machine's, not the model's: on this VM it reached 27% between minutes of one process."""
+    machine's, not the model's: on this VM it reached 66% between minutes of one process
+    (BERT-base at batch 8, run 20261125T125727Z, trial 2)."""
     rounds = r.round_ms
     graph_ms = float(np.median(rounds["graph"])) if "graph" in rounds else graph.summary["p50"]
     # the rounds themselves go into the records, so a surprising multiple can be looked into

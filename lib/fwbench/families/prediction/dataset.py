@@ -194,7 +194,9 @@ def build(db_path: str | Path, progress=None) -> tuple[pd.DataFrame, dict]:
 def winner_pairs(table: pd.DataFrame, predicted: pd.Series | None = None) -> pd.DataFrame:
     """JAX jit against PyTorch eager in each configuration and run where both ran: the measured
     ratio of seconds (JAX / PyTorch), whether its paired interval excludes 1 (``decided``), and,
-    given ``predicted`` seconds (indexed like ``table``), the predicted ratio."""
+    given ``predicted`` seconds (indexed like ``table``), the predicted ratio. Where ``table``
+    carries a hold-out's ``setting_seen``, a pair's ``setting_seen`` holds when both its rows
+    have it."""
     key = ["campaign", "run_id", "model", "precision", "batch_size", "threads", "device_name"]
     rows = []
     for values, group in table.groupby(key, sort=True):
@@ -215,6 +217,8 @@ def winner_pairs(table: pd.DataFrame, predicted: pd.Series | None = None) -> pd.
             "measured_ratio": j.seconds / t.seconds,
             "decided": decided,
         }
+        if "setting_seen" in group:
+            row["setting_seen"] = bool(j.setting_seen and t.setting_seen)
         if predicted is not None:
             if jax.index[0] not in predicted.index or torch.index[0] not in predicted.index:
                 continue

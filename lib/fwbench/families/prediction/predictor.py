@@ -274,6 +274,23 @@ def correct_winner_rate(rows: pd.DataFrame) -> float:
     return float(same.mean() * 100)
 
 
+def winner_score(held: pd.DataFrame) -> dict:
+    """A hold-out's winner score (``held`` from :func:`evaluate`): the correct-winner rate over
+    decided JAX-vs-PyTorch pairs whose fold was fitted on both frameworks' settings
+    (``decided_pairs``), and how many decided pairs were left out for a framework their fold never
+    trained on (``unjudged_pairs``): those say nothing about how a held-out group transfers."""
+    pairs = dataset.winner_pairs(held, held.predicted)
+    if pairs.empty:
+        return {"correct_winner_rate": float("nan"), "decided_pairs": 0, "unjudged_pairs": 0}
+    judged = pairs[pairs.setting_seen]
+    decided = int(judged.decided.sum())
+    return {
+        "correct_winner_rate": correct_winner_rate(judged) if len(judged) else float("nan"),
+        "decided_pairs": decided,
+        "unjudged_pairs": int(pairs.decided.sum()) - decided,
+    }
+
+
 def evaluate(frame: pd.DataFrame, kind: str, *, seed: int = 0) -> pd.DataFrame:
     """Every row of ``frame`` predicted by a fit that held its group out; the hold-out's folds
     concatenated, with ``fold``, ``predicted`` seconds and the interval. ``setting_seen`` says
