@@ -427,6 +427,23 @@ def test_time_check_compares_predicted_and_measured_multiples_of_the_graph():
     assert own["time_check_source"] == "each method's own timing"
 
 
+def _plan_row(trial, metric, value, extra, shared):
+    """One record of the plan at budget 0.5 in _curve_meas's cell."""
+    return {
+        "family": "memory",
+        "status": "ok",
+        "model": "resnet152",
+        "batch_size": 8,
+        "device_name": "cpu X",
+        "mode": "mu_two@0.5",
+        "trial": trial,
+        "metric": metric,
+        "value": value,
+        "extra": extra,
+        "shared_machine": shared,
+    }
+
+
 def test_curve_table_checks_the_time_model_on_quiet_trials_only():
     from fwbench.report import memory_curve
 
@@ -438,19 +455,7 @@ def test_curve_table_checks_the_time_model_on_quiet_trials_only():
                 meas,
                 pd.DataFrame(
                     [
-                        {
-                            "family": "memory",
-                            "status": "ok",
-                            "model": "resnet152",
-                            "batch_size": 8,
-                            "device_name": "cpu X",
-                            "mode": "mu_two@0.5",
-                            "trial": trial,
-                            "metric": metric,
-                            "value": value,
-                            "extra": extra,
-                            "shared_machine": shared,
-                        }
+                        _plan_row(trial, metric, value, extra, shared)
                         for metric, value in (
                             ("sim_time_error_pct", error),
                             ("sim_peak_error_pct", 0.5),
@@ -543,21 +548,7 @@ def _timed_meas(predicted: float, plan_rounds: dict[int, list[float]]):
             ("sim_time_error_pct", 100 * (predicted / measured - 1)),
             ("sim_peak_error_pct", 0.5),
         ):
-            rows.append(
-                {
-                    "family": "memory",
-                    "status": "ok",
-                    "model": "resnet152",
-                    "batch_size": 8,
-                    "device_name": "cpu X",
-                    "mode": "mu_two@0.5",
-                    "trial": trial,
-                    "metric": metric,
-                    "value": value,
-                    "extra": extra,
-                    "shared_machine": trial == 3,
-                }
-            )
+            rows.append(_plan_row(trial, metric, value, extra, trial == 3))
     return pd.concat([meas, pd.DataFrame(rows)], ignore_index=True)
 
 
