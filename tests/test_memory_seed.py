@@ -286,22 +286,25 @@ def _curve_meas():
                 ("peak_mem_bytes", peak * 2**20),
                 ("activation_saved_pct", saved),
             ):
-                rows.append(
-                    {
-                        "family": "memory",
-                        "status": "ok",
-                        "model": "resnet152",
-                        "batch_size": 8,
-                        "device_name": "cpu X",
-                        "mode": mode,
-                        "trial": trial,
-                        "metric": metric,
-                        "value": value,
-                        "extra": extra,
-                        "shared_machine": False,
-                    }
-                )
+                rows.append(_record(mode, trial, metric, value, extra))
     return pd.DataFrame(rows)
+
+
+def _record(mode, trial, metric, value, extra, shared=False):
+    """One memory record of ResNet-152 at batch 8, the cell every curve test uses."""
+    return {
+        "family": "memory",
+        "status": "ok",
+        "model": "resnet152",
+        "batch_size": 8,
+        "device_name": "cpu X",
+        "mode": mode,
+        "trial": trial,
+        "metric": metric,
+        "value": value,
+        "extra": extra,
+        "shared_machine": shared,
+    }
 
 
 def test_curve_table_pairs_trials_and_states_the_goal_and_the_curves():
@@ -427,23 +430,6 @@ def test_time_check_compares_predicted_and_measured_multiples_of_the_graph():
     assert own["time_check_source"] == "each method's own timing"
 
 
-def _plan_row(trial, metric, value, extra, shared):
-    """One record of the plan at budget 0.5 in _curve_meas's cell."""
-    return {
-        "family": "memory",
-        "status": "ok",
-        "model": "resnet152",
-        "batch_size": 8,
-        "device_name": "cpu X",
-        "mode": "mu_two@0.5",
-        "trial": trial,
-        "metric": metric,
-        "value": value,
-        "extra": extra,
-        "shared_machine": shared,
-    }
-
-
 def test_curve_table_checks_the_time_model_on_quiet_trials_only():
     from fwbench.report import memory_curve
 
@@ -455,7 +441,7 @@ def test_curve_table_checks_the_time_model_on_quiet_trials_only():
                 meas,
                 pd.DataFrame(
                     [
-                        _plan_row(trial, metric, value, extra, shared)
+                        _record("mu_two@0.5", trial, metric, value, extra, shared)
                         for metric, value in (
                             ("sim_time_error_pct", error),
                             ("sim_peak_error_pct", 0.5),
@@ -548,7 +534,7 @@ def _timed_meas(predicted: float, plan_rounds: dict[int, list[float]]):
             ("sim_time_error_pct", 100 * (predicted / measured - 1)),
             ("sim_peak_error_pct", 0.5),
         ):
-            rows.append(_plan_row(trial, metric, value, extra, trial == 3))
+            rows.append(_record("mu_two@0.5", trial, metric, value, extra, trial == 3))
     return pd.concat([meas, pd.DataFrame(rows)], ignore_index=True)
 
 

@@ -51,17 +51,17 @@ def _rows(meas: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def pooled_time_error(part: pd.DataFrame) -> dict:
-    """The time model's error for one planned graph over its quiet trials' interleaved rounds.
+def pooled_time_error(quiet: pd.DataFrame) -> dict:
+    """The time model's error for one planned graph over the interleaved rounds of ``quiet``,
+    its records from quiet trials.
 
     Each round gives the plan's step over the graph's; each trial predicts that multiple from
-    its own profile. The rounds of every quiet trial are pooled: the error is the predicted
-    multiple over each round's measured one, a geometric mean with a t-interval over all the
-    rounds. With three rounds a trial, one trial's interval is about ±10% on this VM, too wide to
-    say whether a 5% bar holds; nine rounds from three trials narrow it."""
-    timed = part[part.metric == "measured_multiple"]
-    timed = timed[~timed.shared_machine.fillna(False).astype(bool)]
-    predicted = part[part.metric == "predicted_multiple"].set_index("trial").value
+    its own profile. The rounds of every trial are pooled: the error is the predicted multiple
+    over each round's measured one, a geometric mean with a t-interval over all the rounds. With
+    three rounds a trial, one trial's interval is about ±10% on this VM, too wide to say whether
+    a 5% bar holds; nine rounds from three trials narrow it."""
+    timed = quiet[quiet.metric == "measured_multiple"]
+    predicted = quiet[quiet.metric == "predicted_multiple"].set_index("trial").value
     plan_scaled, graph = [], []
     for row in timed.itertuples():
         rounds, graph_rounds = row.extra.get("round_ms"), row.extra.get("graph_round_ms")
@@ -112,8 +112,9 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
                 "swap_bandwidth_gbs": first.swap_bandwidth_gbs,
             }
             # the issue's bar for the time model holds on quiet trials (contention below 10%)
+            quiet_part = part[~part.shared_machine.fillna(False).astype(bool)]
             timed = part[part.metric == "sim_time_error_pct"]
-            quiet = timed[~timed.shared_machine.fillna(False).astype(bool)]
+            quiet = quiet_part[quiet_part.metric == "sim_time_error_pct"]
             for metric in POINT_METRICS:
                 values = (
                     quiet.value
@@ -128,7 +129,7 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
             # runs before the interleaved rounds compared the profiled step itself with the
             # measured time, so the two windows' difference counted as the model's error
             row["time_anchored"] = bool(timed.timed_by.notna().any()) if not timed.empty else None
-            row |= pooled_time_error(part)
+            row |= pooled_time_error(quiet_part)
             mine = times[times["mode"] == mode].set_index("trial")
             row["trials"] = len(mine)
             row["shared_trials"] = int(mine.shared_machine.fillna(False).astype(bool).sum())

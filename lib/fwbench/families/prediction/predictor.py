@@ -285,7 +285,7 @@ def winner_score(held: pd.DataFrame) -> dict:
     judged = pairs[pairs.setting_seen]
     decided = int(judged.decided.sum())
     return {
-        "correct_winner_rate": correct_winner_rate(judged) if len(judged) else float("nan"),
+        "correct_winner_rate": correct_winner_rate(judged),
         "decided_pairs": decided,
         "unjudged_pairs": int(pairs.decided.sum()) - decided,
     }
