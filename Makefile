@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.fwbench-installed
 CAMPAIGN ?= params/smoke.yaml
 
-.PHONY: run test setup lint lab browser slurm web clean-db help
+.PHONY: run test setup lint lab browser slurm web jemalloc clean-db help
 
 help:
 	@echo "make run   set up .venv, run $(CAMPAIGN) and build its report"
@@ -14,6 +14,7 @@ help:
 	@echo "make lab   set up .venv and open the notebooks in JupyterLab (fwbench kernel)"
 	@echo "make browser  install Debian's Chromium for tests/test_lab.py (root, apt)"
 	@echo "make slurm    install Debian's Slurm and munge for tests/test_slurm.py (root, apt)"
+	@echo "make jemalloc install Debian's jemalloc, which params/memory_seed.yaml preloads (root, apt)"
 	@echo "make web      install onnxruntime-web (npm ci in web/) for 14_web_audio's browser runtimes"
 
 setup: $(STAMP)
@@ -64,6 +65,14 @@ slurm:
 	test -x /usr/sbin/slurmctld -a -x /usr/sbin/slurmd -a -x /usr/bin/sbatch -a -x /usr/sbin/munged || \
 	  { DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurmctld slurmd slurm-client munge; }
+
+# jemalloc, preloaded into the memory family's seed-scale kernels (params/memory_seed.yaml): it keeps
+# freed pages, so a step does not pay page faults that depend on what the process freed before.
+# Needs root; does nothing when the linker already finds it.
+jemalloc:
+	/sbin/ldconfig -p | grep -q 'libjemalloc.so.2 ' || \
+	  { DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q libjemalloc2; }
 
 # onnxruntime-web, pinned by web/package-lock.json, for the browser runtimes of 14_web_audio.
 web: web/node_modules/.fwbench-installed

@@ -376,8 +376,14 @@ def test_interleaved_rounds_run_every_method_once_per_round_in_rotated_order():
     ran = []
     steps = {name: (lambda name=name: ran.append(name)) for name in ("graph", "a", "b")}
     faults = {}
-    times = footprint.interleaved_rounds(steps, 3, "cpu", rotation=1, faults=faults)
+    readings = []
+    times = footprint.interleaved_rounds(
+        steps, 3, "cpu", rotation=1, faults=faults, contention=readings
+    )
     assert ran == ["a", "b", "graph", "b", "graph", "a", "graph", "a", "b"]
+    # one reading of the machine per round (None where a round was too short to tell)
+    assert len(readings) == 3
+    assert all(r is None or {"steal_frac", "shared"} <= set(r) for r in readings)
     assert {k: len(v) for k, v in times.items()} == {"graph": 3, "a": 3, "b": 3}
     assert {k: len(v) for k, v in faults.items()} == {"graph": 3, "a": 3, "b": 3}
     # a step that touches 64 MiB of fresh pages faults: 16,384 times in 4 KiB pages, and still
@@ -406,6 +412,11 @@ def test_time_check_compares_predicted_and_measured_multiples_of_the_graph():
         baseline=baseline,
         round_ms={"graph": graph_ms, "mu_two@0.5": plan_ms},
         round_faults={"graph": [9, 9, 9], "mu_two@0.5": [5, 5, 5]},
+        round_contention=[
+            None,
+            {"shared": True, "steal_frac": 0.3},
+            {"shared": False, "steal_frac": 0.0},
+        ],
     )
     block = {"p50": 1.0}
     graph = SimpleNamespace(method="graph", summary=block)
@@ -417,6 +428,8 @@ def test_time_check_compares_predicted_and_measured_multiples_of_the_graph():
     assert found["time_check_source"] == "interleaved rounds"
     assert found["time_diagnosis"]["minor_faults"] == [5, 5, 5]
     assert found["time_diagnosis"]["graph_round_ms"] == graph_ms
+    assert found["time_diagnosis"]["round_shared"] == [False, True, False]
+    assert found["time_diagnosis"]["round_steal"] == [None, 0.3, 0.0]
     on_graph = study._time_check(r, graph, graph, baseline)
     assert on_graph["profile_drift_pct"] == pytest.approx(100 * (200 / 310 - 1))
     assert "sim_time_error_pct" not in on_graph
@@ -526,6 +539,7 @@ def _timed_meas(predicted: float, plan_rounds: dict[int, list[float]]):
             "timed_by": "interleaved rounds",
             "round_ms": rounds,
             "graph_round_ms": [100.0] * len(rounds),
+            "allocator": "jemalloc",
         }
         measured = float(np.median(rounds)) / 100
         for metric, value in (
@@ -551,6 +565,7 @@ def test_the_time_error_pools_the_quiet_trials_rounds_with_an_interval():
     text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
     assert "the largest error is +10.0% at mu_two@0.5" in text
     assert "each within 5%: no" in text
+    assert "the steps' malloc: jemalloc" in text
 
     # rounds spread both ways around the prediction: the errors are small, the interval is not
     meas = _timed_meas(1.0, {1: [92.0, 100.0, 108.0], 2: [95.0, 104.0, 101.0]})
@@ -559,3 +574,19 @@ def test_the_time_error_pools_the_quiet_trials_rounds_with_an_interval():
     assert row.time_error_low_pct < -5 or row.time_error_high_pct > 5
     text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
     assert "0 of 1 graphs have their interval inside ±5%; each within 5%: not shown" in text
+
+
+def test_a_round_the_machine_was_shared_in_is_left_out_of_the_pooled_error():
+    from fwbench.report import memory_curve
+
+    # one round of the quiet trial 1 ran beside a burst of stolen time: 300 ms against 100
+    meas = _timed_meas(1.1, {1: [100.0, 300.0, 100.0], 2: [100.0] * 3})
+    row = memory_curve.curve_table(meas).set_index("method").loc["mu_two@0.5"]
+    assert row.time_error_pooled_pct < 0  # the slow round counts while nothing marks it
+    first = meas[(meas.trial == 1) & (meas.metric == "measured_multiple")].index[0]
+    meas.at[first, "extra"] = {**meas.at[first, "extra"], "round_shared": [False, True, False]}
+    row = memory_curve.curve_table(meas).set_index("method").loc["mu_two@0.5"]
+    assert row.time_error_pooled_pct == pytest.approx(10.0)
+    assert (row.time_rounds_pooled, row.time_rounds_shared) == (5, 1)
+    text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
+    assert "(5 or more a graph; 1 rounds on a shared machine left out)" in text

@@ -1,9 +1,14 @@
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from fwbench.measure import device
 from fwbench.measure.meters import measure_energy, measure_peak_memory
 from fwbench.pipeline import environment
+from fwbench.pipeline.campaign import preload_found
 
 HAS_CUDA = False
 try:
@@ -43,6 +48,28 @@ def test_environment_records_what_a_reviewer_asks_for():
     assert env["torch"]["matmul_allow_tf32"] in (True, False)
     assert "jax_default_matmul_precision" in env["jax"]
     assert len(env["pip_freeze_hash"]) == 16
+
+
+def test_the_heap_allocator_is_read_from_the_libraries_mapped(tmp_path):
+    maps = tmp_path / "maps"
+    line = "7f00-7f10 r-xp 00000000 08:01 42 {}\n"
+    maps.write_text(line.format("/usr/lib/x86_64-linux-gnu/libc.so.6") + line.format("[heap]"))
+    assert device.heap_allocator(maps) == "glibc"
+    maps.write_text(maps.read_text() + line.format("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"))
+    assert device.heap_allocator(maps) == "jemalloc"
+    assert device.heap_allocator(tmp_path / "absent") == "unknown"
+
+
+def test_a_preloaded_jemalloc_is_the_allocator_a_process_reports():
+    if not preload_found("libjemalloc.so.2"):
+        pytest.skip("jemalloc is not installed (make jemalloc)")
+    code = "from fwbench.measure.device import heap_allocator; print(heap_allocator())"
+    env = {**os.environ, "LD_PRELOAD": "libjemalloc.so.2"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["jemalloc"], out.stderr
+    env.pop("LD_PRELOAD")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["glibc"], out.stderr
 
 
 def test_device_detection_always_offers_the_cpu():

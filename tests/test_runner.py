@@ -76,6 +76,26 @@ steps:
     assert cells["standin/behaviour=sleep__seconds=30.0"]["status"] == "timeout"
 
 
+def test_kernel_env_is_the_kernels_environment_from_the_first_attempt(write_campaign, tmp_path):
+    out = tmp_path / "out"
+    path = write_campaign(
+        """
+campaign: kenv
+steps:
+  - notebook: STANDIN
+    params: {behaviour: abort_unless_env}
+    kernel_env: {STANDIN_OK: "1"}
+"""
+    )
+    proc = run_cli("run", path, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = only_run_dir(out, "kenv")
+    cell = json.loads((run_dir / "manifest.json").read_text())["cells"]["standin/default"]
+    assert cell["status"] == "ok" and cell["retried"] is False
+    nb = nbformat.read(run_dir / "standin" / "default.ipynb", as_version=4)
+    assert nb.metadata["fwbench"]["kernel_env"]["STANDIN_OK"] == "1"
+
+
 def test_retry_env_rescues_a_dead_kernel_and_is_recorded(write_campaign, tmp_path):
     out = tmp_path / "out"
     path = write_campaign(

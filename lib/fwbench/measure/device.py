@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import os
 import platform
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,27 @@ def parse_cpuinfo(text: str) -> dict:
         "stepping": number("stepping"),
         "isa": [flag for flag in ISA_FLAGS if flag in flags],
     }
+
+
+# Allocators a process may have preloaded, by the name their shared library starts with
+ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
+
+
+def heap_allocator(maps: str | os.PathLike = "/proc/self/maps") -> str:
+    """The malloc this process runs on: a preloaded allocator whose library is mapped, else glibc.
+
+    It decides whether a freed buffer's pages are handed back to the kernel, and so how many page
+    faults a step pays (the memory family's time model does not see them)."""
+    try:
+        text = Path(maps).read_text()
+    except OSError:
+        return "unknown"
+    for line in text.splitlines():
+        name = Path(line.split()[-1]).name if line.split() else ""
+        for allocator in ALLOCATORS:
+            if name.startswith(f"lib{allocator}"):
+                return allocator
+    return "glibc"
 
 
 def cpu_model_name() -> str:
@@ -170,7 +193,6 @@ def limit_threads(threads: int) -> int:
     thread-count flag per framework, gives both frameworks the same hardware: ``threads: 1`` is one
     core for either.
     """
-    import os
     import sys
 
     allowed = sorted(os.sched_getaffinity(0))

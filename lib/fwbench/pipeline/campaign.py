@@ -33,6 +33,7 @@ import itertools
 import os
 import random
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +43,17 @@ from fwbench import vocab
 from fwbench.models.registry import get_spec, require_twin
 from fwbench.pipeline.notebook_params import REGISTRY_MODELS, NotebookParameter, read_parameters
 
-STEP_KEYS = {"notebook", "params", "grid", "trials", "retry_env", "timeout", "when_env", "order"}
+STEP_KEYS = {
+    "notebook",
+    "params",
+    "grid",
+    "trials",
+    "retry_env",
+    "kernel_env",
+    "timeout",
+    "when_env",
+    "order",
+}
 CAMPAIGN_KEYS = {"campaign", "description", "steps", "report", "order", "seed", "rerun_shared"}
 ORDERS = ("sequential", "interleaved", "duet")
 STEP_ORDERS = ("sequential", "interleaved")  # a duet spans two steps, so only a campaign has it
@@ -64,6 +75,7 @@ class Cell:
     parameters: dict
     trial: int = 0
     retry_env: dict = field(default_factory=dict)
+    kernel_env: dict = field(default_factory=dict)  # the kernel's environment on every attempt
     timeout: float | None = None
     step: int = 0  # 1-based position of the step that made the cell in the campaign file
     interleaved: bool = False  # a trial of a step whose order is interleaved: runs in rounds
@@ -217,7 +229,7 @@ def _check_step(path: Path, i: int, step) -> None:
         raise CampaignError(
             f"{where}: unknown step keys {sorted(unknown)}; allowed {sorted(STEP_KEYS)}"
         )
-    for key in ("params", "grid", "retry_env"):
+    for key in ("params", "grid", "retry_env", "kernel_env"):
         if key in step and not isinstance(step[key] or {}, dict):
             raise CampaignError(f"{where}: '{key}' must be a mapping")
     for key, values in (step.get("grid") or {}).items():
@@ -230,6 +242,34 @@ def _check_step(path: Path, i: int, step) -> None:
     if when_env is not None and not (isinstance(when_env, str) and ENV_NAME_RE.match(when_env)):
         raise CampaignError(f"{where}: 'when_env' must name one environment variable")
     _check_order(where, step, STEP_ORDERS)
+    for key in ("retry_env", "kernel_env"):
+        _check_preload(where, key, step.get(key) or {})
+
+
+def _check_preload(where: str, key: str, env: dict) -> None:
+    """A library in LD_PRELOAD that the dynamic linker cannot find is only a warning on the
+    kernel's stderr, and the cell would run without it: refuse it here instead."""
+    for name in str(env.get("LD_PRELOAD") or "").replace(":", " ").split():
+        if not preload_found(name):
+            raise CampaignError(
+                f"{where}: {key} preloads {name}, which this machine's dynamic linker does not "
+                f"find; install it (for jemalloc: make jemalloc) or remove it from the step"
+            )
+
+
+def preload_found(name: str) -> bool:
+    """Whether ``name`` (a path, or a file name the linker looks up in its cache) exists."""
+    if "/" in name:
+        return Path(name).is_file()
+    for ldconfig in ("ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"):
+        try:
+            listing = subprocess.run(
+                [ldconfig, "-p"], capture_output=True, text=True, check=True
+            ).stdout
+        except (OSError, subprocess.CalledProcessError):
+            continue
+        return any(line.strip().startswith(f"{name} ") for line in listing.splitlines())
+    return False
 
 
 def _check_order(where: str, data: dict, allowed: tuple = ORDERS) -> None:
@@ -343,6 +383,7 @@ def load_campaign(path: str | Path) -> Campaign:
                         parameters=cell_params,
                         trial=trial if trials > 1 else 0,
                         retry_env={k: str(v) for k, v in (step.get("retry_env") or {}).items()},
+                        kernel_env={k: str(v) for k, v in (step.get("kernel_env") or {}).items()},
                         timeout=step.get("timeout"),
                         step=i + 1,
                         interleaved=interleaved,

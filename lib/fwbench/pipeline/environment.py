@@ -11,7 +11,7 @@ import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
-from fwbench.measure.device import cpu_identity, cpu_model_name
+from fwbench.measure.device import cpu_identity, cpu_model_name, heap_allocator
 
 PACKAGES = (
     "torch",
@@ -24,7 +24,14 @@ PACKAGES = (
     "papermill",
     "duckdb",
 )
-ENV_VARS = ("XLA_FLAGS", "XLA_PYTHON_CLIENT_PREALLOCATE", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+ENV_VARS = (
+    "XLA_FLAGS",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "LD_PRELOAD",
+    "MALLOC_CONF",
+)
 
 
 def now_iso() -> str:
@@ -145,6 +152,7 @@ def capture(repo_dir: str | os.PathLike | None = None, *, frameworks: bool = Tru
         "packages": package_versions(),
         "pip_freeze_hash": pip_freeze_hash(),
         "env_vars": {k: os.environ.get(k) for k in ENV_VARS},
+        "allocator": heap_allocator(),
         "gpus": gpu_info(),
     }
     if frameworks:

@@ -214,6 +214,7 @@ def execute_cell(
     source_nb = read_notebook(cell.notebook_path, kname)
     env = {
         **{k: v for k, v in KERNEL_ENV_DEFAULTS.items() if k not in os.environ},
+        **cell.kernel_env,
         CONTEXT_ENV["run_id"]: context["run_id"],
         CONTEXT_ENV["campaign"]: context["campaign"],
         CONTEXT_ENV["notebook"]: cell.notebook,

@@ -46,7 +46,7 @@ def _rows(meas: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return rows
     rows = extra_columns(
-        rows, ["method", "budget", "simulated_only", "swap_bandwidth_gbs", "timed_by"]
+        rows, ["method", "budget", "simulated_only", "swap_bandwidth_gbs", "timed_by", "allocator"]
     )
     return rows
 
@@ -59,17 +59,24 @@ def pooled_time_error(quiet: pd.DataFrame) -> dict:
     its own profile. The rounds of every trial are pooled: the error is the predicted multiple
     over each round's measured one, a geometric mean with a t-interval over all the rounds. With
     three rounds a trial, one trial's interval is about ±10% on this VM, too wide to say whether
-    a 5% bar holds; nine rounds from three trials narrow it."""
+    a 5% bar holds; nine rounds from three trials narrow it. A round whose own contention
+    reading says the machine was shared is left out, like a shared trial."""
     timed = quiet[quiet.metric == "measured_multiple"]
     predicted = quiet[quiet.metric == "predicted_multiple"].set_index("trial").value
-    plan_scaled, graph = [], []
+    plan_scaled, graph, dropped = [], [], 0
     for row in timed.itertuples():
         rounds, graph_rounds = row.extra.get("round_ms"), row.extra.get("graph_round_ms")
         if not rounds or not graph_rounds or row.trial not in predicted.index:
             continue
-        # predicted / (plan / graph) per round, as the paired ratio graph / (plan / predicted)
-        plan_scaled += [t / predicted[row.trial] for t in rounds]
-        graph += list(graph_rounds)
+        # runs before the per-round reading have none: every round counts
+        shared = row.extra.get("round_shared") or [False] * len(rounds)
+        for plan_ms, graph_ms, busy in zip(rounds, graph_rounds, shared, strict=True):
+            if busy:
+                dropped += 1
+                continue
+            # predicted / (plan / graph) per round, as the paired ratio graph / (plan / predicted)
+            plan_scaled.append(plan_ms / predicted[row.trial])
+            graph.append(graph_ms)
     if len(graph) < 2:
         return {}
     pooled = paired_ratio_interval(plan_scaled, graph)
@@ -78,6 +85,7 @@ def pooled_time_error(quiet: pd.DataFrame) -> dict:
         "time_error_low_pct": 100 * (pooled.low - 1),
         "time_error_high_pct": 100 * (pooled.high - 1),
         "time_rounds_pooled": len(graph),
+        "time_rounds_shared": dropped,
     }
 
 
@@ -130,6 +138,8 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
             # measured time, so the two windows' difference counted as the model's error
             row["time_anchored"] = bool(timed.timed_by.notna().any()) if not timed.empty else None
             row |= pooled_time_error(quiet_part)
+            # runs before the allocator was recorded leave it empty
+            row["allocator"] = ", ".join(sorted(set(part.allocator.dropna()))) or None
             mine = times[times["mode"] == mode].set_index("trial")
             row["trials"] = len(mine)
             row["shared_trials"] = int(mine.shared_machine.fillna(False).astype(bool).sum())
@@ -331,14 +341,19 @@ def _time_words(timed: pd.DataFrame) -> tuple[str, str]:
         f"{int(timed.quiet_time_trials.min())} or more quiet trials; "
         f"{worst_time:.1f}% in the worst single trial)"
     )
+    allocators = sorted(set(timed.get("allocator", pd.Series(dtype=object)).dropna()))
+    if allocators:
+        words += f"; the steps' malloc: {' and '.join(allocators)}"
     if "time_error_pooled_pct" not in timed or timed.time_error_pooled_pct.isna().any():
         return words, "yes" if worst_time <= 5 else "no"
     worst = timed.loc[timed.time_error_pooled_pct.abs().idxmax()]
     inside = ((timed.time_error_low_pct >= -5) & (timed.time_error_high_pct <= 5)).sum()
     beyond = ((timed.time_error_low_pct > 5) | (timed.time_error_high_pct < -5)).sum()
+    shared = int(timed.get("time_rounds_shared", pd.Series(dtype=float)).fillna(0).sum())
+    left_out = f"; {shared} rounds on a shared machine left out" if shared else ""
     words += (
         f". Pooled over the quiet trials' interleaved rounds "
-        f"({int(timed.time_rounds_pooled.min())} or more a graph), the largest error is "
+        f"({int(timed.time_rounds_pooled.min())} or more a graph{left_out}), the largest error is "
         f"{worst.time_error_pooled_pct:+.1f}% at {worst.method} (95% interval "
         f"{worst.time_error_low_pct:+.1f}% to {worst.time_error_high_pct:+.1f}%), and "
         f"{inside} of {len(timed)} graphs have their interval inside ±5%"

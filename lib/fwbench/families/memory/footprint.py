@@ -35,6 +35,7 @@ from torch.utils.checkpoint import checkpoint
 from fwbench.families.memory import torch_internals
 from fwbench.families.memory.cases import ModelCase
 from fwbench.families.memory.profiler import storage_bytes
+from fwbench.measure.meters.contention import ContentionMeter
 from fwbench.measure.timing import StopRule, measure_latency
 
 
@@ -191,11 +192,15 @@ def interleaved_rounds(
     device: str,
     rotation: int = 0,
     faults: dict[str, list[int]] | None = None,
+    contention: list[dict | None] | None = None,
 ) -> dict[str, list[float]]:
     """One step of every method per round, ``rounds`` rounds, each in another order; ms per
     round for each method. The methods must already be warm. ``faults``, when given, receives
     each step's minor page faults: the CPU allocator hands large buffers back to the system, so
     a step pays for touching fresh pages, and a plan that holds fewer bytes pays less.
+    ``contention``, when given, receives each round's reading of the machine (``ContentionMeter``,
+    None where it cannot tell): a burst of stolen time shorter than the trial is then seen in the
+    round it fell on, where the trial's own reading averages it away.
 
     A slow stretch of the machine (the hypervisor's steal comes in bursts of seconds) falls on
     one round of every method instead of on all the steps of one, so ratios taken round by
@@ -206,15 +211,18 @@ def interleaved_rounds(
     names = list(steps)
     out: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
-        for name in rotated(names, rotation + r):
-            sync(None)
-            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            t0 = time.perf_counter()
-            sync(steps[name]())
-            out[name].append((time.perf_counter() - t0) * 1e3)
-            if faults is not None:
-                after = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-                faults.setdefault(name, []).append(int(after - before))
+        with ContentionMeter() as meter:
+            for name in rotated(names, rotation + r):
+                sync(None)
+                before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                t0 = time.perf_counter()
+                sync(steps[name]())
+                out[name].append((time.perf_counter() - t0) * 1e3)
+                if faults is not None:
+                    after = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                    faults.setdefault(name, []).append(int(after - before))
+        if contention is not None:
+            contention.append(meter.result.as_dict() if meter.result else None)
     return out
 
 

@@ -13,6 +13,7 @@ import torch
 from fwbench.families.memory import footprint, planner, profiler, rewriter, simulator, tracer
 from fwbench.families.memory import liveness as graph_analysis
 from fwbench.families.memory.cases import build_case
+from fwbench.measure import device as fw_device
 from fwbench.measure.timing import StopRule
 
 REFERENCE_METHOD = "none"  # every overhead and saving is relative to the plain eager step
@@ -37,6 +38,7 @@ class BatchResult:
     # this process (``footprint.interleaved_rounds``): method -> ms per round
     round_ms: dict[str, list[float]] = field(default_factory=dict)
     round_faults: dict[str, list[int]] = field(default_factory=dict)  # minor page faults
+    round_contention: list[dict | None] = field(default_factory=list)  # the machine, per round
 
     @property
     def activation_peak_bytes(self) -> int:
@@ -201,6 +203,7 @@ def run_batch(
             device,
             rotation,
             faults=result.round_faults,
+            contention=result.round_contention,
         )
     timed_graphs.clear()
     if device == "cuda":  # only a GPU has a memory to swap from: measure the swap plans there
@@ -291,6 +294,12 @@ def _time_check(r: BatchResult, m: footprint.Measurement, graph, sim) -> dict:
         "round_ms": [round(t, 1) for t in rounds.get(m.method, [])],
         "graph_round_ms": [round(t, 1) for t in rounds.get("graph", [])],
         "minor_faults": r.round_faults.get(m.method, []),
+        # a round the machine was shared in is left out of the report's pooled error
+        "round_shared": [bool(c and c["shared"]) for c in r.round_contention],
+        "round_steal": [c["steal_frac"] if c else None for c in r.round_contention],
+        # glibc's malloc gives freed pages back or not by the process's history; a preloaded
+        # caching allocator keeps them (params/memory_seed.yaml)
+        "allocator": fw_device.heap_allocator(),
     }
     if m.method == "graph":
         return {
