@@ -576,6 +576,18 @@ def test_the_time_error_pools_the_quiet_trials_rounds_with_an_interval():
     assert "0 of 1 graphs have their interval inside ±5%; each within 5%: not shown" in text
 
 
+def test_trials_on_two_allocators_name_each_allocator_once():
+    from fwbench.report import memory_curve
+
+    meas = _timed_meas(1.1, {1: [100.0] * 3, 2: [100.0] * 3})
+    first = meas.trial.eq(1) & meas["mode"].eq("mu_two@0.5")
+    meas.loc[first, "extra"] = [{**e, "allocator": "glibc"} for e in meas.loc[first, "extra"]]
+    table = memory_curve.curve_table(meas).set_index("method")
+    assert table.loc["mu_two@0.5", "allocator"] == "glibc, jemalloc"
+    text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
+    assert "the steps' malloc: glibc and jemalloc." in text
+
+
 def test_a_round_the_machine_was_shared_in_is_left_out_of_the_pooled_error():
     from fwbench.report import memory_curve
 

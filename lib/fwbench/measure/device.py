@@ -76,7 +76,8 @@ def heap_allocator(maps: str | os.PathLike = "/proc/self/maps") -> str:
     except OSError:
         return "unknown"
     for line in text.splitlines():
-        name = Path(line.split()[-1]).name if line.split() else ""
+        fields = line.split()
+        name = Path(fields[-1]).name if fields else ""
         for allocator in ALLOCATORS:
             if name.startswith(f"lib{allocator}"):
                 return allocator

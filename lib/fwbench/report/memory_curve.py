@@ -341,7 +341,9 @@ def _time_words(timed: pd.DataFrame) -> tuple[str, str]:
         f"{int(timed.quiet_time_trials.min())} or more quiet trials; "
         f"{worst_time:.1f}% in the worst single trial)"
     )
-    allocators = sorted(set(timed.get("allocator", pd.Series(dtype=object)).dropna()))
+    # a row names every allocator its trials ran on, joined with ", " (curve_table)
+    named = timed.get("allocator", pd.Series(dtype=object)).dropna()
+    allocators = sorted({a for joined in named for a in joined.split(", ")})
     if allocators:
         words += f"; the steps' malloc: {' and '.join(allocators)}"
     if "time_error_pooled_pct" not in timed or timed.time_error_pooled_pct.isna().any():
