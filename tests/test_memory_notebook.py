@@ -44,5 +44,10 @@ def test_memory_notebook_runs_through_the_runner(tmp_path):
     # the float64 proof of the plan, and the simulated swap plan with its bandwidth
     exact = {r["mode"]: r["value"] for r in records if r["metric"] == "exact_max_abs_diff"}
     assert set(exact) == {"mu_two@0.5", "mu_two_swap@0.5"} and max(exact.values()) <= 1e-10
+    # what each plan replays, and how much of it runs a node twice: the report's reason
+    replay = {r["mode"]: r["value"] for r in records if r["metric"] == "replay_ms"}
+    repeat = {r["mode"]: r["value"] for r in records if r["metric"] == "replay_repeat_pct"}
+    assert set(replay) == set(repeat) == {"mu_two@0.5", "mu_two_swap@0.5"}
+    assert replay["mu_two@0.5"] > 0 and 0 <= repeat["mu_two@0.5"] < 100
     swap = [r for r in records if r["mode"] == "mu_two_swap@0.5"]
     assert swap and all(r["extra"]["simulated_only"] for r in swap)

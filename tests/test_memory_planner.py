@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from fwbench.families.memory import liveness, planner, simulator, tracer
+from fwbench.families.memory import liveness, planner, profiler, simulator, tracer
 from fwbench.families.memory.profiler import ActivationStats
 
 
@@ -79,3 +79,31 @@ def test_budget_fraction_and_static_simulation_of_a_plan(dropout_step):
     assert idle
     drop = base.by_kind["ACT"][idle[0] + 0] - planned.by_kind["ACT"][idle[0]]
     assert drop == act.nbytes
+
+
+def test_repeated_replay_counts_the_nodes_two_closures_share(dropout_step):
+    _, found = dropout_step
+    # every node takes its rank + 1 ms, so a sum of times names the nodes summed
+    prof = profiler.Profile(
+        "cpu", 1, {n.name: found.info[n.name].rank + 1.0 for n in found.nodes}, {}, {}, 0
+    )
+    acts = [a for a in found.activations.values() if a.recomputable]
+    pair = None
+    for a in acts:  # an activation whose replay runs through another recomputed one
+        for b in acts:
+            if a.name == b.name:
+                continue
+            retained = set(found.activations) - {a.name, b.name}
+            ca = liveness.recompute_closure(found, a.name, retained)
+            cb = liveness.recompute_closure(found, b.name, retained)
+            shared = {n.name for n in ca.nodes} & {n.name for n in cb.nodes}
+            if shared and ca.blocker is None and cb.blocker is None:
+                pair = a.name, b.name, shared
+    assert pair, "the chain of linear, dropout and GELU should give two closures a common node"
+    a, b, shared = pair
+    alone = simulator.simulate(found, [a], prof)
+    assert alone.replay_ms > 0 and simulator.repeated_replay_ms(alone, prof) == 0.0
+    both = simulator.simulate(found, [a, b], prof)
+    expected = sum(found.info[n].rank + 1.0 for n in shared)
+    assert simulator.repeated_replay_ms(both, prof) == pytest.approx(expected)
+    assert simulator.repeated_replay_ms(simulator.simulate(found, [], prof), prof) == 0.0

@@ -602,3 +602,48 @@ def test_a_round_the_machine_was_shared_in_is_left_out_of_the_pooled_error():
     assert (row.time_rounds_pooled, row.time_rounds_shared) == (5, 1)
     text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
     assert "(5 or more a graph; 1 rounds on a shared machine left out)" in text
+
+
+def test_a_baseline_below_our_whole_curve_is_called_above_it_with_the_plans_reasons():
+    from fwbench.report import memory_curve
+
+    rows = []
+    methods = {
+        # mode: (kind, budget, peak MiB, time ms, metrics of the plan)
+        "none": ("none", None, 1000, 100.0, {}),
+        "mu_two@0.2": (
+            "mu_two",
+            0.2,
+            600,
+            160.0,
+            {
+                "predicted_multiple": 1.50,
+                "measured_multiple": 1.52,
+                "replay_ms": 4000.0,
+                "replay_repeat_pct": 45.0,
+            },
+        ),
+        "checkpoint_every_1": ("checkpoint", None, 550, 130.0, {}),
+        "checkpoint_every_4": ("checkpoint", None, 580, 170.0, {}),
+    }
+    for trial, noise in ((1, 1.00), (2, 1.05), (3, 1 / 1.05)):
+        for mode, (kind, budget, peak, ms, metrics) in methods.items():
+            extra = {"method": kind} | ({"budget": budget} if budget is not None else {})
+            values = {"iter_time_ms": ms * noise, "peak_mem_bytes": peak * 2**20} | metrics
+            rows += [_record(mode, trial, m, v, extra) for m, v in values.items()]
+    text = " ".join(memory_curve.sentences(memory_curve.curve_table(pd.DataFrame(rows))))
+    assert (
+        "checkpoint_every_1 reaches 550 MiB in 130 ms, less memory in less time than our plan's "
+        "lowest point (mu_two@0.2: 600 MiB in 160 ms): our curve lies above it; why: the time "
+        "model foresaw mu_two@0.2's cost (1.50× the unplanned graph predicted, 1.52× measured)"
+        in text
+    )
+    assert "mu_two@0.2 replays 4,000 ms of profiled forward nodes, 45% of it on nodes" in text
+    # slower than our lowest point as well: the curves do not meet, and no reason is owed
+    assert "checkpoint_every_4 reaches 580 MiB, below every peak our plan reached" in text
+    # a model that missed: the cost lies partly outside it
+    for row in rows:
+        if row["metric"] == "predicted_multiple":
+            row["value"] = 1.20
+    text = " ".join(memory_curve.sentences(memory_curve.curve_table(pd.DataFrame(rows))))
+    assert "predicted 1.20× the unplanned graph for mu_two@0.2 where 1.52× was measured" in text

@@ -326,6 +326,16 @@ def _time_check(r: BatchResult, m: footprint.Measurement, graph, sim) -> dict:
     }
 
 
+def _replay_figures(sim, profile) -> dict:
+    """What a plan replays, in profiled node time, and the share of it that runs a node a second
+    time or more: the report's reason when our curve costs more than checkpointing."""
+    repeated = simulator.repeated_replay_ms(sim, profile)
+    return {
+        "replay_ms": sim.replay_ms,
+        "replay_repeat_pct": 100.0 * repeated / sim.replay_ms if sim.replay_ms > 0 else 0.0,
+    }
+
+
 def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
     """One row per batch size and method: measured peak and time, the simulator's prediction,
     savings and cost. Swap plans, simulated only, get rows without measurements.
@@ -378,6 +388,7 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                 sim = plan.simulation
                 row["recomputed_bytes"] = plan.recomputed_bytes
                 row["swapped_bytes"] = plan.swapped_bytes
+                row |= _replay_figures(plan.simulation, r.profile)
                 row["budget_bytes"] = plan.budget_bytes
                 row["met_budget"] = plan.met_budget
                 if m.method in r.exact:
@@ -412,6 +423,7 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                     "activation_peak_bytes": act_peak,
                     "recomputed_bytes": plan.recomputed_bytes,
                     "swapped_bytes": plan.swapped_bytes,
+                    **_replay_figures(sim, r.profile),
                     "budget_bytes": plan.budget_bytes,
                     "met_budget": plan.met_budget,
                     "swap_bandwidth_gbs": r.swap_bandwidth_gbs,
@@ -439,6 +451,8 @@ METRICS = (
     ("activation_at_peak_bytes", "activation_at_peak_bytes", "bytes"),
     ("recomputed_bytes", "recomputed_bytes", "bytes"),
     ("swapped_bytes", "swapped_bytes", "bytes"),
+    ("replay_ms", "replay_ms", "ms"),
+    ("replay_repeat_pct", "replay_repeat_pct", "%"),
     ("overhead_pct", "overhead_pct", "%"),
     ("memory_saved_pct", "memory_saved_pct", "%"),
     ("activation_saved_pct", "activation_saved_pct", "%"),
