@@ -48,6 +48,8 @@ def test_memory_notebook_runs_through_the_runner(tmp_path):
     replay = {r["mode"]: r["value"] for r in records if r["metric"] == "replay_ms"}
     repeat = {r["mode"]: r["value"] for r in records if r["metric"] == "replay_repeat_pct"}
     assert set(replay) == set(repeat) == {"mu_two@0.5", "mu_two_swap@0.5"}
-    assert replay["mu_two@0.5"] > 0 and 0 <= repeat["mu_two@0.5"] < 100
+    recomputed = {r["mode"]: r["value"] for r in records if r["metric"] == "recomputed_bytes"}
+    for mode, ms in replay.items():  # a plan replays exactly when it recomputes something
+        assert (ms > 0) == (recomputed[mode] > 0) and 0 <= repeat[mode] < 100
     swap = [r for r in records if r["mode"] == "mu_two_swap@0.5"]
     assert swap and all(r["extra"]["simulated_only"] for r in swap)

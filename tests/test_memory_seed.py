@@ -629,7 +629,11 @@ def test_a_baseline_below_our_whole_curve_is_called_above_it_with_the_plans_reas
     for trial, noise in ((1, 1.00), (2, 1.05), (3, 1 / 1.05)):
         for mode, (kind, budget, peak, ms, metrics) in methods.items():
             extra = {"method": kind} | ({"budget": budget} if budget is not None else {})
-            values = {"iter_time_ms": ms * noise, "peak_mem_bytes": peak * 2**20} | metrics
+            values = {
+                "iter_time_ms": ms * noise,
+                "peak_mem_bytes": peak * 2**20,
+                "activation_saved_pct": 100.0 * (1000 - peak) / 500,
+            } | metrics
             rows += [_record(mode, trial, m, v, extra) for m, v in values.items()]
     text = " ".join(memory_curve.sentences(memory_curve.curve_table(pd.DataFrame(rows))))
     assert (

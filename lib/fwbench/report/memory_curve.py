@@ -259,8 +259,7 @@ def _against(ours: pd.DataFrame, row) -> str:
         return (
             f"{row.method} reaches {mib:.0f} MiB in {row.iter_time_ms:.0f} ms, less memory in "
             f"less time than our plan's lowest point ({lowest.method}: {lo / 2**20:.0f} MiB in "
-            f"{lowest.iter_time_ms:.0f} ms): our curve lies above it"
-            + _why_slower(lowest)
+            f"{lowest.iter_time_ms:.0f} ms): our curve lies above it" + _why_slower(lowest)
         )
     side = "below" if row.peak_mem_bytes < lo else "above"
     return (
