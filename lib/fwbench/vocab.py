@@ -19,6 +19,8 @@ KIND_LABELS = {"cnn": "CNN", "transformer": "Transformer"}
 # the activation memory saved at no more than this much added iteration time.
 MEMORY_ACTIVATION_GOAL_PCT = 50.0
 MEMORY_OVERHEAD_GOAL_PCT = 33.0
+# The memory simulator's bar: its predicted peak and time within this error of the measured.
+MEMORY_SIM_ERROR_BAR_PCT = 5.0
 # The prediction family's memory goal: the model's own peak bytes predicted within this error.
 MEMORY_PREDICTION_GOAL_PCT = 10.0
 # The prediction family's goals per hold-out (21_prediction) and for the recommender's queries

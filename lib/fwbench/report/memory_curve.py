@@ -19,6 +19,7 @@ from fwbench.report.tables import extra_columns, kept_rounds
 from fwbench.vocab import MEMORY_ACTIVATION_GOAL_PCT as ACTIVATION_GOAL_PCT
 from fwbench.vocab import MEMORY_COMPILED_KINDS
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
+from fwbench.vocab import MEMORY_SIM_ERROR_BAR_PCT as SIM_BAR_PCT
 
 KEYS = ["model", "batch_size", "device_name"]
 REFERENCE = "none"
@@ -275,8 +276,8 @@ def _why_slower(plan) -> str:
     where checkpointing replays a block's forward once for all the activations in it)."""
     parts = []
     predicted, measured = plan.get("predicted_multiple"), plan.get("measured_multiple")
-    if predicted is not None and measured is not None and not pd.isna(predicted * measured):
-        if abs(predicted / measured - 1) <= 0.05:
+    if pd.notna(predicted) and pd.notna(measured):
+        if 100 * abs(predicted / measured - 1) <= SIM_BAR_PCT:
             parts.append(
                 f"the time model foresaw {plan.method}'s cost ({predicted:.2f}× the unplanned "
                 f"graph predicted, {measured:.2f}× measured), so it is the plan's choice of "
@@ -289,7 +290,7 @@ def _why_slower(plan) -> str:
                 "outside the model"
             )
     repeat, replay = plan.get("replay_repeat_pct"), plan.get("replay_ms")
-    if repeat is not None and replay is not None and not pd.isna(repeat * replay):
+    if pd.notna(repeat) and pd.notna(replay):
         parts.append(
             f"{plan.method} replays {replay:,.0f} ms of profiled forward nodes, {repeat:.0f}% "
             "of it on nodes it replays more than once, since each recomputed activation "
@@ -346,7 +347,7 @@ def sentences(table: pd.DataFrame) -> list[str]:
             worst_peak = planned.sim_peak_error_pct.abs().max()
             exact = planned.exact_max_abs_diff.max()
             timed = planned[planned.sim_time_error_pct.notna()]
-            within = "yes" if worst_peak <= 5 else "no"
+            within = "yes" if worst_peak <= SIM_BAR_PCT else "no"
             if timed.empty:
                 time_words = "no quiet trial checked the time"
             else:
@@ -354,7 +355,7 @@ def sentences(table: pd.DataFrame) -> list[str]:
                 within = time_within if within == "yes" else within
             out.append(
                 f"{name}: over {len(planned)} planned graphs the simulator's largest error is "
-                f"{worst_peak:.2f}% on the peak and {time_words}; each within 5%: "
+                f"{worst_peak:.2f}% on the peak and {time_words}; each within {SIM_BAR_PCT:g}%: "
                 f"{within}. The float64 proof's largest difference is "
                 f"{exact:.1e}."
             )
@@ -391,10 +392,11 @@ def _time_words(timed: pd.DataFrame) -> tuple[str, str]:
     if allocators:
         words += f"; the steps' malloc: {' and '.join(allocators)}"
     if "time_error_pooled_pct" not in timed or timed.time_error_pooled_pct.isna().any():
-        return words, "yes" if worst_time <= 5 else "no"
+        return words, "yes" if worst_time <= SIM_BAR_PCT else "no"
     worst = timed.loc[timed.time_error_pooled_pct.abs().idxmax()]
-    inside = ((timed.time_error_low_pct >= -5) & (timed.time_error_high_pct <= 5)).sum()
-    beyond = ((timed.time_error_low_pct > 5) | (timed.time_error_high_pct < -5)).sum()
+    low, high = timed.time_error_low_pct, timed.time_error_high_pct
+    inside = ((low >= -SIM_BAR_PCT) & (high <= SIM_BAR_PCT)).sum()
+    beyond = ((low > SIM_BAR_PCT) | (high < -SIM_BAR_PCT)).sum()
     shared = int(timed.get("time_rounds_shared", pd.Series(dtype=float)).fillna(0).sum())
     left_out = f"; {shared} rounds on a shared machine left out" if shared else ""
     words += (
@@ -402,7 +404,7 @@ def _time_words(timed: pd.DataFrame) -> tuple[str, str]:
         f"({int(timed.time_rounds_pooled.min())} or more a graph{left_out}), the largest error is "
         f"{worst.time_error_pooled_pct:+.1f}% at {worst.method} (95% interval "
         f"{worst.time_error_low_pct:+.1f}% to {worst.time_error_high_pct:+.1f}%), and "
-        f"{inside} of {len(timed)} graphs have their interval inside ±5%"
+        f"{inside} of {len(timed)} graphs have their interval inside ±{SIM_BAR_PCT:g}%"
     )
     return words, "no" if beyond else ("yes" if inside == len(timed) else "not shown")
 

@@ -388,7 +388,7 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                 sim = plan.simulation
                 row["recomputed_bytes"] = plan.recomputed_bytes
                 row["swapped_bytes"] = plan.swapped_bytes
-                row |= _replay_figures(plan.simulation, r.profile)
+                row |= _replay_figures(sim, r.profile)
                 row["budget_bytes"] = plan.budget_bytes
                 row["met_budget"] = plan.met_budget
                 if m.method in r.exact:
