@@ -6,7 +6,7 @@
 # 95% interval of the median), images/s, the FLOPs of one whole step and the FLOP/s achieved
 # (the analysis divides them by the measured peak for training MFU), compile time (JAX lowering
 # and XLA compile timed apart; torch.compile's first step minus a steady step), peak memory and
-# energy per step. Then, with `check_parity` and `check_convergence`, run BOTH frameworks in this
+# energy per step, and with `timed_epochs` the wall time of whole epochs. Then, with `check_parity` and `check_convergence`, run BOTH frameworks in this
 # kernel to show they train the same function:
 #
 # - **Training parity, proven in float64**: from the same ported weights, on the same batches,
@@ -63,6 +63,7 @@ min_iters = 5
 min_seconds = 1.0
 warmup = 3
 include_data = False
+timed_epochs = 0  # passes over the training split timed after the step (0: none)
 channels_last = False
 cudnn_benchmark = False
 check_parity = True
@@ -84,7 +85,9 @@ steps = 0
 # `mode = "default"` is each framework's default: torch eager, JAX jit. `channels_last` and
 # `cudnn_benchmark` are torch's best-practice switches for CNNs on a GPU (off by default).
 # `steps` caps the steps per epoch of the convergence run (0 = a full pass over the training
-# split). `stochastic_layers = True` keeps dropout and stochastic depth on in the convergence run;
+# split). `timed_epochs` times that many whole epochs of the speed cell's trainer after its steps
+# (`epoch_seconds`: fetching, placing and stepping every full batch of `dataset`'s training split),
+# the stopwatch 21_prediction holds its training-time forecast against. `stochastic_layers = True` keeps dropout and stochastic depth on in the convergence run;
 # off, both sides train the same deterministic function (each framework would draw its own
 # masks; see `fwbench.families.training.convergence`). ViT image sizes must be multiples of 16.
 
@@ -190,6 +193,17 @@ if measure_speed:
         channels_last=settings.get("channels_last", False),
     ):
         recording.add_speed(rec, speed)
+    if timed_epochs and speed.status == "ok":
+        from fwbench.families.training.speed import measure_epochs
+
+        epochs_timed = measure_epochs(trainer, data, batch_size, seed, timed_epochs)
+        with rec.extras(settings=settings, config=config.describe()):
+            recording.add_epochs(rec, epochs_timed, batch_size)
+        print(
+            f"{epochs_timed.steps} steps ({epochs_timed.images} images) an epoch: "
+            + ", ".join(f"{s:.2f}" for s in epochs_timed.seconds)
+            + " s"
+        )
     del trainer
     display(rec.frame()[["metric", "value", "unit", "n", "ci_low", "ci_high", "status"]])
 

@@ -11,7 +11,9 @@
 # For each hold-out: MAPE, the share within ±10% and ±15%, the worst error, how often the
 # conformal interval held the measurement, and the correct-winner rate (JAX jit against PyTorch
 # eager, in the comparisons whose paired interval excludes 1). Records: family `prediction`,
-# the hold-out in `extra`. The table it learned from is saved beside this notebook as
+# the hold-out in `extra`. It forecasts the training time per epoch too, the forward's forecast times a
+# training multiple learned from measured steps, against every epoch 11_training timed (hold-out
+# `epoch`). The table it learned from is saved beside this notebook as
 # `training_table.csv`; `fwbench predict` fits on the newest one.
 #
 # What enters (`fwbench.families.prediction.dataset`): configurations on hardware that names
@@ -22,12 +24,16 @@
 #
 # **Runtime:** 3 to 8 min on a 2-core CPU: the features of each measured model and batch size
 # (about a second each, on PyTorch's meta device), one fit per hold-out fold, a real forward per
-# model at `memory_batch_sizes` and two traced training steps per memory case.
+# model at `memory_batch_sizes`, two traced training steps per memory case, and one fit per
+# model with a measured training step or epoch.
 
 # %% tags=["parameters"]
 holdouts = ["family", "batch", "threads", "cpu"]
 memory_batch_sizes = [1, 16]  # inference peaks measured at these of the table's batch sizes
 memory_training = True  # also extrapolate the memory campaigns' training peaks from batch 2 and 3
+epoch_check = (
+    True  # forecast every measured training epoch in the index (11_training's timed_epochs)
+)
 db_path = ""  # empty: $FWBENCH_DB, else executed/fwbench.duckdb
 seed = 0
 
@@ -41,7 +47,14 @@ from IPython.display import Markdown, display
 from tqdm import tqdm
 
 from fwbench import vocab
-from fwbench.families.prediction import dataset, forecast, peaks, prediction_charts, predictor
+from fwbench.families.prediction import (
+    dataset,
+    epochs,
+    forecast,
+    peaks,
+    prediction_charts,
+    predictor,
+)
 from fwbench.pipeline.campaign import find_repo_root
 from fwbench.results import db as fw_db
 from fwbench.results.records import Recorder
@@ -311,6 +324,86 @@ if memory_scores:
             size=260,
         ).properties(title="The model's own bytes: predicted against the allocator's measurement")
     )
+
+# %% [markdown]
+# ## Training time per epoch, against a stopwatch (hold-out `epoch`)
+# A training step is a multiple of its forward: the inference predictor forecasts the forward at
+# the step's batch and image size, and the multiple is learned from the index's measured training
+# steps, per framework (`fwbench.families.prediction.epochs`). An epoch is the pass's steps times
+# that step. Each measured epoch (11_training with `timed_epochs`, `params/epoch_check.yaml`) is
+# forecast by what never saw its model: the inference fit without it, the multiple from the other
+# models' steps. `steps × measured step` shows what a real pass adds to its timed steps (batches
+# drawn and placed, no warm-up between them).
+
+# %%
+epoch_scores = pd.DataFrame()
+if epoch_check and len(table):
+    with fw_db.connect(db_file, read_only=True) as con:
+        train_steps, train_epochs = epochs.measured(con)
+        hardware = dataset.ceilings(con)
+    train_steps = epochs.with_forward(table, epochs.with_features(train_steps, hardware), seed=seed)
+    train_epochs = epochs.with_features(train_epochs, hardware)
+    if folder and len(train_steps):
+        # beside the training table: what `fwbench predict --epoch-images` learns its multiple from
+        epochs.save_steps(train_steps, Path(folder))
+    print(
+        f"{len(train_steps)} training steps of {train_steps.model.nunique() if len(train_steps) else 0}"
+        f" models teach the multiple; {len(train_epochs)} measured epochs to forecast"
+    )
+    epoch_scores = epochs.epoch_errors(table, train_steps, train_epochs, seed=seed)
+scorable = epoch_scores[epoch_scores.multiple_rows > 0] if len(epoch_scores) else epoch_scores
+if len(scorable):
+    found = predictor.errors(scorable.epoch_s, scorable.predicted_s)
+    found["interval_coverage_pct"] = float(
+        ((scorable.epoch_s >= scorable.low) & (scorable.epoch_s <= scorable.high)).mean() * 100
+    )
+    extra = {"holdout": "epoch", "folds": int(scorable.model.nunique()), "rows": found["n"]}
+    for metric in ("mape_pct", "within_10pct", "within_15pct", "worst_pct"):
+        rec.add(metric, found[metric], "%", n=found["n"], extra=extra)
+    rec.add("interval_coverage_pct", found["interval_coverage_pct"], "%", n=found["n"], extra=extra)
+    metric, bound = vocab.PREDICTION_GOALS["epoch"]
+    word = "meets" if found[metric] >= bound else f"misses by {bound - found[metric]:.1f} points"
+    worst = scorable.loc[scorable.error_pct.abs().idxmax()]
+    display(
+        Markdown(
+            f"- **epoch** ({found['n']} measured epochs of {scorable.model.nunique()} models): "
+            f"MAPE {found['mape_pct']:.1f}%, {found['within_15pct']:.0f}% within ±15%, interval "
+            f"held {found['interval_coverage_pct']:.0f}%; goal {metric} ≥ {bound:g}: {word}. "
+            f"Worst: {worst.model} on {worst.framework} at batch {worst.batch_size}, "
+            f"{worst.predicted_s:.1f} s forecast against {worst.epoch_s:.1f} s measured "
+            f"({worst.error_pct:+.1f}%), with a multiple of {worst.multiple:.2f} from "
+            f"{worst.multiple_rows} other steps."
+        )
+    )
+    display(
+        scorable[
+            [
+                "model",
+                "framework",
+                "batch_size",
+                "image_size",
+                "threads",
+                "device_name",
+                "steps",
+                "n_trials",
+                "epoch_s",
+                "steps_times_step_s",
+                "forward_s",
+                "multiple",
+                "predicted_s",
+                "low",
+                "high",
+                "error_pct",
+            ]
+        ].round(3)
+    )
+else:
+    reason = (
+        "no measured epoch with another model's training step of its framework in the index "
+        "(run params/epoch_check.yaml)"
+    )
+    rec.add("mape_pct", None, "%", status="skipped", error=reason, extra={"holdout": "epoch"})
+    print(f"epoch: skipped: {reason}")
 
 # %%
 rec.emit()

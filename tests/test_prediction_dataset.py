@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from fwbench.families.prediction import dataset, forecast
+from fwbench.families.prediction import dataset, epochs, forecast
 from fwbench.measure.device import cpu_device_name
 from fwbench.results import db as fw_db
 from tests.conftest import run_cli
@@ -65,7 +65,10 @@ def _insert(
             json.dumps(extra if extra is not None else {"image_size": IMAGE}),
         ],
     )
-    if metric != "latency_p50_ms":  # one cell row per cell, whatever it records
+    if metric not in (
+        "latency_p50_ms",
+        "epoch_seconds",
+    ):  # one cell row per cell, whatever it records
         con.execute(
             "insert into cells (run_id, campaign, notebook, cell, trial, status, shared_machine) "
             "values ('r1', 'synth', '10_inference', ?, ?, 'ok', ?)",
@@ -124,6 +127,54 @@ def write_index(path, device_name=CPU, threads=2):
                 threads=threads,
             )
     con.close()
+
+
+# a training step's p50 (ms) per trial, by (model, framework); the shared trial is the fourth, and
+# each trial's timed epoch is the pass's steps times its step, plus a tenth for fetching batches
+TRAINING_STEP_MS = {
+    ("resnet18", "torch"): [40.0, 42.0, 41.0, 400.0],
+    ("mobilenet_v3_small", "torch"): [20.0, 21.0, 22.0, 20.0],
+    ("squeezenet1_1", "torch"): [25.0, 24.0, 26.0, 25.0],
+}
+TRAINING_BATCH, EPOCH_STEPS = 4, 30
+
+
+def write_training(path, device_name=CPU, threads=2):
+    """11_training's rows for the epoch forecast: steps and timed epochs of three models."""
+    con = fw_db.connect(path)
+    for (model, framework), values in TRAINING_STEP_MS.items():
+        for trial, ms in enumerate(values, start=1):
+            kwargs = dict(
+                device_name=device_name,
+                threads=threads,
+                model=model,
+                framework=framework,
+                batch=TRAINING_BATCH,
+                trial=trial,
+                family="training",
+                shared=trial == 4,
+            )
+            _insert(con, value=ms, metric="step_time_p50_ms", **kwargs)
+            epoch = {"image_size": IMAGE, "steps": EPOCH_STEPS, "images": EPOCH_STEPS * 4}
+            seconds = 1.1 * EPOCH_STEPS * ms / 1000
+            _insert(con, value=seconds, metric="epoch_seconds", extra=epoch, **kwargs)
+    con.close()
+
+
+def test_measured_training_steps_and_epochs_take_clean_trials(tmp_path):
+    write_index(tmp_path / "i.duckdb")
+    write_training(tmp_path / "i.duckdb")
+    con = fw_db.connect(tmp_path / "i.duckdb", read_only=True)
+    steps, measured_epochs = epochs.measured(con)
+    con.close()
+    steps = steps.set_index("model")
+    # three clean trials remain, so the shared fourth (400 ms) is left out
+    assert steps.loc["resnet18"].step_s == pytest.approx(0.041)
+    assert steps.loc["resnet18"].n_trials == 3 and steps.loc["resnet18"].image_size == IMAGE
+    row = measured_epochs.set_index("model").loc["resnet18"]
+    assert row.epoch_s == pytest.approx(1.1 * EPOCH_STEPS * 0.041)
+    assert (row.steps, row.images, row.batch_size) == (EPOCH_STEPS, EPOCH_STEPS * 4, 4)
+    assert set(row.trial_epoch_s) == {1, 2, 3}
 
 
 def test_measured_takes_clean_trials_of_named_hardware(tmp_path):
@@ -207,6 +258,11 @@ def _predict(tmp_path, *args):
             ["--model", "resnet18", "--framework", "jax", "--batch-size", "1", "--mode", "compile"],
             "not a jax mode",
         ),
+        (
+            ["--model", "resnet18", "--framework", "torch", "--batch-size", "8"]
+            + ["--epoch-images", "4"],
+            "--epoch-images",
+        ),
     ],
 )
 def test_predict_refuses_bad_input_in_one_line_before_any_work(tmp_path, args, words):
@@ -246,6 +302,27 @@ def test_predict_answers_from_the_index_and_shows_the_measurement(tmp_path):
     assert answer["model_seen"] and "own measurements are among those it learned" in text.stdout
 
 
+def test_predict_forecasts_an_epoch_from_other_models_training_steps(tmp_path):
+    name = cpu_device_name()
+    if not dataset.identified("cpu", name):
+        pytest.skip(f"this CPU ({name}) reports no family and model")
+    write_index(tmp_path / "i.duckdb", device_name=name, threads=1)
+    args = ["--model", "resnet18", "--framework", "torch", "--batch-size", "4", "--threads", "1"]
+    args += ["--image-size", str(IMAGE)]
+    without = json.loads(_predict(tmp_path, *args, "--epoch-images", "102", "--json").stdout)
+    assert without["epoch"]["epoch_s"] is None and "epoch_check" in without["epoch"]["reason"]
+    write_training(tmp_path / "i.duckdb", device_name=name, threads=1)
+    done = _predict(tmp_path, *args, "--epoch-images", "102", "--json")
+    assert done.returncode == 0, done.stderr
+    epoch = json.loads(done.stdout)["epoch"]
+    # 102 images make 25 full batches of 4; the multiple comes from the two other models only
+    assert (epoch["steps"], epoch["images"], epoch["multiple_rows"]) == (25, 100, 2)
+    assert epoch["epoch_s"] == pytest.approx(25 * epoch["step_ms"] / 1000)
+    assert epoch["interval"]["low"] < epoch["epoch_s"] < epoch["interval"]["high"]
+    text = _predict(tmp_path, *args, "--epoch-images", "102")
+    assert text.returncode == 0 and "an epoch of 100 images (25 steps)" in text.stdout
+
+
 def test_a_measurement_at_another_image_size_is_pointed_at(tmp_path):
     write_index(tmp_path / "i.duckdb")
     con = fw_db.connect(tmp_path / "i.duckdb", read_only=True)
@@ -271,6 +348,7 @@ def test_the_newest_saved_table_is_found(tmp_path):
 
 def test_21_and_22_score_hold_outs_and_recommendations(tmp_path, write_campaign):
     write_index(tmp_path / "i.duckdb")
+    write_training(tmp_path / "i.duckdb")
     campaign = write_campaign(
         "campaign: predsynth\nsteps:\n  - notebook: 21_prediction\n"
         f"    params: {{holdouts: [family, batch, threads], db_path: '{tmp_path / 'i.duckdb'}'}}\n"
@@ -291,7 +369,10 @@ def test_21_and_22_score_hold_outs_and_recommendations(tmp_path, write_campaign)
     scored = rows[(rows.status == "ok") & (rows.notebook == "21_prediction")]
     # three families (resnet, mobilenet, squeezenet) make the family hold-out; no batch size
     # above 16 and one thread count make no other, which the notebook says rather than scores
-    assert set(scored.holdout) == {"family", "memory_inference"}
+    # and every timed epoch is forecast from the other two models' steps
+    assert set(scored.holdout) == {"family", "memory_inference", "epoch"}
+    epoch = scored[scored.holdout == "epoch"].set_index("metric").value
+    assert 0 <= epoch["mape_pct"] and 0 <= epoch["within_15pct"] <= 100
     # the memory check: the three PyTorch models at batch 1, each a real forward's peak
     memory = scored[scored.metric == "memory_error_pct"]
     assert set(memory.holdout) == {"memory_inference"} and memory.value.between(0, 100).all()

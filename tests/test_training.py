@@ -9,7 +9,7 @@ import torch
 from flax import nnx
 
 from fwbench.data import batches
-from fwbench.families.training import convergence, optim, steps
+from fwbench.families.training import convergence, optim, speed, steps
 from fwbench.models.layers import TorchBatchNorm
 from fwbench.results.records import RECORDS_MIME
 from tests.conftest import REPO, run_cli
@@ -229,6 +229,28 @@ def test_every_epoch_sees_the_same_batches_on_both_sides_and_a_new_order_each_ep
         batches.load("imagenet100", 32)
 
 
+def test_an_epoch_is_timed_over_every_full_batch_of_the_training_split():
+    data = batches.load("digits", 8)
+    reference, _ = _twins()
+    trainer = steps.TorchTrainer(reference, optim.OptimConfig("sgd", lr=0.01))
+    stepped = []
+    step = trainer.step
+
+    def counted(batch):
+        stepped.append(len(batch[1]))
+        return step(batch)
+
+    trainer.step = counted
+    timing = speed.measure_epochs(trainer, data, 32, seed=0, passes=2)
+    full = convergence.steps_per_epoch(data, 32)
+    assert (timing.steps, timing.images) == (full, full * 32) and full > 10
+    assert len(timing.seconds) == 2 and min(timing.seconds) > 0
+    assert stepped == [32] * (2 * full)  # every full batch of both passes, none left over
+    # synthetic noise has no split: its epoch is the sampler's fixed count of batches
+    noise = batches.load("synthetic", 8)
+    assert convergence.steps_per_epoch(noise, 4) == batches.SYNTHETIC_BATCHES_PER_EPOCH
+
+
 @pytest.mark.slow
 def test_training_notebook_through_the_runner(tmp_path):
     campaign = tmp_path / "train.yaml"
@@ -238,7 +260,8 @@ campaign: train_test
 steps:
   - notebook: {REPO}/notebooks/11_training
     params: {{device: cpu, model: resnet50, framework: torch, image_size: 32, batch_size: 4,
-              dataset: digits, min_iters: 2, min_seconds: 0.0, warmup: 1, parity_steps: 3}}
+              dataset: digits, min_iters: 2, min_seconds: 0.0, warmup: 1, parity_steps: 3,
+              timed_epochs: 1}}
 """
     )
     out = tmp_path / "out"
@@ -267,12 +290,16 @@ steps:
         ("energy_j_per_step", "J"),
         ("flops_per_step", "FLOP/step"),
         ("achieved_tflops", "TFLOP/s"),
+        ("epoch_seconds", "s"),
     ]:
         assert got[("torch", metric)][3] == unit
     flops = got[("torch", "flops_per_step")]
     assert flops[2] > 0 and "FlopCounterMode" in json.loads(flops[6])["counter"]
     assert got[("torch", "achieved_tflops")][2] > 0
     assert got[("torch", "step_time_p50_ms")][2] > 0
+    timed = json.loads(got[("torch", "epoch_seconds")][6])
+    assert got[("torch", "epoch_seconds")][2] > 0 and len(timed["passes"]) == 1
+    assert timed["images"] == timed["steps"] * 4  # batch 4, full batches of the digits split
     assert got[("torch", "step_time_p95_ms")][5] >= 2
     energy = json.loads(got[("torch", "energy_j_per_step")][6])
     assert got[("torch", "energy_j_per_step")][2] is not None or energy.get("reason")

@@ -207,6 +207,11 @@ def _predict_request(args):
         if value is not None and (value < 1 or (top is not None and value > top)):
             bound = f"between 1 and {top} (this machine's cores)" if top else "at least 1"
             return None, f"{name} must be {bound}, got {value}"
+    epoch_images = getattr(args, "epoch_images", None)
+    if epoch_images is not None and epoch_images < args.batch_size:
+        return None, (
+            f"--epoch-images must hold at least one batch of {args.batch_size}, got {epoch_images}"
+        )
     image_size = args.image_size or spec.image_size
     if image_size < 32:
         return None, f"--image-size must be at least 32, got {image_size}"
@@ -328,6 +333,8 @@ def cmd_predict(args) -> int:
     measured = forecast.measured_throughput(every_measurement, request)
     other_sizes = forecast.measured_sizes(every_measurement, request)
     result["measured"] = measured["throughput_img_s"] if measured else None
+    if args.epoch_images is not None:
+        result["epoch"] = _epoch_forecast(table, db_path, out, request, result, args.epoch_images)
     if args.json:
         seen = request.model in set(table.model)
         print(
@@ -376,6 +383,17 @@ def cmd_predict(args) -> int:
         )
     else:
         print("  measured               no measurement of this configuration on this machine")
+    epoch = result.get("epoch")
+    if epoch and epoch.get("epoch_s") is not None:
+        print(
+            f"  predicted training     {epoch['step_ms']:.4g} ms a step ({epoch['multiple']:.2f}x "
+            f"the forward, from {epoch['multiple_rows']} measured {request.framework} steps); "
+            f"an epoch of {epoch['images']} images ({epoch['steps']} steps) "
+            f"{epoch['epoch_s']:.4g} s ({epoch['interval']['low']:.4g} to "
+            f"{epoch['interval']['high']:.4g})"
+        )
+    elif epoch:
+        print(f"  predicted training     n/a: {epoch['reason']}")
     print(f"  learned from {result['trained_on']} measured configurations ({source})")
     if request.model in set(table.model):
         print(
@@ -383,6 +401,51 @@ def cmd_predict(args) -> int:
             "is not a forecast for a model nobody ran"
         )
     return EXIT_OK if not math.isnan(result["throughput_img_s"]) else EXIT_CELL_FAILED
+
+
+def _epoch_forecast(table, db_path: Path, out: Path, request, result: dict, images: int) -> dict:
+    """``predict --epoch-images``: a training step and one epoch of ``images`` (full batches), the
+    forward's forecast times the multiple the index's measured training steps of this framework
+    teach (other models only, as 21_prediction checks it against timed epochs)."""
+    import math
+
+    from fwbench.families.prediction import dataset, epochs
+
+    steps = epochs.latest_steps(out)
+    if steps is None:
+        con = db.connect(db_path, read_only=True)
+        try:
+            measured_steps, _ = epochs.measured(con)
+            hardware = dataset.ceilings(con)
+        finally:
+            con.close()
+        with_features = epochs.with_features(measured_steps, hardware)
+        steps = epochs.with_forward(table, with_features) if len(with_features) else with_features
+    count = images // request.batch_size
+    found = {"images": count * request.batch_size, "steps": count}
+    learned = (
+        epochs.multiple_for(steps, request.framework, request.model)
+        if len(steps)
+        else (float("nan"), float("nan"), 0)
+    )
+    if not learned[2]:
+        return {
+            **found,
+            "epoch_s": None,
+            "reason": f"no measured {request.framework} training step of another model in the "
+            "index (params/epoch_check.yaml measures some)",
+        }
+    forward_s = request.batch_size / result["throughput_img_s"]
+    half_width = math.log(result["throughput_img_s"] / result["interval"]["low"])
+    epoch = epochs.forecast_epoch(forward_s, half_width, learned, count)
+    return {
+        **found,
+        "step_ms": epoch["epoch_s"] / count * 1000,
+        "epoch_s": epoch["epoch_s"],
+        "interval": {"low": epoch["low"], "high": epoch["high"]},
+        "multiple": learned[0],
+        "multiple_rows": learned[2],
+    }
 
 
 def _prices(path: str) -> dict:
@@ -700,6 +763,12 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     predict.add_argument("--threads", type=int, help="intra-op threads (default: all cores)")
     predict.add_argument("--mode", default="default", help="eager, compile, jit (default: default)")
+    predict.add_argument(
+        "--epoch-images",
+        type=int,
+        metavar="N",
+        help="also forecast a training step and one epoch over N images (full batches)",
+    )
     _decision_arguments(predict, "one JSON object on stdout")
     predict.set_defaults(func=cmd_predict)
     recommend = sub.add_parser(

@@ -90,13 +90,14 @@ def _trial_rows(con) -> pd.DataFrame:
     return frame[keep]
 
 
-def _clean(group: pd.DataFrame) -> pd.DataFrame:
+def clean_trials(group: pd.DataFrame) -> pd.DataFrame:
+    """``group``'s trials that ran alone, when at least ``MIN_CLEAN_TRIALS`` did; else all."""
     clean = group[~group.shared.astype(bool)]
     return clean if len(clean) >= MIN_CLEAN_TRIALS else group
 
 
 def _median(group: pd.DataFrame, metric: str) -> float:
-    rows = _clean(group[group.metric == metric])
+    rows = clean_trials(group[group.metric == metric])
     return float(np.median(rows.value)) if len(rows) else np.nan
 
 
@@ -109,7 +110,7 @@ def measured(con) -> pd.DataFrame:
     rows = []
     for key, group in trials.groupby(["campaign", "run_id", *CONFIG], sort=True):
         record = dict(zip(["campaign", "run_id", *CONFIG], key, strict=True))
-        thr = _clean(group[group.metric == "throughput_img_s"])
+        thr = clean_trials(group[group.metric == "throughput_img_s"])
         if thr.empty:
             continue
         batch = record["batch_size"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fwbench.data.batches import TrainingData
+from fwbench.data.batches import SYNTHETIC_BATCHES_PER_EPOCH, TrainingData
 from fwbench.families.training.optim import OptimConfig
 from fwbench.families.training.steps import JaxTrainer, TorchTrainer, configure_precision
 
@@ -61,6 +61,9 @@ class Curve:
 def steps_per_epoch(data: TrainingData, batch_size: int, limit: int = 0) -> int:
     """Full batches in one pass over the training split, capped at ``limit`` when positive."""
     source = data.train_source
+    if source is None:  # synthetic noise: its "epoch" is a fixed number of batches
+        full = SYNTHETIC_BATCHES_PER_EPOCH
+        return min(full, limit) if limit > 0 else full
     n = len(source[1]) if isinstance(source, tuple) else len(source)
     full = n // batch_size
     if full == 0:

@@ -15,7 +15,9 @@ Parity comes as two sets of rows, told apart by metric name and ``precision``:
   differ by more than ``extra.threshold`` within ``extra.steps_compared`` steps).
 
 Speed rows add ``flops_per_step`` (FLOP/step, ``extra.counter`` naming the counting method) and
-``achieved_tflops`` (TFLOP/s, flops_per_step over the median step time).
+``achieved_tflops`` (TFLOP/s, flops_per_step over the median step time). A timed epoch adds
+``epoch_seconds`` (the median pass; ``extra.passes``, ``extra.images``, ``extra.steps``), the
+measurement 21_prediction holds its training-time forecast against.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from fwbench.families.training.parity import (
     ZERO_GRADIENT_RATIO,
     ParityResult,
 )
-from fwbench.families.training.speed import SpeedResult
+from fwbench.families.training.speed import EpochTiming, SpeedResult
 
 SKIP_RULE = (
     f"skipped: fp64 gradient norm below {ZERO_GRADIENT_RATIO:g} of the step's largest at every "
@@ -133,6 +135,24 @@ def add_speed(rec, result: SpeedResult, **columns) -> None:
             },
             **columns,
         )
+
+
+def add_epochs(rec, timing: EpochTiming, batch_size: int, **columns) -> None:
+    rec.add(
+        "epoch_seconds",
+        timing.median_s,
+        "s",
+        n=len(timing.seconds),
+        batch_size=batch_size,
+        extra={
+            "passes": [round(s, 4) for s in timing.seconds],
+            "images": timing.images,
+            "steps": timing.steps,
+            "what": "one pass over the training split: fetch, place and step every full batch, "
+            "one sync at its end, no validation",
+        },
+        **columns,
+    )
 
 
 def add_parity(rec, result: ParityResult, batch_size: int, **columns) -> None:

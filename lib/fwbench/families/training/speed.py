@@ -10,6 +10,11 @@ Compile time is measured before the timed region: JAX's lowering and XLA compila
 batch already on the device (several rotated); ``include_data`` makes every timed step also pull
 its batch from the dataset and copy it to the device, and the data pipeline's share is reported.
 
+An epoch is timed apart (``measure_epochs``): one full pass over the training split, batches
+drawn, placed and stepped as a training loop does, synced once at its end, so that what a user
+waits for per epoch, and the predictor's epoch forecast, is held against a stopwatch rather than
+against the step time times the step count.
+
 FLOPs of one whole step (forward, backward, optimizer) are counted the same way on both sides,
 matmuls and convolutions only: torch's FlopCounterMode over an eager step, and the convolutions
 and dot products of the jitted step's XLA program (``Trainer.step_flops``); divided by the
@@ -18,6 +23,7 @@ median step time they give the achieved FLOP/s from which the analysis computes 
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -53,6 +59,38 @@ class SpeedResult:
     flop_counter: str = ""
     achieved_tflops: float | None = None  # flops_per_step / median step time
     achieved_tflops_ci: tuple[float | None, float | None] = (None, None)
+
+
+@dataclass
+class EpochTiming:
+    """Wall-clock seconds of each timed pass over the training split."""
+
+    images: int  # per pass: full batches only, the incomplete last one dropped
+    steps: int
+    seconds: list[float] = field(default_factory=list)
+
+    @property
+    def median_s(self) -> float:
+        return float(np.median(self.seconds))
+
+
+def measure_epochs(trainer, data, batch_size: int, seed: int, passes: int) -> EpochTiming:
+    """Time ``passes`` epochs of ``trainer`` over ``data``'s training split (a
+    ``fwbench.data.batches.TrainingData``), each a fresh order, after its step is compiled and
+    warm (``measure_training_speed`` runs first): fetching, placing and stepping every batch,
+    one sync at the end of the pass, no validation."""
+    from fwbench.families.training.convergence import steps_per_epoch
+
+    steps = steps_per_epoch(data, batch_size)
+    timing = EpochTiming(images=steps * batch_size, steps=steps)
+    for epoch in range(passes):
+        trainer.sync()
+        start = time.perf_counter()
+        for images, labels in itertools.islice(data.train_batches(batch_size, seed, epoch), steps):
+            trainer.step(trainer.put(images, labels))
+        trainer.sync()
+        timing.seconds.append(time.perf_counter() - start)
+    return timing
 
 
 def _timed_data(next_batch: Callable[[], tuple], put, sync_input) -> tuple[Callable, list[float]]:
