@@ -42,6 +42,9 @@ SETTINGS = ("torch eager", "torch compile", "jax jit")
 # cost model has terms; a thinner one uses the costs fitted on all rows, and the correction's
 # setting columns carry its difference
 MIN_SETTING_MODELS = 5
+# a setting learns its own cost for a term only where one of its rows spends this share of its
+# time on the term at the ceiling; elsewhere the term keeps the cost fitted on all rows
+MIN_TERM_SHARE = 0.02
 # what the correction may read: the setting and the model's size, nothing of its shape
 CORRECTION_COLUMNS = [
     "log_batch",
@@ -91,13 +94,25 @@ def cost_terms(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _fit_costs(frame: pd.DataFrame) -> np.ndarray:
-    """Non-negative costs minimising the relative error of the sum over ``frame``'s rows."""
+def _fit_costs(frame: pd.DataFrame, pooled: np.ndarray | None = None) -> np.ndarray:
+    """Non-negative costs minimising the relative error of the sum over ``frame``'s rows. Given
+    the ``pooled`` costs (a setting's own fit), a term that no row of ``frame`` spends
+    ``MIN_TERM_SHARE`` of its time on, at the ceiling, keeps its pooled cost: the rows cannot
+    tell its cost, and a free fit may price it at anything (JAX's CNN rows priced a linear
+    layer's output bytes 24,599 times the bandwidth, and held-out ViTs came out 300 times too
+    slow)."""
     from scipy.optimize import nnls
 
     terms = cost_terms(frame).to_numpy()
     weight = 1.0 / frame.seconds.to_numpy()
-    costs, _ = nnls(terms * weight[:, None], np.ones(len(frame)))
+    costs = np.zeros(terms.shape[1])
+    target = np.ones(len(frame))
+    free = np.ones(terms.shape[1], bool)
+    if pooled is not None:
+        free = (terms * weight[:, None]).max(axis=0) >= MIN_TERM_SHARE
+        costs[~free] = pooled[~free]
+        target = target - (terms[:, ~free] @ pooled[~free]) * weight
+    costs[free], _ = nnls(terms[:, free] * weight[:, None], target)
     return costs
 
 
@@ -160,14 +175,15 @@ def _regressor(seed: int):
 
 
 def fit_costs(frame: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The cost model's weights: one set per setting that is broad enough (``MIN_SETTING_MODELS``)
-    and one fitted on every row for the rest."""
+    """The cost model's weights: one set per setting that is broad enough (``MIN_SETTING_MODELS``),
+    for the terms its rows exercise (``MIN_TERM_SHARE``), and one fitted on every row for the
+    rest."""
     pooled = _fit_costs(frame)
     n_terms = pooled.size
     costs = {}
     for name, rows in frame.groupby(setting_of(frame)):
         if rows.model.nunique() >= MIN_SETTING_MODELS and len(rows) >= 2 * n_terms:
-            costs[name] = _fit_costs(rows)
+            costs[name] = _fit_costs(rows, pooled)
     return costs, pooled
 
 
