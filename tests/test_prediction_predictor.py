@@ -114,6 +114,27 @@ def test_each_framework_gets_its_own_costs():
     assert "jax jit" not in costs and "torch eager" in costs
 
 
+def test_a_setting_keeps_the_pooled_cost_of_a_term_its_rows_never_exercise():
+    """Only PyTorch's ViTs write linear layers' outputs in earnest (JAX's are held out): JAX's own
+    fit cannot tell that term's cost from its CNN rows, so it keeps the pooled one, learned from
+    the PyTorch ViTs, instead of pricing it from classifier heads at whatever NNLS picks."""
+    frame = synthetic_sweep(noise=0.0)
+    vit = frame.model.str.startswith("vit").to_numpy()
+    linear = np.where(vit, frame.total_bytes, frame.total_bytes * 1e-7)
+    frame["bytes:matmul/linear"] = linear
+    frame["seconds"] += 2.0 * linear / (frame.bandwidth_gbs * 1e9)
+    train = frame[~(vit & (frame.framework == "jax").to_numpy())]
+    costs, pooled = predictor.fit_costs(train)
+    column = list(predictor.cost_terms(train).columns).index("bytes:matmul/linear")
+    assert "jax jit" in costs and pooled[column] > 0
+    assert costs["jax jit"][column] == pooled[column]
+    # the held-out JAX ViTs then come out near their true time, not hundreds of times off
+    fitted = predictor.fit(train)
+    held = frame[vit & (frame.framework == "jax").to_numpy()]
+    error = predictor.errors(held.seconds, fitted.predict(held).seconds)
+    assert error["worst_pct"] < 100
+
+
 def test_the_conformal_interval_covers_about_what_it_claims():
     frame = synthetic_sweep(seed=1, noise=0.1)
     held = predictor.evaluate(frame, "family")
