@@ -74,11 +74,14 @@ def _extra(value) -> dict:
     return json.loads(value) if value else {}
 
 
-def _trial_rows(con) -> pd.DataFrame:
-    frame = con.execute(_MEASURED_SQL).df()
-    extra = frame.pop("extra").map(_extra)
-    frame["image_size"] = [int(e.get("image_size") or 224) for e in extra]
-    frame["channels_last"] = [bool(e.get("channels_last")) for e in extra]
+def trial_rows(con, sql: str = _MEASURED_SQL) -> pd.DataFrame:
+    """The rows ``sql`` selects (with ``extra`` and ``shared``) that the predictor can learn from:
+    named hardware, a thread count on a CPU, no channels_last arm; ``extra`` parsed to dicts and
+    ``image_size`` read from it."""
+    frame = con.execute(sql).df()
+    frame["extra"] = frame["extra"].map(_extra)
+    frame["image_size"] = [int(e.get("image_size") or 224) for e in frame.extra]
+    frame["channels_last"] = [bool(e.get("channels_last")) for e in frame.extra]
     frame["threads"] = frame["threads"].fillna(0).astype(int)
     frame["trial"] = frame["trial"].fillna(0).astype(int)
     named = np.array(
@@ -106,7 +109,7 @@ def measured(con) -> pd.DataFrame:
     and ``latency_p95_s`` (the trials' medians of p50 and p95), ``energy_j_per_img`` where a
     counter measured it, ``n_trials`` and ``trial_img_s``
     (trial -> images/s, for pairing by round)."""
-    trials = _trial_rows(con)
+    trials = trial_rows(con)
     rows = []
     for key, group in trials.groupby(["campaign", "run_id", *CONFIG], sort=True):
         record = dict(zip(["campaign", "run_id", *CONFIG], key, strict=True))

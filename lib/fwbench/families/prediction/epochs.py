@@ -20,7 +20,6 @@ placing and stepping every batch of one pass, one sync at its end.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -32,17 +31,7 @@ from fwbench.families.prediction import dataset, predictor
 CEILING_PRECISION = {"fp32": "fp32", "tf32": "tf32", "bf16-mixed": "bf16"}
 STEPS_NAME = "training_steps.csv"
 STEPS_GLOB = f"prediction/*/21_prediction/{STEPS_NAME}"
-STEP_KEY = [
-    "model",
-    "framework",
-    "mode",
-    "precision",
-    "batch_size",
-    "threads",
-    "device",
-    "device_name",
-    "image_size",
-]
+STEP_KEY = dataset.CONFIG  # a training configuration is named as an inference one
 
 _TRAINING_SQL = """
 select m.campaign, m.run_id, m.trial, m.model, m.framework, m.mode, m.precision, m.batch_size,
@@ -56,28 +45,12 @@ where m.family = 'training' and m.status = 'ok' and m.value > 0
 """
 
 
-def _extra(value) -> dict:
-    if isinstance(value, dict):
-        return value
-    return json.loads(value) if value else {}
-
-
 def _trials(con) -> pd.DataFrame:
-    frame = con.execute(_TRAINING_SQL).df()
-    extra = frame.pop("extra").map(_extra)
-    frame["image_size"] = [int(e.get("image_size") or 224) for e in extra]
-    frame["images"] = [e.get("images") for e in extra]
-    frame["steps"] = [e.get("steps") for e in extra]
-    channels_last = np.array([bool(e.get("channels_last")) for e in extra], bool)
-    frame["threads"] = frame["threads"].fillna(0).astype(int)
-    frame["trial"] = frame["trial"].fillna(0).astype(int)
-    named = np.array(
-        [dataset.identified(d, n) for d, n in zip(frame.device, frame.device_name, strict=True)],
-        bool,
+    frame = dataset.trial_rows(con, _TRAINING_SQL)
+    frame = frame.assign(
+        images=[e.get("images") for e in frame.extra], steps=[e.get("steps") for e in frame.extra]
     )
-    keep = named & ~channels_last & frame.precision.isin(list(CEILING_PRECISION))
-    keep &= (frame.device != "cpu") | (frame.threads > 0)
-    return frame[keep]
+    return frame[frame.precision.isin(list(CEILING_PRECISION))]
 
 
 def measured(con) -> tuple[pd.DataFrame, pd.DataFrame]:
