@@ -31,9 +31,7 @@
 holdouts = ["family", "batch", "threads", "cpu"]
 memory_batch_sizes = [1, 16]  # inference peaks measured at these of the table's batch sizes
 memory_training = True  # also extrapolate the memory campaigns' training peaks from batch 2 and 3
-epoch_check = (
-    True  # forecast every measured training epoch in the index (11_training's timed_epochs)
-)
+epoch_check = True  # forecast each training epoch the index timed (11_training's timed_epochs)
 db_path = ""  # empty: $FWBENCH_DB, else executed/fwbench.duckdb
 seed = 0
 
@@ -113,10 +111,7 @@ for kind in holdouts:
         rec.add("mape_pct", None, "%", status="skipped", error=reason, extra={"holdout": kind})
         print(f"{kind}: skipped: {reason}")
         continue
-    found = predictor.errors(held.seconds, held.predicted)
-    found["interval_coverage_pct"] = float(
-        ((held.seconds >= held.low) & (held.seconds <= held.high)).mean() * 100
-    )
+    found = predictor.interval_scores(held.seconds, held.predicted, held.low, held.high)
     # a winner is judged only where the fold was fitted on both frameworks' settings
     found.update(predictor.winner_score(held))
     unseen = int((~held.setting_seen).sum())
@@ -127,9 +122,8 @@ for kind in holdouts:
             "of the winner score for it"
         )
     extra = {"holdout": kind, "folds": int(held.fold.nunique()), "rows": found["n"]}
-    for metric in ("mape_pct", "within_10pct", "within_15pct", "worst_pct"):
+    for metric in predictor.SCORE_METRICS:
         rec.add(metric, found[metric], "%", n=found["n"], extra=extra)
-    rec.add("interval_coverage_pct", found["interval_coverage_pct"], "%", n=found["n"], extra=extra)
     rec.add(
         "correct_winner_rate",
         found["correct_winner_rate"],
@@ -341,8 +335,11 @@ if epoch_check and len(table):
     with fw_db.connect(db_file, read_only=True) as con:
         train_steps, train_epochs = epochs.measured(con)
         hardware = dataset.ceilings(con)
-    train_steps = epochs.with_forward(table, epochs.with_features(train_steps, hardware), seed=seed)
+    train_steps = epochs.with_features(train_steps, hardware)
     train_epochs = epochs.with_features(train_epochs, hardware)
+    # one fit without each model serves its steps' forwards and its epochs' forecasts
+    fits = epochs.fits_without(table, [*train_steps.model, *train_epochs.model], seed=seed)
+    train_steps = epochs.with_forward(table, train_steps, fits=fits)
     if folder and len(train_steps):
         # beside the training table: what `fwbench predict --epoch-images` learns its multiple from
         epochs.save_steps(train_steps, Path(folder))
@@ -350,17 +347,15 @@ if epoch_check and len(table):
         f"{len(train_steps)} training steps of {train_steps.model.nunique() if len(train_steps) else 0}"
         f" models teach the multiple; {len(train_epochs)} measured epochs to forecast"
     )
-    epoch_scores = epochs.epoch_errors(table, train_steps, train_epochs, seed=seed)
+    epoch_scores = epochs.epoch_errors(table, train_steps, train_epochs, fits=fits)
 scorable = epoch_scores[epoch_scores.multiple_rows > 0] if len(epoch_scores) else epoch_scores
 if len(scorable):
-    found = predictor.errors(scorable.epoch_s, scorable.predicted_s)
-    found["interval_coverage_pct"] = float(
-        ((scorable.epoch_s >= scorable.low) & (scorable.epoch_s <= scorable.high)).mean() * 100
+    found = predictor.interval_scores(
+        scorable.epoch_s, scorable.predicted_s, scorable.low, scorable.high
     )
     extra = {"holdout": "epoch", "folds": int(scorable.model.nunique()), "rows": found["n"]}
-    for metric in ("mape_pct", "within_10pct", "within_15pct", "worst_pct"):
+    for metric in predictor.SCORE_METRICS:
         rec.add(metric, found[metric], "%", n=found["n"], extra=extra)
-    rec.add("interval_coverage_pct", found["interval_coverage_pct"], "%", n=found["n"], extra=extra)
     metric, bound = vocab.PREDICTION_GOALS["epoch"]
     word = "meets" if found[metric] >= bound else f"misses by {bound - found[metric]:.1f} points"
     worst = scorable.loc[scorable.error_pct.abs().idxmax()]

@@ -28,7 +28,10 @@ def _training(frame: pd.DataFrame, multiple=MULTIPLE) -> tuple[pd.DataFrame, pd.
 def test_the_forecast_recovers_the_epoch_of_a_model_it_never_saw():
     frame = synthetic_sweep(seed=2, noise=0.02)
     steps, measured = _training(frame)
-    scored = epochs.epoch_errors(frame, epochs.with_forward(frame, steps), measured)
+    fits = epochs.fits_without(frame, steps.model)
+    scored = epochs.epoch_errors(
+        frame, epochs.with_forward(frame, steps, fits=fits), measured, fits=fits
+    )
     assert len(scored) == len(measured) and (scored.multiple_rows > 0).all()
     # the learned multiples sit near the law's, each from the other models' steps
     for framework, multiple in MULTIPLE.items():
@@ -50,8 +53,10 @@ def test_a_held_out_model_never_teaches_its_own_multiple():
     measured.loc[measured.model == odd, "epoch_s"] *= 40 / 3.0
     factor, _, rows = epochs.multiple_for(steps.assign(forward_s=steps.step_s / 3.0), "torch", odd)
     assert factor == pytest.approx(3.0) and rows == (steps.framework == "torch").sum() - 1
-    with_forward = epochs.with_forward(frame, steps)
-    scored = epochs.epoch_errors(frame, with_forward, measured).set_index(["model", "framework"])
+    fits = epochs.fits_without(frame, steps.model)
+    with_forward = epochs.with_forward(frame, steps, fits=fits)
+    scored = epochs.epoch_errors(frame, with_forward, measured, fits=fits)
+    scored = scored.set_index(["model", "framework"])
     assert scored.loc[(odd, "torch")].error_pct < -80  # forecast from a multiple near 3, not 40
     others = scored.drop(index=odd, level="model").xs("torch", level="framework")
     # and the odd model's steps widen every other PyTorch interval, since they teach its spread

@@ -419,15 +419,10 @@ def _epoch_forecast(table, db_path: Path, out: Path, request, result: dict, imag
             hardware = dataset.ceilings(con)
         finally:
             con.close()
-        with_features = epochs.with_features(measured_steps, hardware)
-        steps = epochs.with_forward(table, with_features) if len(with_features) else with_features
+        steps = epochs.with_forward(table, epochs.with_features(measured_steps, hardware))
     count = images // request.batch_size
     found = {"images": count * request.batch_size, "steps": count}
-    learned = (
-        epochs.multiple_for(steps, request.framework, request.model)
-        if len(steps)
-        else (float("nan"), float("nan"), 0)
-    )
+    learned = epochs.multiple_for(steps, request.framework, request.model)
     if not learned[2]:
         return {
             **found,

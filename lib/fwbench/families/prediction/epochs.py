@@ -95,14 +95,28 @@ def with_features(frame: pd.DataFrame, ceiling: pd.DataFrame, progress=None) -> 
     return dataset.with_features(as_inference, feats, ceiling)
 
 
-def with_forward(table: pd.DataFrame, steps: pd.DataFrame, *, seed: int = 0) -> pd.DataFrame:
+def fits_without(table: pd.DataFrame, models, *, seed: int = 0) -> dict:
+    """For each of ``models``, the predictor fitted on ``table`` (the inference training table)
+    without it; None where fewer than two models remain, since a fit needs two. The steps and the
+    epochs of one model share its fit."""
+    out = {}
+    for model in sorted(set(models)):
+        others = table[table.model != model]
+        out[model] = predictor.fit(others, seed=seed) if others.model.nunique() >= 2 else None
+    return out
+
+
+def with_forward(
+    table: pd.DataFrame, steps: pd.DataFrame, *, seed: int = 0, fits: dict | None = None
+) -> pd.DataFrame:
     """``steps`` (with features) with ``forward_s``: each row's forward forecast by a predictor
-    fitted on ``table`` (the inference training table) without that row's model."""
+    fitted on ``table`` without that row's model (``fits``, from ``fits_without``; made here when
+    not given). A row whose model has no such fit teaches nothing (NaN)."""
+    fits = fits_without(table, steps.model, seed=seed) if fits is None else fits
     out = pd.Series(np.nan, index=steps.index)
     for model, group in steps.groupby("model"):
-        others = table[table.model != model]
-        if others.model.nunique() >= 2:  # a fit needs two models; else the row teaches nothing
-            out[group.index] = predictor.fit(others, seed=seed).predict(group).seconds
+        if fits[model] is not None:
+            out[group.index] = fits[model].predict(group).seconds
     return steps.assign(forward_s=out)
 
 
@@ -150,11 +164,16 @@ def forecast_epoch(
 
 
 def epoch_errors(
-    table: pd.DataFrame, steps: pd.DataFrame, epochs: pd.DataFrame, *, seed: int = 0
+    table: pd.DataFrame,
+    steps: pd.DataFrame,
+    epochs: pd.DataFrame,
+    *,
+    seed: int = 0,
+    fits: dict | None = None,
 ) -> pd.DataFrame:
     """Each measured epoch (``epochs``, with features) against its forecast from what never saw
-    its model: the inference predictor fitted without it, the multiple learned from the other
-    models' ``steps`` (``with_forward``'s rows). Adds ``forward_s``, ``multiple``, ``multiple_rows``,
+    its model: the inference predictor fitted without it (``fits``, as in ``with_forward``), the
+    multiple learned from the other models' ``steps`` (``with_forward``'s rows). Adds ``forward_s``, ``multiple``, ``multiple_rows``,
     ``predicted_s``, ``low``, ``high`` and ``error_pct``; ``steps_times_step_s`` is the pass's
     steps times the same run's measured step, where one was measured, to show what an epoch adds
     to its steps."""
@@ -164,20 +183,18 @@ def epoch_errors(
             predicted_s=pd.Series(dtype=float),
             error_pct=pd.Series(dtype=float),
         )
+    fits = fits_without(table, epochs.model, seed=seed) if fits is None else fits
     rows = []
     for model, group in epochs.groupby("model"):
-        others = table[table.model != model]
-        if others.model.nunique() < 2:
+        fitted = fits[model]
+        if fitted is None:
             continue
-        fitted = predictor.fit(others, seed=seed)
         forward = fitted.predict(group).seconds
         for index, row in group.iterrows():
             learned = multiple_for(steps, row.framework, model)
             found = forecast_epoch(forward[index], fitted.half_width, learned, int(row.steps))
             same = steps[
-                (steps.run_id == row.run_id)
-                & (steps[STEP_KEY[:-1]] == row[STEP_KEY[:-1]]).all(axis=1)
-                & (steps.image_size == row.image_size)
+                (steps.run_id == row.run_id) & (steps[STEP_KEY] == row[STEP_KEY]).all(axis=1)
             ]
             rows.append(
                 {
@@ -194,6 +211,6 @@ def epoch_errors(
                 }
             )
     if not rows:
-        return epoch_errors(table, steps, epochs.iloc[:0])
+        return epoch_errors(table, steps, epochs.iloc[:0], fits=fits)
     out = pd.DataFrame(rows)
     return out.assign(error_pct=(out.predicted_s / out.epoch_s - 1) * 100)

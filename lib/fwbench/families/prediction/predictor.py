@@ -279,6 +279,19 @@ def errors(measured: pd.Series, predicted: pd.Series) -> dict:
     }
 
 
+# what every scored hold-out records, each in percent
+SCORE_METRICS = ("mape_pct", "within_10pct", "within_15pct", "worst_pct", "interval_coverage_pct")
+
+
+def interval_scores(
+    measured: pd.Series, predicted: pd.Series, low: pd.Series, high: pd.Series
+) -> dict:
+    """``errors`` and how often the interval [``low``, ``high``] held the measurement."""
+    found = errors(measured, predicted)
+    found["interval_coverage_pct"] = float(((measured >= low) & (measured <= high)).mean() * 100)
+    return found
+
+
 def correct_winner_rate(rows: pd.DataFrame) -> float:
     """Over JAX-vs-PyTorch pairs whose measured gap is decided (``decided`` True), the share where
     the predicted seconds pick the same winner. ``rows``: one per pair, with ``measured_ratio``
