@@ -40,7 +40,7 @@ PREDICTION_GOALS = {
 PREDICTION_ERROR_METRICS = ("mape_pct", "memory_error_pct")
 # The memory methods measured compiled: compilation also fuses kernels, so their times are only
 # ever compared with each other, never with eager ones.
-MEMORY_COMPILED_KINDS = ("compile_budget", "compiled_mu_two")
+MEMORY_COMPILED_KINDS = ("compile_budget", "compiled_mu_two", "compiled_graph")
 
 # What each framework does when a user changes nothing; a notebook's mode "default" resolves to it.
 DEFAULT_MODE = {"torch": "eager", "jax": "jit"}

@@ -25,6 +25,8 @@ KEYS = ["model", "batch_size", "device_name"]
 REFERENCE = "none"
 BASELINES = {"eager": ("checkpoint",), "compiled": ("compile_budget",)}
 OURS = {"eager": "mu_two", "compiled": "compiled_mu_two"}
+# the traced step without a plan, compiled whole (12_memory's compile_graph)
+COMPILED_START = "compiled_graph"
 POINT_METRICS = [
     "peak_mem_bytes",
     "activation_saved_pct",
@@ -37,6 +39,8 @@ POINT_METRICS = [
     "overhead_pct",
     "replay_ms",
     "replay_repeat_pct",
+    "compiled_graphs",
+    "random_replays",
 ]
 # the time model's figures count on quiet trials only, as the issue's bar for it does
 QUIET_METRICS = ("sim_time_error_pct", "predicted_multiple", "measured_multiple")
@@ -337,8 +341,9 @@ def sentences(table: pd.DataFrame) -> list[str]:
             ours = measured[measured.kind == OURS[group_name]]
             if ours.empty:
                 continue
-            if group_name == "eager":  # our eager curve starts at the unplanned step
-                ours = pd.concat([ours, measured[measured.kind == REFERENCE]])
+            # our curve starts at the unplanned step: eager, or the traced step compiled whole
+            start = REFERENCE if group_name == "eager" else COMPILED_START
+            ours = pd.concat([ours, measured[measured.kind == start]])
             for row in measured[measured.kind.isin(BASELINES[group_name])].itertuples():
                 out.append(f"{name}, {group_name}: " + _against(ours, row) + ".")
         out += _compiled_sentences(name, measured)
@@ -411,10 +416,14 @@ def _time_words(timed: pd.DataFrame) -> tuple[str, str]:
 
 def _compiled_sentences(name: str, measured: pd.DataFrame) -> list[str]:
     """How much of each compiled plan's saving survives compilation: its eager peak, its compiled
-    peak and the compiled step without a budget (``compile_budget_1.0``)."""
+    peak, the traced step compiled without a plan (``compiled_graph``, where the run has it: it
+    holds the optimizer update as the plan does) and the model compiled without a budget
+    (``compile_budget_1.0``, the optimizer left eager). The first pair says what compiling did to
+    the plan, the second what compiling the whole step did on its own."""
     out = []
     by_method = measured.set_index("method")
     unplanned = by_method.peak_mem_bytes.get("compile_budget_1.0")
+    whole = by_method.peak_mem_bytes.get(COMPILED_START)
     for row in measured[measured.kind == "compiled_mu_two"].itertuples():
         eager = by_method.peak_mem_bytes.get(f"mu_two@{row.budget:g}")
         if eager is None or pd.isna(eager):
@@ -423,7 +432,33 @@ def _compiled_sentences(name: str, measured: pd.DataFrame) -> list[str]:
             f"{name}, compiled: our plan at budget {row.budget:g} peaks at {eager / 2**20:.0f} MiB "
             f"run eagerly and {row.peak_mem_bytes / 2**20:.0f} MiB compiled"
         )
+        if whole is not None and not pd.isna(whole):
+            change = 100 * (row.peak_mem_bytes / whole - 1)
+            words += (
+                f"; the same traced step without a plan, compiled, peaks at {whole / 2**20:.0f} "
+                f"MiB, so compiled the plan changes the peak by {change:+.1f}%"
+            )
         if unplanned is not None and not pd.isna(unplanned):
-            words += f" (the compiled step without a budget: {unplanned / 2**20:.0f} MiB)"
+            words += f" (the model compiled without a budget: {unplanned / 2**20:.0f} MiB)"
+        words += _graph_words(row, by_method)
         out.append(words + ".")
     return out
+
+
+def _graph_words(row, by_method: pd.DataFrame) -> str:
+    """Into how many graphs torch.compile cut a compiled plan, against the unplanned step, and
+    how many random ops the plan replays (each replay, and each capture of the generator state it
+    replays from, is a call torch.compile does not trace); empty for runs that did not count."""
+    graphs = getattr(row, "compiled_graphs", np.nan)
+    if pd.isna(graphs):
+        return ""
+    words = f"; compiled into {graphs:.0f} graphs"
+    whole = by_method.get("compiled_graphs", pd.Series(dtype=float)).get(COMPILED_START)
+    if whole is not None and not pd.isna(whole):
+        words += f" where the unplanned step made {whole:.0f}"
+    replays = getattr(row, "random_replays", np.nan)
+    if not pd.isna(replays):
+        words += (
+            f", its plan running {replays:.0f} replays of a random op from a saved generator state"
+        )
+    return words

@@ -121,6 +121,14 @@ def _op(qualified: str):
     return getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
 
 
+def random_replays(gm: fx.GraphModule) -> int:
+    """How many replays of a random op a rewritten graph runs from a saved generator state (a
+    mask two recomputed activations need is replayed twice). Each replay,
+    and each capture of the state it replays from, calls the generator's get/set state, which
+    torch.compile does not trace: the compiled graph breaks there."""
+    return sum(1 for node in gm.graph.nodes if node.target is replay_seeded)
+
+
 def replay_seeded(state: torch.Tensor, op: str, *args, **kwargs):
     """Run the random op ``op`` with the generator at ``state`` (where the forward pass drew
     from it), then put the generator back, so nothing after the replay draws anything else."""

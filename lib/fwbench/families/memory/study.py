@@ -39,6 +39,9 @@ class BatchResult:
     round_ms: dict[str, list[float]] = field(default_factory=dict)
     round_faults: dict[str, list[int]] = field(default_factory=dict)  # minor page faults
     round_contention: list[dict | None] = field(default_factory=list)  # the machine, per round
+    # method -> graphs torch.compile made of it (one more than its graph breaks)
+    compiled_graphs: dict[str, int] = field(default_factory=dict)
+    random_replays: dict[str, int] = field(default_factory=dict)  # plan method -> replayed masks
 
     @property
     def activation_peak_bytes(self) -> int:
@@ -59,6 +62,10 @@ def plan_method(fraction: float) -> str:
 
 def compiled_plan_method(fraction: float) -> str:
     return f"compiled_mu_two@{fraction:g}"
+
+
+# the traced step without a plan, compiled whole: what a compiled plan is to be read against
+COMPILED_GRAPH_METHOD = "compiled_graph"
 
 
 def swap_plan_method(fraction: float) -> str:
@@ -97,6 +104,7 @@ def run_batch(
     sqrt_n: bool = False,
     compile_budgets: list[float] = (),
     compile_fractions: list[float] = (),
+    compile_graph: bool = False,
     compile_backend: str = "inductor",
     swap_bandwidth_gbs: float | None = None,
     exact_check: bool = True,
@@ -109,7 +117,9 @@ def run_batch(
 
     ``fractions``: the planner's budgets (share of the activation bytes left at the peak), each
     rewritten, checked and measured eagerly; ``compile_fractions``: those whose rewritten graph is
-    also compiled. ``swap_bandwidth_gbs``: plan with swapping too at that copy bandwidth
+    also compiled; ``compile_graph``: also compile the unplanned traced step, the reference a
+    compiled plan is read against (``torch.compile`` of the model leaves the optimizer out, a
+    compiled traced step holds it). ``swap_bandwidth_gbs``: plan with swapping too at that copy bandwidth
     (simulated only). ``exact_check``: prove every rewritten graph in float64. ``rotation``:
     where in the list of methods measuring starts (the trial number; see below).
     ``replay_random``: the planner may recompute dropout masks, replayed with the generator's
@@ -148,27 +158,32 @@ def run_batch(
 
     timed_graphs = {"graph": traced.graph_module}
 
+    def measure_compiled(method: str, traced: tracer.TracedStep, graph_module) -> None:
+        torch.compiler.reset()
+        torch._dynamo.utils.counters.clear()
+        compiled = torch.compile(rewriter.without_marks(graph_module), backend=compile_backend)
+        result.measurements.append(footprint.measure_graph(method, traced, compiled, device, rule))
+        result.compiled_graphs[method] = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+        del compiled
+        torch.compiler.reset()
+
     def measure_plan(traced: tracer.TracedStep, fraction: float | None) -> None:
         if fraction is None:
             result.measurements.append(
                 footprint.measure_graph("graph", traced, traced.graph_module, device, rule)
             )
+            if compile_graph:
+                measure_compiled(COMPILED_GRAPH_METHOD, traced, traced.graph_module)
             return
         rewritten = rewriter.rewrite(traced.graph_module, found, result.plans[fraction].recompute)
+        result.random_replays[plan_method(fraction)] = rewriter.random_replays(rewritten)
         result.measurements.append(
             footprint.measure_graph(plan_method(fraction), traced, rewritten, device, rule)
         )
         if time_rounds > 0:  # kept for the rounds below, freed after them
             timed_graphs[plan_method(fraction)] = rewritten
         if fraction in compile_fractions:
-            torch.compiler.reset()
-            compiled = torch.compile(rewriter.without_marks(rewritten), backend=compile_backend)
-            method = compiled_plan_method(fraction)
-            result.measurements.append(
-                footprint.measure_graph(method, traced, compiled, device, rule)
-            )
-            del compiled
-            torch.compiler.reset()
+            measure_compiled(compiled_plan_method(fraction), traced, rewritten)
 
     def measure_eager(case) -> None:
         result.measurements.extend(
@@ -379,6 +394,11 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                 "sim_time_error_pct": None,
                 "recomputed_bytes": None,
                 "swapped_bytes": None,
+                "compiled_graphs": r.compiled_graphs.get(m.method),
+                # a compiled plan replays what its eager plan does
+                "random_replays": r.random_replays.get(
+                    plan_method(budget) if kind == "compiled_mu_two" else m.method
+                ),
             }
             sim = None
             if m.method == "graph":
@@ -453,6 +473,8 @@ METRICS = (
     ("swapped_bytes", "swapped_bytes", "bytes"),
     ("replay_ms", "replay_ms", "ms"),
     ("replay_repeat_pct", "replay_repeat_pct", "%"),
+    ("compiled_graphs", "compiled_graphs", "count"),
+    ("random_replays", "random_replays", "count"),
     ("overhead_pct", "overhead_pct", "%"),
     ("memory_saved_pct", "memory_saved_pct", "%"),
     ("activation_saved_pct", "activation_saved_pct", "%"),
