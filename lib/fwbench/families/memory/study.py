@@ -106,6 +106,7 @@ def run_batch(
     compile_fractions: list[float] = (),
     compile_graph: bool = False,
     compile_backend: str = "inductor",
+    compile_locality: bool = True,
     swap_bandwidth_gbs: float | None = None,
     exact_check: bool = True,
     seed: int = 0,
@@ -119,7 +120,9 @@ def run_batch(
     rewritten, checked and measured eagerly; ``compile_fractions``: those whose rewritten graph is
     also compiled; ``compile_graph``: also compile the unplanned traced step, the reference a
     compiled plan is read against (``torch.compile`` of the model leaves the optimizer out, a
-    compiled traced step holds it). ``swap_bandwidth_gbs``: plan with swapping too at that copy bandwidth
+    compiled traced step holds it). ``compile_locality``: leave Inductor's ``reorder_for_locality``
+    pass on (its default) when compiling a traced step or a plan; off, a recomputation stays where
+    the rewriter put it. ``swap_bandwidth_gbs``: plan with swapping too at that copy bandwidth
     (simulated only). ``exact_check``: prove every rewritten graph in float64. ``rotation``:
     where in the list of methods measuring starts (the trial number; see below).
     ``replay_random``: the planner may recompute dropout masks, replayed with the generator's
@@ -162,7 +165,11 @@ def run_batch(
         torch.compiler.reset()
         torch._dynamo.utils.counters.clear()
         compiled = torch.compile(rewriter.without_marks(graph_module), backend=compile_backend)
-        result.measurements.append(footprint.measure_graph(method, traced, compiled, device, rule))
+        # the pass runs when the first call compiles, inside the measurement's warm-up
+        with torch._inductor.config.patch(reorder_for_locality=compile_locality):
+            result.measurements.append(
+                footprint.measure_graph(method, traced, compiled, device, rule)
+            )
         result.compiled_graphs[method] = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
         del compiled
         torch.compiler.reset()
