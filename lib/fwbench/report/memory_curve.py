@@ -10,6 +10,8 @@ process ran; trials on a shared machine are dropped when enough clean ones remai
 
 from __future__ import annotations
 
+import re
+
 import altair as alt
 import numpy as np
 import pandas as pd
@@ -21,7 +23,9 @@ from fwbench.vocab import MEMORY_COMPILED_KINDS
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
 from fwbench.vocab import MEMORY_SIM_ERROR_BAR_PCT as SIM_BAR_PCT
 
-KEYS = ["model", "batch_size", "device_name"]
+# a cell's settings beyond these (its slug less the trial, e.g. ``replay_random=False``) keep
+# two cells of one model and batch size apart
+KEYS = ["model", "batch_size", "device_name", "variant"]
 REFERENCE = "none"
 BASELINES = {"eager": ("checkpoint",), "compiled": ("compile_budget",)}
 OURS = {"eager": "mu_two", "compiled": "compiled_mu_two"}
@@ -56,7 +60,13 @@ def _rows(meas: pd.DataFrame) -> pd.DataFrame:
     rows = extra_columns(
         rows, ["method", "budget", "simulated_only", "swap_bandwidth_gbs", "timed_by", "allocator"]
     )
-    return rows
+    cells = rows["cell"] if "cell" in rows else pd.Series("", index=rows.index)
+    return rows.assign(variant=[_variant(c) for c in cells.fillna("")])
+
+
+def _variant(cell: str) -> str:
+    """A cell's slug without its trial: what its trials share."""
+    return "__".join(p for p in cell.split("__") if not re.fullmatch(r"trial=\d+", p))
 
 
 def pooled_time_error(quiet: pd.DataFrame) -> dict:
@@ -178,11 +188,17 @@ def curve_chart(table: pd.DataFrame) -> alt.Chart:
     """Peak memory against iteration time per model (rows) and batch size (columns), one line
     per method kind, the time's interval as a horizontal rule; eager and compiled in separate
     panels (compiled points are drawn hollow)."""
-    data = table[table.measured].assign(
+    data = table[table.measured]
+    if "variant" not in data:  # 12_memory's own summary of one cell
+        data = data.assign(variant="")
+    several = data.groupby(["model", "batch_size"]).variant.transform("nunique") > 1
+    data = data.assign(
         peak_MB=lambda d: d.peak_mem_bytes / 2**20,
-        model_batch=lambda d: [
-            f"{MODEL_WORDS.get(m, m)}, batch {b} ({g})"
-            for m, b, g in zip(d.model, d.batch_size, d.mode_group, strict=True)
+        model_batch=[
+            f"{MODEL_WORDS.get(m, m)}, batch {b} ({g}{', ' + v if s else ''})"
+            for m, b, g, v, s in zip(
+                data.model, data.batch_size, data.mode_group, data.variant, several, strict=True
+            )
         ],
     )
     base = alt.Chart().encode(
@@ -320,8 +336,11 @@ def sentences(table: pd.DataFrame) -> list[str]:
     if table.empty:
         return []
     out = []
-    for (model, batch, device), group in table.groupby(KEYS, sort=True):
+    variants = table.groupby(KEYS[:-1]).variant.transform("nunique")
+    for (model, batch, device, variant), group in table.groupby(KEYS, sort=True):
         name = f"{MODEL_WORDS.get(model, model)} at batch {batch} on {device}"
+        if variants[group.index].max() > 1:  # name the cell only where two share a model
+            name += f" ({variant})"
         measured = group[group.measured]
         goal = []
         best_rows = best_within(group)
