@@ -69,6 +69,12 @@ def _variant(cell: str) -> str:
     return "__".join(p for p in cell.split("__") if not re.fullmatch(r"trial=\d+", p))
 
 
+def _shares_a_model(table: pd.DataFrame) -> pd.Series:
+    """Per row, whether another cell (variant) ran the same model and batch size on the same
+    device: only then does a sentence or a chart panel name the cell."""
+    return table.groupby(KEYS[:-1]).variant.transform("nunique") > 1
+
+
 def pooled_time_error(quiet: pd.DataFrame) -> dict:
     """The time model's error for one planned graph over the interleaved rounds of ``quiet``,
     its records from quiet trials.
@@ -191,7 +197,7 @@ def curve_chart(table: pd.DataFrame) -> alt.Chart:
     data = table[table.measured]
     if "variant" not in data:  # 12_memory's own summary of one cell
         data = data.assign(variant="")
-    several = data.groupby(["model", "batch_size"]).variant.transform("nunique") > 1
+    several = _shares_a_model(data)
     data = data.assign(
         peak_MB=lambda d: d.peak_mem_bytes / 2**20,
         model_batch=[
@@ -336,10 +342,10 @@ def sentences(table: pd.DataFrame) -> list[str]:
     if table.empty:
         return []
     out = []
-    variants = table.groupby(KEYS[:-1]).variant.transform("nunique")
+    shared = _shares_a_model(table)
     for (model, batch, device, variant), group in table.groupby(KEYS, sort=True):
         name = f"{MODEL_WORDS.get(model, model)} at batch {batch} on {device}"
-        if variants[group.index].max() > 1:  # name the cell only where two share a model
+        if shared[group.index].any():
             name += f" ({variant})"
         measured = group[group.measured]
         goal = []

@@ -173,8 +173,9 @@ def epoch_errors(
 ) -> pd.DataFrame:
     """Each measured epoch (``epochs``, with features) against its forecast from what never saw
     its model: the inference predictor fitted without it (``fits``, as in ``with_forward``), the
-    multiple learned from the other models' ``steps`` (``with_forward``'s rows). Adds ``forward_s``, ``multiple``, ``multiple_rows``,
-    ``predicted_s``, ``low``, ``high`` and ``error_pct``; ``steps_times_step_s`` is the pass's
+    multiple learned from the other models' ``steps`` (``with_forward``'s rows). Adds
+    ``forward_s``, ``multiple``, ``multiple_rows``, ``predicted_s``, ``low``, ``high`` and
+    ``error_pct``; ``steps_times_step_s`` is the pass's
     steps times the same run's measured step, where one was measured, to show what an epoch adds
     to its steps."""
     if epochs.empty:
