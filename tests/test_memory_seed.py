@@ -27,6 +27,7 @@ from fwbench.families.memory.cases import (
     masked_lm_batch,
 )
 from fwbench.measure.timing import StopRule
+from fwbench.vocab import MEMORY_COMPILED_KINDS
 
 
 def _trace(case):
@@ -694,6 +695,14 @@ def test_a_compiled_plan_is_read_against_the_traced_step_compiled_whole():
         "the peak by -10.0% (the model compiled without a budget: 1100 MiB); compiled into 17 "
         "graphs where the unplanned step made 1, its plan running 8 replays of a random op" in text
     )
+    assert "reorder_for_locality" not in text  # the pass ran, as by default
+    off = pd.DataFrame(rows)
+    off["extra"] = [
+        e | {"inductor_locality": False} if e["method"] in MEMORY_COMPILED_KINDS else e
+        for e in off.extra
+    ]
+    without = " ".join(memory_curve.sentences(memory_curve.curve_table(off)))
+    assert "every compilation ran with Inductor's reorder_for_locality pass off" in without
     # the compiled curve starts at the unplanned compiled step: at 1300 MiB the plan's 1260 MiB
     # point is reached in 85 ms, faster than the baseline's 90
     assert (
@@ -720,3 +729,42 @@ def test_random_replays_count_the_dropout_masks_a_plan_draws_again():
     # at a tenth of the activations it has to replay some, and each recomputed activation replays
     # its own closure, so a mask can be drawn again more than once
     assert counts[True] > 0
+
+
+def test_compile_locality_reaches_every_compilation_the_baselines_included():
+    """With ``compile_locality`` off, Inductor's reorder_for_locality pass is off when each of
+    them compiles: the unplanned traced step, the plan and the model under an activation memory
+    budget, so the compiled curve compares like with like. Read by a backend at compile time."""
+    import torch._inductor.config as inductor_config
+
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(inductor_config.reorder_for_locality)
+        return gm.forward
+
+    rule = StopRule(min_iters=1, min_seconds=0.0)
+    result = study.run_batch(
+        "bert",
+        2,
+        fractions=[0.5],
+        rule=rule,
+        encoder_size="tiny",
+        seq_len=16,
+        checkpoint_every=[],
+        compile_budgets=[1.0],
+        compile_fractions=[0.5],
+        compile_graph=True,
+        compile_backend=backend,
+        compile_locality=False,
+        exact_check=False,
+        time_rounds=0,
+    )
+    assert {"compiled_graph", "compiled_mu_two@0.5", "compile_budget_1.0"} <= {
+        m.method for m in result.measurements
+    }
+    assert seen and not any(seen)
+    assert inductor_config.reorder_for_locality  # put back afterwards
+    summary = study.summary_frame([result]).set_index("method")
+    assert summary.inductor_locality["compile_budget_1.0"] is False
+    assert summary.inductor_locality["none"] is None

@@ -114,6 +114,19 @@ def test_each_framework_gets_its_own_costs():
     assert "jax jit" not in costs and "torch eager" in costs
 
 
+def test_a_setting_spanning_too_few_families_keeps_the_pooled_costs():
+    """Nine JAX models of three families are models enough but families too few: JAX keeps the
+    costs of all rows; a fourth family gives it its own."""
+    frame = synthetic_sweep(noise=0.0)
+    jax = frame.framework == "jax"
+    three = frame[~jax | frame.model.str.match("resnet|mobilenet|vit")]
+    assert three[three.framework == "jax"].model.nunique() >= predictor.MIN_SETTING_MODELS
+    costs, _ = predictor.fit_costs(three)
+    assert "jax jit" not in costs and "torch eager" in costs
+    four = frame[~jax | frame.model.str.match("resnet|mobilenet|vit|regnet")]
+    assert "jax jit" in predictor.fit_costs(four)[0]
+
+
 def test_a_setting_keeps_the_pooled_cost_of_a_term_its_rows_never_exercise():
     """Only PyTorch's ViTs write linear layers' outputs in earnest (JAX's are held out): JAX's own
     fit cannot tell that term's cost from its CNN rows, so it keeps the pooled one, learned from
@@ -207,3 +220,14 @@ def test_winner_score_leaves_out_pairs_with_a_framework_the_fold_never_saw():
     score = predictor.winner_score(pd.DataFrame(rows))
     assert score == {"correct_winner_rate": 50.0, "decided_pairs": 2, "unjudged_pairs": 1}
     assert predictor.winner_score(pd.DataFrame(rows[4:]))["decided_pairs"] == 0
+
+
+def test_a_setting_slower_than_every_term_keeps_the_pooled_costs_and_does_not_crash():
+    """A setting a thousand times slower than its terms at the ceilings spends under
+    MIN_TERM_SHARE on each: no term is free to fit, so its costs are the pooled ones (scipy's nnls,
+    given a matrix without columns, would bring the process down)."""
+    frame = synthetic_sweep(noise=0.0)
+    jax = frame.framework == "jax"
+    frame.loc[jax, "seconds"] *= 1000.0
+    costs, pooled = predictor.fit_costs(frame)
+    assert np.array_equal(costs["jax jit"], pooled)

@@ -130,6 +130,11 @@ def test_resume_reruns_only_cells_without_an_ok_result(write_campaign, tmp_path)
     run_dir = only_run_dir(out, "iso")
     ok_nb = run_dir / "standin" / "behaviour=ok__x=1.ipynb"
     mtime = ok_nb.stat().st_mtime_ns
+    # a dry run of the resume lists the one cell it would run
+    dry = run_cli("run", path, "--out", out, "--resume", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.split() == ["standin/behaviour=abort_unless_env"]
+    assert "2 of the 3 selected cells are done" in dry.stderr
     # the environment now lets the failed cell pass; resume re-runs it alone, in the same run
     proc = run_cli("run", path, "--out", out, "--resume", env={"STANDIN_OK": "1"})
     assert proc.returncode == 0, proc.stderr

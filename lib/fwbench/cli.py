@@ -22,7 +22,7 @@ def _fail(message: str) -> int:
 
 def cmd_run(args) -> int:
     from fwbench.pipeline.campaign import CampaignError, load_campaign
-    from fwbench.pipeline.runner import RunnerBusy, run_campaign
+    from fwbench.pipeline.runner import RunnerBusy, done_cells, resumable_run, run_campaign
     from fwbench.pipeline.slurm import EXECUTORS, SlurmSettings, SlurmUnavailable, parse_options
 
     if args.executor not in EXECUTORS:
@@ -50,6 +50,22 @@ def cmd_run(args) -> int:
         return _fail(f"--only {args.only!r} matches no cell of campaign {campaign.name}")
     out = Path(args.out)
     if args.dry_run:
+        if args.resume:
+            try:
+                run_dir, manifest = resumable_run(out, campaign.name)
+            except CampaignError as exc:
+                return _fail(str(exc))
+            if run_dir is not None:
+                done = done_cells(run_dir, manifest)
+                left = [c for c in cells if c.key not in done]
+                print(
+                    f"resuming run {manifest['run_id']}: {len(cells) - len(left)} of the "
+                    f"{len(cells)} selected cells are done",
+                    file=sys.stderr,
+                )
+                cells = left
+                if not cells:
+                    return EXIT_OK
         # the order the run would follow, rounds of interleaved trials included
         position = {key: i for i, key in enumerate(campaign.run_order().keys)}
         for cell in sorted(cells, key=lambda c: position[c.key]):

@@ -141,6 +141,31 @@ def latest_run_dir(out: Path, campaign: str) -> Path | None:
     return runs[-1] if runs else None
 
 
+def resumable_run(out: Path, campaign: str) -> tuple[Path | None, dict | None]:
+    """The latest run of ``campaign`` under ``out`` and its manifest, for --resume; (None, None)
+    when there is none. Raises CampaignError when it was started on another machine."""
+    run_dir = latest_run_dir(out, campaign)
+    if run_dir is None:
+        return None, None
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    problem = environment.resume_problem(manifest.get("environment") or {}, environment.machine())
+    if problem:
+        raise CampaignError(
+            f"cannot resume {campaign} run {manifest['run_id']}: {problem}; "
+            "a run never spans two machines, so start a new one (without --resume)"
+        )
+    return run_dir, manifest
+
+
+def done_cells(run_dir: Path, manifest: dict) -> set[str]:
+    """The keys of the cells a resumed run skips: recorded ok, their notebook on disk."""
+    return {
+        key
+        for key, c in manifest["cells"].items()
+        if c.get("status") == "ok" and (run_dir / c.get("path", "")).is_file()
+    }
+
+
 def _error_text(exc: BaseException) -> str:
     text = "".join(traceback.format_exception_only(type(exc), exc))
     # papermill's execution error carries the notebook's own traceback, which says more
@@ -464,17 +489,7 @@ def run_campaign(
         node_cpus = check_slurm(slurm)
     cells = campaign.select(only)
     with output_lock(out):
-        run_dir = latest_run_dir(out, campaign.name) if resume else None
-        manifest = json.loads((run_dir / "manifest.json").read_text()) if run_dir else None
-        if manifest is not None:
-            problem = environment.resume_problem(
-                manifest.get("environment") or {}, environment.machine()
-            )
-            if problem:
-                raise CampaignError(
-                    f"cannot resume {campaign.name} run {manifest['run_id']}: {problem}; "
-                    "a run never spans two machines, so start a new one (without --resume)"
-                )
+        run_dir, manifest = resumable_run(out, campaign.name) if resume else (None, None)
         if run_dir is None:
             run_id = new_run_id()
             run_dir = out / campaign.name / run_id
@@ -495,11 +510,7 @@ def run_campaign(
             }
         run_id = manifest["run_id"]
         context = {"run_id": run_id, "campaign": campaign.name}
-        done = {
-            key
-            for key, c in manifest["cells"].items()
-            if c.get("status") == "ok" and (run_dir / c.get("path", "")).is_file()
-        }
+        done = done_cells(run_dir, manifest)
         todo = [c for c in ordered_cells(campaign, cells, manifest) if c.key not in done]
         for c in todo:
             manifest["cells"][c.key] = manifest_entry(c)

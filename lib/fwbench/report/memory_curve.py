@@ -58,7 +58,16 @@ def _rows(meas: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return rows
     rows = extra_columns(
-        rows, ["method", "budget", "simulated_only", "swap_bandwidth_gbs", "timed_by", "allocator"]
+        rows,
+        [
+            "method",
+            "budget",
+            "simulated_only",
+            "swap_bandwidth_gbs",
+            "timed_by",
+            "allocator",
+            "inductor_locality",
+        ],
     )
     cells = rows["cell"] if "cell" in rows else pd.Series("", index=rows.index)
     return rows.assign(variant=[_variant(c) for c in cells.fillna("")])
@@ -159,6 +168,8 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
             # measured time, so the two windows' difference counted as the model's error
             row["time_anchored"] = bool(timed.timed_by.notna().any()) if not timed.empty else None
             row |= pooled_time_error(quiet_part)
+            # only a compilation with Inductor's reorder_for_locality pass off records the pass
+            row["inductor_locality"] = not part.inductor_locality.eq(False).any()
             # runs before the allocator was recorded leave it empty
             row["allocator"] = ", ".join(sorted(set(part.allocator.dropna()))) or None
             mine = times[times["mode"] == mode].set_index("trial")
@@ -466,6 +477,8 @@ def _compiled_sentences(name: str, measured: pd.DataFrame) -> list[str]:
         if unplanned is not None and not pd.isna(unplanned):
             words += f" (the model compiled without a budget: {unplanned / 2**20:.0f} MiB)"
         words += _graph_words(row, by_method)
+        if not row.inductor_locality:
+            words += "; every compilation ran with Inductor's reorder_for_locality pass off"
         out.append(words + ".")
     return out
 

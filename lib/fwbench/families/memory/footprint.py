@@ -235,10 +235,12 @@ def measure_baselines(
     sqrt_n: bool = False,
     compile_budgets: list[float] = (),
     compile_backend: str = "inductor",
+    compile_locality: bool = True,
     rotation: int = 0,
 ) -> list[Measurement]:
     """The eager step (``none``), each checkpointing baseline and each compiled one, measured in
-    that order started at position ``rotation`` (the order wraps around)."""
+    that order started at position ``rotation`` (the order wraps around). ``compile_locality``:
+    Inductor's ``reorder_for_locality`` pass on or off for the compiled ones."""
     sizes = [(k, checkpoint_method(k)) for k in checkpoint_every]
     if sqrt_n:
         sizes.append((sqrt_n_segment(len(case.blocks)), checkpoint_method(None)))
@@ -254,7 +256,10 @@ def measure_baselines(
 
     def compiled_with(budget):
         torch.compiler.reset()
-        with torch_internals.activation_memory_budget(budget):
+        with (
+            torch_internals.activation_memory_budget(budget),
+            torch_internals.inductor_locality(compile_locality),
+        ):
             compiled = torch.compile(case.model, backend=compile_backend)
             eager = EagerStep(case, module=compiled)
             return measure(compile_method(budget), eager, eager.persistent, device, rule)

@@ -10,11 +10,20 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fwbench.families.memory import footprint, planner, profiler, rewriter, simulator, tracer
+from fwbench.families.memory import (
+    footprint,
+    planner,
+    profiler,
+    rewriter,
+    simulator,
+    torch_internals,
+    tracer,
+)
 from fwbench.families.memory import liveness as graph_analysis
 from fwbench.families.memory.cases import build_case
 from fwbench.measure import device as fw_device
 from fwbench.measure.timing import StopRule
+from fwbench.vocab import MEMORY_COMPILED_KINDS
 
 REFERENCE_METHOD = "none"  # every overhead and saving is relative to the plain eager step
 
@@ -42,6 +51,7 @@ class BatchResult:
     # method -> graphs torch.compile made of it (one more than its graph breaks)
     compiled_graphs: dict[str, int] = field(default_factory=dict)
     random_replays: dict[str, int] = field(default_factory=dict)  # plan method -> replayed masks
+    inductor_locality: bool = True  # whether every compilation ran Inductor's reorder_for_locality
 
     @property
     def activation_peak_bytes(self) -> int:
@@ -121,8 +131,9 @@ def run_batch(
     also compiled; ``compile_graph``: also compile the unplanned traced step, the reference a
     compiled plan is read against (``torch.compile`` of the model leaves the optimizer out, a
     compiled traced step holds it). ``compile_locality``: leave Inductor's ``reorder_for_locality``
-    pass on (its default) when compiling a traced step or a plan; off, a recomputation stays where
-    the rewriter put it. ``swap_bandwidth_gbs``: plan with swapping too at that copy bandwidth
+    pass on (its default) for every compilation, a traced step's, a plan's and the model's under
+    ``compile_budgets``; off, a recomputation stays where the rewriter put it, and the baselines
+    compile under the same Inductor. ``swap_bandwidth_gbs``: plan with swapping too at that copy bandwidth
     (simulated only). ``exact_check``: prove every rewritten graph in float64. ``rotation``:
     where in the list of methods measuring starts (the trial number; see below).
     ``replay_random``: the planner may recompute dropout masks, replayed with the generator's
@@ -158,6 +169,7 @@ def run_batch(
                 swap_bandwidth_bytes_per_ms=swap_bandwidth_gbs * 1e6,
             )
     result.swap_bandwidth_gbs = swap_bandwidth_gbs
+    result.inductor_locality = compile_locality
 
     timed_graphs = {"graph": traced.graph_module}
 
@@ -166,7 +178,7 @@ def run_batch(
         torch._dynamo.utils.counters.clear()
         compiled = torch.compile(rewriter.without_marks(graph_module), backend=compile_backend)
         # the pass runs when the first call compiles, inside the measurement's warm-up
-        with torch._inductor.config.patch(reorder_for_locality=compile_locality):
+        with torch_internals.inductor_locality(compile_locality):
             result.measurements.append(
                 footprint.measure_graph(method, traced, compiled, device, rule)
             )
@@ -202,6 +214,7 @@ def run_batch(
                 sqrt_n=sqrt_n,
                 compile_budgets=compile_budgets,
                 compile_backend=compile_backend,
+                compile_locality=compile_locality,
                 rotation=rotation,
             )
         )
@@ -406,6 +419,9 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                 "random_replays": r.random_replays.get(
                     plan_method(budget) if kind == "compiled_mu_two" else m.method
                 ),
+                "inductor_locality": (
+                    r.inductor_locality if kind in MEMORY_COMPILED_KINDS else None
+                ),
             }
             sim = None
             if m.method == "graph":
@@ -497,6 +513,8 @@ def add_records(rec, frame: pd.DataFrame, peak_source: str) -> None:
         method = {"method": row["kind"]}
         if row.get("budget") is not None and not pd.isna(row["budget"]):
             method["budget"] = float(row["budget"])
+        if row.get("inductor_locality") is False:  # runs with the pass on (its default) omit it
+            method["inductor_locality"] = False
         if not row.get("measured", True):
             method["simulated_only"] = True
             method["swap_bandwidth_gbs"] = row.get("swap_bandwidth_gbs")

@@ -10,6 +10,8 @@ the family was written against, instead of failing deep inside the tracer or the
   allocation events with their running total, which is how peak memory is read on CPU.
 - ``torch._functorch.config.activation_memory_budget``: the knob of torch.compile's min-cut
   partitioner that the baselines sweep.
+- ``torch._inductor.config.reorder_for_locality``: Inductor's pass that moves ops next to their
+  consumers; on, it undid a compiled plan's saving (the compiled curve can turn it off).
 - ``OpOverload`` and its ``_schema``: which op outputs alias which inputs, and which ops write
   to their inputs; this is how the analysis tells views and in-place ops from fresh storage.
 """
@@ -59,6 +61,20 @@ def activation_memory_budget(fraction: float):
         patch = functorch_config.patch(activation_memory_budget=float(fraction))
     except (ImportError, AttributeError) as err:
         raise _unsupported("torch._functorch.config.activation_memory_budget", err) from err
+    with patch:
+        yield
+
+
+@contextlib.contextmanager
+def inductor_locality(on: bool):
+    """Inductor's ``reorder_for_locality`` pass on (its default) or off, for the compilations
+    that happen inside the block (torch.compile compiles on the first call)."""
+    try:
+        import torch._inductor.config as inductor_config
+
+        patch = inductor_config.patch(reorder_for_locality=bool(on))
+    except (ImportError, AttributeError) as err:
+        raise _unsupported("torch._inductor.config.reorder_for_locality", err) from err
     with patch:
         yield
 

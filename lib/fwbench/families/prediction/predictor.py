@@ -42,6 +42,11 @@ SETTINGS = ("torch eager", "torch compile", "jax jit")
 # cost model has terms; a thinner one uses the costs fitted on all rows, and the correction's
 # setting columns carry its difference
 MIN_SETTING_MODELS = 5
+# ... and this many model families: fitted on fewer architectures, categories that move together
+# trade costs (JAX's rows without its ResNets, from MobileNets, EfficientNets and ViTs, put the
+# depthwise convolutions' time on the dense convolution FLOPs, priced at 15.7 times the peak
+# against PyTorch's 1.3, and held-out JAX ResNets came out 6 to 13 times too slow)
+MIN_SETTING_FAMILIES = 4
 # a setting learns its own cost for a term only where one of its rows spends this share of its
 # time on the term at the ceiling; elsewhere the term keeps the cost fitted on all rows
 MIN_TERM_SHARE = 0.02
@@ -112,7 +117,8 @@ def _fit_costs(frame: pd.DataFrame, pooled: np.ndarray | None = None) -> np.ndar
         free = (terms * weight[:, None]).max(axis=0) >= MIN_TERM_SHARE
         costs[~free] = pooled[~free]
         target = target - (terms[:, ~free] @ pooled[~free]) * weight
-    costs[free], _ = nnls(terms[:, free] * weight[:, None], target)
+    if free.any():  # scipy's nnls crashes the process on a matrix without columns
+        costs[free], _ = nnls(terms[:, free] * weight[:, None], target)
     return costs
 
 
@@ -175,14 +181,18 @@ def _regressor(seed: int):
 
 
 def fit_costs(frame: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The cost model's weights: one set per setting that is broad enough (``MIN_SETTING_MODELS``),
-    for the terms its rows exercise (``MIN_TERM_SHARE``), and one fitted on every row for the
+    """The cost model's weights: one set per setting that is broad enough (``MIN_SETTING_MODELS``
+    and ``MIN_SETTING_FAMILIES``), for the terms its rows exercise (``MIN_TERM_SHARE``), and one fitted on every row for the
     rest."""
     pooled = _fit_costs(frame)
     n_terms = pooled.size
     costs = {}
     for name, rows in frame.groupby(setting_of(frame)):
-        if rows.model.nunique() >= MIN_SETTING_MODELS and len(rows) >= 2 * n_terms:
+        broad = (
+            rows.model.nunique() >= MIN_SETTING_MODELS
+            and rows.model.map(model_family).nunique() >= MIN_SETTING_FAMILIES
+        )
+        if broad and len(rows) >= 2 * n_terms:
             costs[name] = _fit_costs(rows, pooled)
     return costs, pooled
 
