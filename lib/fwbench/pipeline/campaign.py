@@ -206,6 +206,11 @@ def make_slug(parameters: dict, keys: list[str], trial: int, trials: int) -> str
     return "__".join(parts) or "default"
 
 
+def slug_without_trial(slug: str) -> str:
+    """A slug of ``make_slug`` less its trial: what the trials of one cell share."""
+    return "__".join(p for p in slug.split("__") if not re.fullmatch(r"trial=\d+", p))
+
+
 def _load_yaml(path: Path) -> dict:
     if not path.is_file():
         raise CampaignError(f"campaign file not found: {path}")

@@ -10,13 +10,12 @@ process ran; trials on a shared machine are dropped when enough clean ones remai
 
 from __future__ import annotations
 
-import re
-
 import altair as alt
 import numpy as np
 import pandas as pd
 
 from fwbench.measure.stats import paired_ratio_interval
+from fwbench.pipeline.campaign import slug_without_trial
 from fwbench.report.tables import extra_columns, kept_rounds
 from fwbench.vocab import MEMORY_ACTIVATION_GOAL_PCT as ACTIVATION_GOAL_PCT
 from fwbench.vocab import MEMORY_COMPILED_KINDS
@@ -70,12 +69,7 @@ def _rows(meas: pd.DataFrame) -> pd.DataFrame:
         ],
     )
     cells = rows["cell"] if "cell" in rows else pd.Series("", index=rows.index)
-    return rows.assign(variant=[_variant(c) for c in cells.fillna("")])
-
-
-def _variant(cell: str) -> str:
-    """A cell's slug without its trial: what its trials share."""
-    return "__".join(p for p in cell.split("__") if not re.fullmatch(r"trial=\d+", p))
+    return rows.assign(variant=[slug_without_trial(c) for c in cells.fillna("")])
 
 
 def _shares_a_model(table: pd.DataFrame) -> pd.Series:

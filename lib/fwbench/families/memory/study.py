@@ -133,8 +133,8 @@ def run_batch(
     compiled traced step holds it). ``compile_locality``: leave Inductor's ``reorder_for_locality``
     pass on (its default) for every compilation, a traced step's, a plan's and the model's under
     ``compile_budgets``; off, a recomputation stays where the rewriter put it, and the baselines
-    compile under the same Inductor. ``swap_bandwidth_gbs``: plan with swapping too at that copy bandwidth
-    (simulated only). ``exact_check``: prove every rewritten graph in float64. ``rotation``:
+    compile under the same Inductor. ``swap_bandwidth_gbs``: plan with swapping too at that copy
+    bandwidth (simulated only). ``exact_check``: prove every rewritten graph in float64. ``rotation``:
     where in the list of methods measuring starts (the trial number; see below).
     ``replay_random``: the planner may recompute dropout masks, replayed with the generator's
     state of the forward pass (False: never, as before this option existed). ``time_rounds``:

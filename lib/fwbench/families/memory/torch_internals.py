@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import importlib
 from dataclasses import dataclass
 
 import torch
@@ -53,30 +54,25 @@ def make_fx_fake(fn):
 
 
 @contextlib.contextmanager
-def activation_memory_budget(fraction: float):
-    """torch.compile's partitioner keeps about ``fraction`` of the activation memory it would save."""
+def _config_patch(module: str, name: str, value):
+    """One setting of a torch config module (``torch._functorch.config``, ...) for the block."""
     try:
-        import torch._functorch.config as functorch_config
-
-        patch = functorch_config.patch(activation_memory_budget=float(fraction))
+        patch = importlib.import_module(module).patch(**{name: value})
     except (ImportError, AttributeError) as err:
-        raise _unsupported("torch._functorch.config.activation_memory_budget", err) from err
+        raise _unsupported(f"{module}.{name}", err) from err
     with patch:
         yield
 
 
-@contextlib.contextmanager
+def activation_memory_budget(fraction: float):
+    """torch.compile's partitioner keeps about ``fraction`` of the activation memory it would save."""
+    return _config_patch("torch._functorch.config", "activation_memory_budget", float(fraction))
+
+
 def inductor_locality(on: bool):
     """Inductor's ``reorder_for_locality`` pass on (its default) or off, for the compilations
     that happen inside the block (torch.compile compiles on the first call)."""
-    try:
-        import torch._inductor.config as inductor_config
-
-        patch = inductor_config.patch(reorder_for_locality=bool(on))
-    except (ImportError, AttributeError) as err:
-        raise _unsupported("torch._inductor.config.reorder_for_locality", err) from err
-    with patch:
-        yield
+    return _config_patch("torch._inductor.config", "reorder_for_locality", bool(on))
 
 
 @dataclass(frozen=True)

@@ -182,8 +182,8 @@ def _regressor(seed: int):
 
 def fit_costs(frame: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The cost model's weights: one set per setting that is broad enough (``MIN_SETTING_MODELS``
-    and ``MIN_SETTING_FAMILIES``), for the terms its rows exercise (``MIN_TERM_SHARE``), and one fitted on every row for the
-    rest."""
+    and ``MIN_SETTING_FAMILIES``), for the terms its rows exercise (``MIN_TERM_SHARE``), and one
+    fitted on every row for the rest."""
     pooled = _fit_costs(frame)
     n_terms = pooled.size
     costs = {}
