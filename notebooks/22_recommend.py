@@ -54,7 +54,12 @@ if queries.empty:
     print(reason)
 else:
     for row in queries.itertuples():
-        extra = {"query": row.query, "chosen": row.chosen, "candidates": int(row.candidates)}
+        extra = {
+            "query": row.query,
+            "chosen": row.chosen,
+            "candidates": int(row.candidates),
+            "image_size": int(row.image_size),
+        }
         if row.query == "latency":
             extra["cap_ms"] = float(row.cap_ms)
         batch = int(row.batch_size) if row.query == "batch" else None

@@ -5,6 +5,7 @@ JAX-vs-PyTorch pairs the correct-winner rate scores, and the command's answers."
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fwbench.families.prediction import dataset, epochs, forecast
@@ -383,3 +384,32 @@ def test_21_and_22_score_hold_outs_and_recommendations(tmp_path, write_campaign)
     regret = rows[rows.metric == "regret_pct"]
     assert len(regret) == 2 and regret.value.between(0, 100).all()
     assert len(rows[rows.metric == "regret_within_5pct"]) == 1
+
+
+def test_winner_pairs_never_pair_two_image_sizes():
+    def row(framework, mode, image_size, seconds):
+        return {
+            "campaign": "c",
+            "run_id": "r",
+            "model": "resnet18",
+            "precision": "fp32",
+            "batch_size": 16,
+            "threads": 2,
+            "device_name": CPU,
+            "image_size": image_size,
+            "framework": framework,
+            "mode": mode,
+            "seconds": seconds,
+            "trial_img_s": {1: 16 / seconds, 2: 16 / seconds},
+        }
+
+    # PyTorch timed at 224 and 32 px, JAX at 32 px only: one pair, at 32 px
+    frame = pd.DataFrame(
+        [
+            row("torch", "eager", 224, 1.0),
+            row("torch", "eager", 32, 0.1),
+            row("jax", "jit", 32, 0.2),
+        ]
+    )
+    [pair] = dataset.winner_pairs(frame).to_dict("records")
+    assert pair["image_size"] == 32 and pair["measured_ratio"] == pytest.approx(2.0)

@@ -232,3 +232,24 @@ def test_the_reports_prediction_table_keeps_hold_outs_and_queries_apart():
     assert lines["hold-out: family"].endswith("MAPE ≤ 15%: missed by 25.0 points |")
     assert lines["hold-out: memory_inference"].endswith("memory error ≤ 10%: met |")
     assert lines["query: batch"].endswith("regret ≤ 5% ≥ 90%: missed by 56.7 points |")
+
+
+def test_evaluate_asks_each_image_size_its_own_queries():
+    from tests.test_prediction_predictor import synthetic_sweep
+
+    table = synthetic_sweep(noise=0.0).assign(
+        run_id="r1", device="cpu", image_size=224, model_peak_bytes=1e8
+    )
+    table = table[table.model.isin(["resnet0", "vit0", "mobilenet0"])]
+    # the same models at 32 px run far faster: were they candidates beside the 224 px rows, a
+    # 32 px configuration would win every query
+    small = table.assign(image_size=32, seconds=table.seconds / 40)
+    table = pd.concat([table, small], ignore_index=True)
+    table["img_s"] = table.batch_size / table.seconds
+    table["latency_s"] = table["latency_p95_s"] = table.seconds
+    queries = recommend.evaluate(table)
+    assert set(queries.image_size) == {224, 32}
+    batch = queries[queries["query"] == "batch"]
+    assert (batch.candidates == 4).all()
+    latency = queries[queries["query"] == "latency"]
+    assert len(latency) == 2 * table.model.nunique()

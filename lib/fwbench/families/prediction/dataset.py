@@ -200,8 +200,17 @@ def winner_pairs(table: pd.DataFrame, predicted: pd.Series | None = None) -> pd.
     ratio of seconds (JAX / PyTorch), whether its paired interval excludes 1 (``decided``), and,
     given ``predicted`` seconds (indexed like ``table``), the predicted ratio. Where ``table``
     carries a hold-out's ``setting_seen``, a pair's ``setting_seen`` holds when both its rows
-    have it."""
-    key = ["campaign", "run_id", "model", "precision", "batch_size", "threads", "device_name"]
+    have it. A pair shares its image size too: one run may time a model at two."""
+    key = [
+        "campaign",
+        "run_id",
+        "model",
+        "precision",
+        "batch_size",
+        "threads",
+        "device_name",
+        "image_size",
+    ]
     rows = []
     for values, group in table.groupby(key, sort=True):
         jax = group[(group.framework == "jax") & (group["mode"] == "jit")]
