@@ -323,17 +323,43 @@ def test_curve_table_pairs_trials_and_states_the_goal_and_the_curves():
     assert "our plan saves 60.0% of the activation memory at +10.0%" in text
     assert "meets the 50% goal" in text
     assert "torch.utils.checkpoint: no point within +33% time" in text  # +40% and +35%
-    # checkpoint_every_4 (800 MiB, 135 ms): our plan reaches 700 MiB in 110 ms -> below it
+    # checkpoint_every_4 (800 MiB, 135 ms): our plan reaches 700 MiB in 110 ms -> below it; the
+    # trials' shared noise cancels trial by trial, so the paired interval has no width
     assert (
-        "at checkpoint_every_4's peak of 800 MiB our plan takes 110 ms against its 135 ms: "
-        "our curve lies on or below it" in text
+        "at checkpoint_every_4's peak of 800 MiB our plan takes 110 ms against its 135 ms "
+        "(ours/its 0.815 [0.815, 0.815] over 3 paired trials): our curve lies below it" in text
     )
     # checkpoint_every_1 (600 MiB, 140 ms): our plan needs 150 ms to get under 600 MiB -> above
     assert (
-        "at checkpoint_every_1's peak of 600 MiB our plan takes 150 ms against its 140 ms: "
-        "our curve lies above it" in text
+        "at checkpoint_every_1's peak of 600 MiB our plan takes 150 ms against its 140 ms "
+        "(ours/its 1.071 [1.071, 1.071] over 3 paired trials): our curve lies above it" in text
     )
     memory_curve.curve_chart(table.reset_index()).to_dict()
+
+
+def test_the_curves_meet_where_the_paired_trials_cannot_tell_them_apart():
+    from fwbench.report import memory_curve
+
+    meas = _curve_meas()
+    # checkpoint_every_4 takes 135 ms a trial; our 110 ms point now swings about it, trial by
+    # trial: faster in two trials, slower in the third
+    swing = {1: 100.0, 2: 105.0, 3: 160.0}
+    hit = (meas["mode"] == "mu_two@0.5") & (meas.metric == "iter_time_ms")
+    meas.loc[hit, "value"] = [swing[t] for t in meas[hit].trial]
+    table = memory_curve.curve_table(meas)
+    text = " ".join(memory_curve.sentences(table))
+    assert (
+        "at checkpoint_every_4's peak of 800 MiB our plan takes 119 ms against its 135 ms "
+        "(ours/its 0." in text
+    )
+    assert "over 3 paired trials): the trials do not tell the two apart, so the curves" in text
+    # one trial: no interval, and the point estimates say where the curve lies
+    one = memory_curve.curve_table(_curve_meas().query("trial == 1"))
+    text = " ".join(memory_curve.sentences(one))
+    assert (
+        "our plan takes 110 ms against its 135 ms (one trial in common, no interval): our curve "
+        "lies on or below it" in text
+    )
 
 
 def test_curve_table_ignores_records_without_a_method_kind():
@@ -639,10 +665,10 @@ def test_a_baseline_below_our_whole_curve_is_called_above_it_with_the_plans_reas
             rows += [_record(mode, trial, m, v, extra) for m, v in values.items()]
     text = " ".join(memory_curve.sentences(memory_curve.curve_table(pd.DataFrame(rows))))
     assert (
-        "checkpoint_every_1 reaches 550 MiB in 130 ms, less memory in less time than our plan's "
-        "lowest point (mu_two@0.2: 600 MiB in 160 ms): our curve lies above it; why: the time "
-        "model foresaw mu_two@0.2's cost (1.50× the unplanned graph predicted, 1.52× measured)"
-        in text
+        "checkpoint_every_1 reaches 550 MiB in 130 ms: less memory than our plan's lowest point "
+        "(mu_two@0.2: 600 MiB in 160 ms), in less time (ours/its 1.231 [1.231, 1.231] over 3 "
+        "paired trials): our curve lies above it; why: the time model foresaw mu_two@0.2's cost "
+        "(1.50× the unplanned graph predicted, 1.52× measured)" in text
     )
     assert "mu_two@0.2 replays 4,000 ms of profiled forward nodes, 45% of it on nodes" in text
     # slower than our lowest point as well: the curves do not meet, and no reason is owed
@@ -706,8 +732,8 @@ def test_a_compiled_plan_is_read_against_the_traced_step_compiled_whole():
     # the compiled curve starts at the unplanned compiled step: at 1300 MiB the plan's 1260 MiB
     # point is reached in 85 ms, faster than the baseline's 90
     assert (
-        "at compile_budget_0.5's peak of 1300 MiB our plan takes 85 ms against its 90 ms: our "
-        "curve lies on or below it" in text
+        "at compile_budget_0.5's peak of 1300 MiB our plan takes 85 ms against its 90 ms "
+        "(ours/its 0.944 [0.944, 0.944] over 3 paired trials): our curve lies below it" in text
     )
 
 

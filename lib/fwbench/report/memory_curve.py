@@ -10,6 +10,8 @@ process ran; trials on a shared machine are dropped when enough clean ones remai
 
 from __future__ import annotations
 
+import json
+
 import altair as alt
 import numpy as np
 import pandas as pd
@@ -173,6 +175,16 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
                 row["iter_time_ms"], row["time_low"], row["time_high"] = _trial_interval(
                     list(mine.value)
                 )
+            # each trial's time and whether it ran on a shared machine, so that two methods can
+            # be compared trial by trial (they ran interleaved, in the same fresh process)
+            row["trial_times_ms"] = json.dumps(
+                {
+                    str(int(t)): [float(v), bool(s)]
+                    for t, v, s in zip(
+                        mine.index, mine.value, mine.shared_machine.fillna(False), strict=True
+                    )
+                }
+            )
             common = sorted(set(mine.index) & set(ref.index))
             if len(common) >= 2 and mode != REFERENCE:
                 shared = [
@@ -256,42 +268,65 @@ def best_within(table: pd.DataFrame, overhead_pct: float = OVERHEAD_GOAL_PCT) ->
     return best
 
 
-def _interp_time_at_peak(points: pd.DataFrame, peak: float) -> float | None:
-    """The fastest time any point of our curve reaches at or below a given peak; None where the
-    peak lies outside the curve's range."""
-    pts = points.sort_values("peak_mem_bytes")
-    peaks, times = pts.peak_mem_bytes.to_numpy(), pts.iter_time_ms.to_numpy()
-    if len(pts) == 0 or peak < peaks.min() or peak > peaks.max():
+def _point_at_peak(points: pd.DataFrame, peak: float):
+    """The fastest point of our curve at or below a given peak: what our plan offers there; None
+    where the peak lies outside the curve's range."""
+    if points.empty or not points.peak_mem_bytes.min() <= peak <= points.peak_mem_bytes.max():
         return None
-    # the fastest time any of our points reaches at or below this peak is what our plan offers
-    under = pts[pts.peak_mem_bytes <= peak]
-    return (
-        float(under.iter_time_ms.min()) if not under.empty else float(np.interp(peak, peaks, times))
+    under = points[points.peak_mem_bytes <= peak]
+    return under.loc[under.iter_time_ms.idxmin()]
+
+
+def _paired(ours, theirs) -> tuple[str | None, str]:
+    """Our point's time against a baseline's, trial by trial (each trial ran both, interleaved,
+    so what a trial shared cancels in its ratio): ``below``, ``above`` or ``tied`` where the
+    paired interval of ours/theirs excludes 1 or not, and the words for it; None with fewer
+    than two trials in common."""
+    mine = json.loads(ours.trial_times_ms) if isinstance(ours.trial_times_ms, str) else {}
+    its = json.loads(theirs.trial_times_ms) if isinstance(theirs.trial_times_ms, str) else {}
+    common = sorted(set(mine) & set(its), key=int)
+    if len(common) < 2:
+        return None, "one trial in common, no interval"
+    use = kept_rounds(common, [mine[t][1] or its[t][1] for t in common])
+    paired = paired_ratio_interval([its[t][0] for t in use], [mine[t][0] for t in use])
+    verdict = "below" if paired.high < 1 else "above" if paired.low > 1 else "tied"
+    words = (
+        f"ours/its {paired.ratio:.3f} [{paired.low:.3f}, {paired.high:.3f}] over "
+        f"{paired.rounds} paired trials"
     )
+    return verdict, words
 
 
 def _against(ours: pd.DataFrame, row) -> str:
     """Where our curve lies against one baseline point, and why where it lies above it."""
-    ours_time = _interp_time_at_peak(ours, row.peak_mem_bytes)
+    point = _point_at_peak(ours, row.peak_mem_bytes)
     mib = row.peak_mem_bytes / 2**20
-    if ours_time is not None:
-        where = "on or below" if ours_time <= row.iter_time_ms else "above"
+    if point is not None:
+        verdict, paired = _paired(point, row)
+        where = {
+            "below": "our curve lies below it",
+            "above": "our curve lies above it",
+            "tied": "the trials do not tell the two apart, so the curves meet there",
+        }
+        if verdict is None:  # one trial: the point estimates alone
+            verdict = "below" if point.iter_time_ms <= row.iter_time_ms else "above"
+            where["below"] = "our curve lies on or below it"
         words = (
-            f"at {row.method}'s peak of {mib:.0f} MiB our plan takes {ours_time:.0f} ms "
-            f"against its {row.iter_time_ms:.0f} ms: our curve lies {where} it"
+            f"at {row.method}'s peak of {mib:.0f} MiB our plan takes {point.iter_time_ms:.0f} ms "
+            f"against its {row.iter_time_ms:.0f} ms ({paired}): {where[verdict]}"
         )
-        if where == "on or below":
-            return words
-        reach = ours[ours.peak_mem_bytes <= row.peak_mem_bytes]
-        return words + _why_slower(reach.loc[reach.iter_time_ms.idxmin()])
+        return words + _why_slower(point) if verdict == "above" else words
     lo, hi = ours.peak_mem_bytes.min(), ours.peak_mem_bytes.max()
     lowest = ours.loc[ours.peak_mem_bytes.idxmin()]
     if row.peak_mem_bytes < lo and lowest.iter_time_ms > row.iter_time_ms:
-        # less memory in less time than our smallest plan: the baseline beats our whole curve
+        # less memory than our smallest plan, and no more time: the baseline beats our curve
+        verdict, paired = _paired(lowest, row)
+        time_words = "a time the trials do not tell apart" if verdict == "tied" else "less time"
         return (
-            f"{row.method} reaches {mib:.0f} MiB in {row.iter_time_ms:.0f} ms, less memory in "
-            f"less time than our plan's lowest point ({lowest.method}: {lo / 2**20:.0f} MiB in "
-            f"{lowest.iter_time_ms:.0f} ms): our curve lies above it" + _why_slower(lowest)
+            f"{row.method} reaches {mib:.0f} MiB in {row.iter_time_ms:.0f} ms: less memory than "
+            f"our plan's lowest point ({lowest.method}: {lo / 2**20:.0f} MiB in "
+            f"{lowest.iter_time_ms:.0f} ms), in {time_words} ({paired}): our curve lies above it"
+            + _why_slower(lowest)
         )
     side = "below" if row.peak_mem_bytes < lo else "above"
     return (
