@@ -209,6 +209,7 @@ def test_winner_score_leaves_out_pairs_with_a_framework_the_fold_never_saw():
                     "batch_size": 4,
                     "threads": 2,
                     "device_name": "CPU A",
+                    "image_size": 224,
                     "framework": framework,
                     "mode": mode,
                     "trial_img_s": dict(enumerate(rates)),
