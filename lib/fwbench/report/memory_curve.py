@@ -11,6 +11,7 @@ process ran; trials on a shared machine are dropped when enough clean ones remai
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import altair as alt
 import numpy as np
@@ -18,7 +19,7 @@ import pandas as pd
 
 from fwbench.measure.stats import paired_ratio_interval
 from fwbench.pipeline.campaign import slug_without_trial
-from fwbench.report.tables import extra_columns, kept_rounds
+from fwbench.report.tables import extra_columns, kept_rounds, paired_rounds
 from fwbench.vocab import MEMORY_ACTIVATION_GOAL_PCT as ACTIVATION_GOAL_PCT
 from fwbench.vocab import MEMORY_COMPILED_KINDS
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
@@ -177,12 +178,12 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
                 )
             # each trial's time and whether it ran on a shared machine, so that two methods can
             # be compared trial by trial (they ran interleaved, in the same fresh process)
+            # (the arm tables.paired_rounds reads)
             row["trial_times_ms"] = json.dumps(
                 {
-                    str(int(t)): [float(v), bool(s)]
-                    for t, v, s in zip(
-                        mine.index, mine.value, mine.shared_machine.fillna(False), strict=True
-                    )
+                    "trials": [int(t) for t in mine.index],
+                    "samples": [float(v) for v in mine.value],
+                    "shared": [bool(s) for s in mine.shared_machine.fillna(False)],
                 }
             )
             common = sorted(set(mine.index) & set(ref.index))
@@ -277,18 +278,25 @@ def _point_at_peak(points: pd.DataFrame, peak: float):
     return under.loc[under.iter_time_ms.idxmin()]
 
 
+def _arm(point) -> SimpleNamespace:
+    """A curve point's trial times as the arm ``tables.paired_rounds`` reads."""
+    found = point.trial_times_ms
+    return (
+        SimpleNamespace(**json.loads(found))
+        if isinstance(found, str)
+        else SimpleNamespace(trials=None)
+    )
+
+
 def _paired(ours, theirs) -> tuple[str | None, str]:
     """Our point's time against a baseline's, trial by trial (each trial ran both, interleaved,
     so what a trial shared cancels in its ratio): ``below``, ``above`` or ``tied`` where the
     paired interval of ours/theirs excludes 1 or not, and the words for it; None with fewer
     than two trials in common."""
-    mine = json.loads(ours.trial_times_ms) if isinstance(ours.trial_times_ms, str) else {}
-    its = json.loads(theirs.trial_times_ms) if isinstance(theirs.trial_times_ms, str) else {}
-    common = sorted(set(mine) & set(its), key=int)
-    if len(common) < 2:
+    found = paired_rounds(_arm(theirs), _arm(ours))
+    if found is None:
         return None, "one trial in common, no interval"
-    use = kept_rounds(common, [mine[t][1] or its[t][1] for t in common])
-    paired = paired_ratio_interval([its[t][0] for t in use], [mine[t][0] for t in use])
+    paired = paired_ratio_interval(found[0], found[1])
     verdict = "below" if paired.high < 1 else "above" if paired.low > 1 else "tied"
     words = (
         f"ours/its {paired.ratio:.3f} [{paired.low:.3f}, {paired.high:.3f}] over "
@@ -303,17 +311,16 @@ def _against(ours: pd.DataFrame, row) -> str:
     mib = row.peak_mem_bytes / 2**20
     if point is not None:
         verdict, paired = _paired(point, row)
-        where = {
-            "below": "our curve lies below it",
-            "above": "our curve lies above it",
-            "tied": "the trials do not tell the two apart, so the curves meet there",
-        }
         if verdict is None:  # one trial: the point estimates alone
-            verdict = "below" if point.iter_time_ms <= row.iter_time_ms else "above"
-            where["below"] = "our curve lies on or below it"
+            verdict = "on or below" if point.iter_time_ms <= row.iter_time_ms else "above"
+        where = (
+            "the trials do not tell the two apart, so the curves meet there"
+            if verdict == "tied"
+            else f"our curve lies {verdict} it"
+        )
         words = (
             f"at {row.method}'s peak of {mib:.0f} MiB our plan takes {point.iter_time_ms:.0f} ms "
-            f"against its {row.iter_time_ms:.0f} ms ({paired}): {where[verdict]}"
+            f"against its {row.iter_time_ms:.0f} ms ({paired}): {where}"
         )
         return words + _why_slower(point) if verdict == "above" else words
     lo, hi = ours.peak_mem_bytes.min(), ours.peak_mem_bytes.max()
