@@ -50,7 +50,10 @@ MIN_SETTING_FAMILIES = 4
 # a setting learns its own cost for a term only where one of its rows spends this share of its
 # time on the term at the ceiling; elsewhere the term keeps the cost fitted on all rows
 MIN_TERM_SHARE = 0.02
-# what the correction may read: the setting and the model's size, nothing of its shape
+# what the correction may read: the setting and the model's size, nothing of its shape. The
+# image's side is a size too: at 32 px a network is a few small kernels per op and its time is
+# launches, at 224 px it is arithmetic, and nothing else here tells the two regimes apart (a
+# ResNet at 32 px has the FLOPs of a MobileNet at 224 px)
 CORRECTION_COLUMNS = [
     "log_batch",
     "threads",
@@ -60,6 +63,7 @@ CORRECTION_COLUMNS = [
     *SETTINGS,
     "log_flops",
     "log_params",
+    "log_image_size",
 ]
 
 
@@ -135,6 +139,7 @@ def design_matrix(frame: pd.DataFrame) -> pd.DataFrame:
         out[name] = (setting == name).astype(float)
     out["log_flops"] = np.log(frame.total_flops.clip(lower=1.0))
     out["log_params"] = np.log(frame.param_bytes.clip(lower=1.0))
+    out["log_image_size"] = np.log(frame.image_size.astype(float))
     return out[CORRECTION_COLUMNS]
 
 
