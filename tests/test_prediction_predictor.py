@@ -35,6 +35,7 @@ def synthetic_sweep(seed=0, noise=0.05):
                                 "batch_size": batch,
                                 "threads": threads,
                                 "device_name": "CPU A",
+                                "image_size": 224,
                                 "total_flops": flops,
                                 "flops:convolution": flops * (1 - depthwise),
                                 "flops:depthwise/grouped convolution": flops * depthwise,
