@@ -25,10 +25,18 @@ def _training(frame: pd.DataFrame, multiple=MULTIPLE) -> tuple[pd.DataFrame, pd.
     return rows.reset_index(drop=True), epoch_rows.reset_index(drop=True)
 
 
-def test_the_forecast_recovers_the_epoch_of_a_model_it_never_saw():
+@pytest.fixture(scope="module")
+def fitted():
+    """The synthetic sweep and its fits without each trained model: the costly part, shared by the
+    tests below, which change the steps and epochs but never the forward rows or the models."""
     frame = synthetic_sweep(seed=2, noise=0.02)
+    steps, _ = _training(frame)
+    return frame, epochs.fits_without(frame, steps.model)
+
+
+def test_the_forecast_recovers_the_epoch_of_a_model_it_never_saw(fitted):
+    frame, fits = fitted
     steps, measured = _training(frame)
-    fits = epochs.fits_without(frame, steps.model)
     scored = epochs.epoch_errors(
         frame, epochs.with_forward(frame, steps, fits=fits), measured, fits=fits
     )
@@ -43,17 +51,16 @@ def test_the_forecast_recovers_the_epoch_of_a_model_it_never_saw():
     assert ((scored.low < scored.predicted_s) & (scored.predicted_s < scored.high)).all()
 
 
-def test_a_held_out_model_never_teaches_its_own_multiple():
+def test_a_held_out_model_never_teaches_its_own_multiple(fitted):
     """One model's steps take 40x its forward: were they in its own fit, its forecast would move
     towards them; held out, it gets the other models' multiple and misses by far, as it should."""
-    frame = synthetic_sweep(seed=2, noise=0.02)
+    frame, fits = fitted
     odd = "vit1"
     steps, measured = _training(frame)
     steps.loc[steps.model == odd, "step_s"] *= 40 / 3.0
     measured.loc[measured.model == odd, "epoch_s"] *= 40 / 3.0
     factor, _, rows = epochs.multiple_for(steps.assign(forward_s=steps.step_s / 3.0), "torch", odd)
     assert factor == pytest.approx(3.0) and rows == (steps.framework == "torch").sum() - 1
-    fits = epochs.fits_without(frame, steps.model)
     with_forward = epochs.with_forward(frame, steps, fits=fits)
     scored = epochs.epoch_errors(frame, with_forward, measured, fits=fits)
     scored = scored.set_index(["model", "framework"])
