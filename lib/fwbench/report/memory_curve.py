@@ -176,9 +176,9 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
                 row["iter_time_ms"], row["time_low"], row["time_high"] = _trial_interval(
                     list(mine.value)
                 )
-            # each trial's time and whether it ran on a shared machine, so that two methods can
-            # be compared trial by trial (they ran interleaved, in the same fresh process)
-            # (the arm tables.paired_rounds reads)
+            # each trial's time and whether it ran on a shared machine, in the arm form
+            # tables.paired_rounds reads, so that two methods can be compared trial by trial
+            # (they ran interleaved, in the same fresh process)
             row["trial_times_ms"] = json.dumps(
                 {
                     "trials": [int(t) for t in mine.index],
