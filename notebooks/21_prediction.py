@@ -86,8 +86,10 @@ if folder:
 # ## What each kind of op costs
 # The cost model fitted on the whole table: the share of the measured peak a FLOP of each category
 # runs at, the share of the copy bandwidth its output bytes are written at, and the time an op
-# takes beyond its work. A setting with too few models for its own fit (fewer than
-# `MIN_SETTING_MODELS`, or too few rows) uses `all`, and the correction learns its difference.
+# takes beyond its work. `fit` says how each setting's set came about: `own` where its rows are
+# broad enough (`MIN_SETTING_MODELS` models of `MIN_SETTING_FAMILIES` families), `scaled` where a
+# thinner setting multiplies `all`'s FLOP, byte and op costs by one factor each, and the
+# correction learns what is left of its difference.
 # The terms are fitted jointly, so a share is a term's cost with the others in place, not one
 # kernel's measured efficiency: a depthwise convolution's FLOPs are few and its time is carried
 # mostly by its bytes, so its FLOP share can read near the peak. The profiles say what a kernel

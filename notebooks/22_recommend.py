@@ -57,6 +57,7 @@ else:
         extra = {
             "query": row.query,
             "chosen": row.chosen,
+            "best": row.best,
             "candidates": int(row.candidates),
             "image_size": int(row.image_size),
         }

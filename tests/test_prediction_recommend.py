@@ -152,7 +152,11 @@ def test_a_pick_from_predictions_is_scored_against_the_measured_best():
     predicted = pd.DataFrame(
         {"throughput_img_s": [1.0, 2.0, 3.0], "latency_p95_ms": [100.0, 500.0, 150.0]}
     )
-    assert recommend._choice(group, predicted, None)["regret_pct"] == pytest.approx(25.0)
+    found = recommend._choice(group, predicted, None)
+    assert found["regret_pct"] == pytest.approx(25.0)
+    # the record names both the pick and the measured best, so a miss says what it missed
+    assert found["chosen"] == "torch compile fp32 batch 8, 2 threads"
+    assert found["best"] == "jax jit fp32 batch 8, 2 threads"
     # under a 0.3 s cap the best that fits measures 15 img/s; a pick of it has no regret...
     assert recommend._choice(group, predicted, 0.3)["regret_pct"] == pytest.approx(0.0)
     # ...and one the predictions wrongly believe fits, which breaks the cap, counts as 100%

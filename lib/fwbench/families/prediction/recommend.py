@@ -216,19 +216,34 @@ def _choice(group: pd.DataFrame, predicted: pd.DataFrame, cap: float | None) -> 
     believed = predicted if cap is None else predicted[predicted.latency_p95_ms / 1000 <= cap]
     if truly.empty:
         return {}
-    best = truly.img_s.max()
+    winner = truly.loc[truly.img_s.idxmax()]
+    best = winner.img_s
     if believed.empty:  # the predictions say nothing fits where something does
-        return {"regret_pct": 100.0, "chosen": None, "violates": False, "best_img_s": best}
+        return {
+            "regret_pct": 100.0,
+            "chosen": None,
+            "best": _label(winner),
+            "violates": False,
+            "best_img_s": best,
+        }
     chosen = group.loc[believed.throughput_img_s.idxmax()]
     violates = cap is not None and chosen.latency_p95_s > cap
     regret = 100.0 if violates else regret_pct(chosen.img_s, best)
     return {
         "regret_pct": regret,
-        "chosen": f"{chosen.framework} {chosen['mode']} {chosen.precision} batch "
-        f"{chosen.batch_size}, {chosen.threads} threads",
+        "chosen": _label(chosen),
+        "best": _label(winner),
         "violates": bool(violates),
         "best_img_s": best,
     }
+
+
+def _label(row: pd.Series) -> str:
+    """A measured configuration as a query's record names it."""
+    return (
+        f"{row.framework} {row['mode']} {row.precision} batch {row.batch_size}, "
+        f"{row.threads} threads"
+    )
 
 
 def evaluate(table: pd.DataFrame, *, seed: int = 0) -> pd.DataFrame:
