@@ -139,6 +139,14 @@ summary = pd.DataFrame(summary)
 summary
 
 # %% [markdown]
+# Where each hold-out's misses gather: its MAPE by setting (framework and mode) and image size.
+# A setting too thin for costs of its own in a fold (the cost table's `fit`) and the 32 px rows,
+# whose time is mostly launches, are where to look first.
+
+# %%
+predictor.error_table(pd.concat(scored)) if scored else "no hold-out scored"
+
+# %% [markdown]
 # ## Against the goals
 # MAPE ≤ 10% for unseen batch sizes, ≤ 15% for unseen model families, ≥ 90% of all predictions
 # within ±15%, a correct winner in ≥ 90% of decided comparisons. A miss is said with its size.

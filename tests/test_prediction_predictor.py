@@ -234,6 +234,24 @@ def test_errors_and_winner_rate_on_known_numbers():
     assert predictor.correct_winner_rate(pairs) == pytest.approx(200 / 3)
 
 
+def test_the_error_table_splits_a_holdout_by_setting_and_image_size():
+    held = pd.DataFrame(
+        {
+            "holdout": ["family"] * 4,
+            "framework": ["jax", "jax", "torch", "torch"],
+            "mode": ["jit", "jit", "eager", "eager"],
+            "image_size": [32, 224, 32, 32],
+            "seconds": [1.0, 1.0, 1.0, 2.0],
+            "predicted": [3.0, 1.1, 0.9, 2.2],
+        }
+    )
+    table = predictor.error_table(held).set_index(["setting", "image_size"])
+    assert table.loc[("jax jit", 32), "mape_pct"] == pytest.approx(200.0)
+    assert table.loc[("jax jit", 224), "mape_pct"] == pytest.approx(10.0)
+    assert table.loc[("torch eager", 32), "mape_pct"] == pytest.approx(10.0)
+    assert table.loc[("torch eager", 32), "rows"] == 2
+
+
 def test_a_holdout_says_which_rows_had_a_setting_its_fold_never_saw():
     """JAX measured on one CPU only: holding that CPU out leaves a fold with no JAX row to learn
     from, and every JAX row of it is marked, so that no winner is judged on it."""

@@ -347,6 +347,26 @@ def errors(measured: pd.Series, predicted: pd.Series) -> dict:
     }
 
 
+def error_table(held: pd.DataFrame) -> pd.DataFrame:
+    """MAPE and rows of scored hold-outs (``holdout``, ``seconds``, ``predicted`` and the
+    configuration's columns) by hold-out, setting and image size: where a hold-out's misses
+    gather, which its overall MAPE hides."""
+    keyed = held.assign(setting=setting_of(held))
+    rows = []
+    for (kind, setting, size), group in keyed.groupby(["holdout", "setting", "image_size"]):
+        found = errors(group.seconds, group.predicted)
+        rows.append(
+            {
+                "holdout": kind,
+                "setting": setting,
+                "image_size": int(size),
+                "mape_pct": found["mape_pct"],
+                "rows": found["n"],
+            }
+        )
+    return pd.DataFrame(rows, columns=["holdout", "setting", "image_size", "mape_pct", "rows"])
+
+
 # what every scored hold-out records, each in percent
 SCORE_METRICS = ("mape_pct", "within_10pct", "within_15pct", "worst_pct", "interval_coverage_pct")
 
