@@ -362,6 +362,24 @@ def test_the_curves_meet_where_the_paired_trials_cannot_tell_them_apart():
     )
 
 
+def test_the_overhead_counts_a_trial_without_a_contention_reading_as_quiet():
+    """Three trials without a reading (runs from before it was recorded) and a fourth on a shared
+    machine, where the plan took twice the eager step: the overhead pairs the three quiet trials
+    and leaves the shared one out, as every other count of the table reads a missing reading."""
+    from fwbench.report import memory_curve
+
+    meas = _curve_meas().assign(shared_machine=np.nan)
+    fourth = [
+        _record(mode, 4, "iter_time_ms", ms, {"method": kind}, shared=True)
+        for mode, kind, ms in (("none", "none", 100.0), ("mu_two@0.5", "mu_two", 200.0))
+    ]
+    meas = pd.concat([meas, pd.DataFrame(fourth)], ignore_index=True)
+    row = memory_curve.curve_table(meas).set_index("method").loc["mu_two@0.5"]
+    assert row.rounds == 3
+    assert row.overhead_pct == pytest.approx(10.0)
+    assert row.shared_trials == 1
+
+
 def test_curve_table_ignores_records_without_a_method_kind():
     from fwbench.report import memory_curve
 

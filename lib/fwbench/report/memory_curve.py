@@ -19,7 +19,7 @@ import pandas as pd
 
 from fwbench.measure.stats import paired_ratio_interval
 from fwbench.pipeline.campaign import slug_without_trial
-from fwbench.report.tables import extra_columns, kept_rounds, paired_rounds
+from fwbench.report.tables import extra_columns, paired_rounds
 from fwbench.vocab import MEMORY_ACTIVATION_GOAL_PCT as ACTIVATION_GOAL_PCT
 from fwbench.vocab import MEMORY_COMPILED_KINDS
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
@@ -179,23 +179,17 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
             # each trial's time and whether it ran on a shared machine, in the arm form
             # tables.paired_rounds reads, so that two methods can be compared trial by trial
             # (they ran interleaved, in the same fresh process)
-            row["trial_times_ms"] = json.dumps(
-                {
-                    "trials": [int(t) for t in mine.index],
-                    "samples": [float(v) for v in mine.value],
-                    "shared": [bool(s) for s in mine.shared_machine.fillna(False)],
-                }
+            arm = _trial_arm(mine)
+            row["trial_times_ms"] = json.dumps(arm)
+            # the overhead pairs the same way; a trial without a contention reading counts as
+            # quiet here as in every other count of this table
+            found = (
+                None
+                if mode == REFERENCE
+                else paired_rounds(SimpleNamespace(**_trial_arm(ref)), SimpleNamespace(**arm))
             )
-            common = sorted(set(mine.index) & set(ref.index))
-            if len(common) >= 2 and mode != REFERENCE:
-                shared = [
-                    bool(mine.shared_machine.get(t)) or bool(ref.shared_machine.get(t))
-                    for t in common
-                ]
-                use = kept_rounds(common, shared)
-                paired = paired_ratio_interval(
-                    [ref.value[t] for t in use], [mine.value[t] for t in use]
-                )
+            if found is not None:
+                paired = paired_ratio_interval(found[0], found[1])
                 row["overhead_pct"] = 100 * (paired.ratio - 1)
                 row["overhead_low"] = 100 * (paired.low - 1)
                 row["overhead_high"] = 100 * (paired.high - 1)
@@ -276,6 +270,16 @@ def _point_at_peak(points: pd.DataFrame, peak: float):
         return None
     under = points[points.peak_mem_bytes <= peak]
     return under.loc[under.iter_time_ms.idxmin()]
+
+
+def _trial_arm(times: pd.DataFrame) -> dict:
+    """One method's iteration times indexed by trial as the arm ``tables.paired_rounds`` reads:
+    trials, samples and whether each trial ran on a shared machine (no reading: not shared)."""
+    return {
+        "trials": [int(t) for t in times.index],
+        "samples": [float(v) for v in times.value],
+        "shared": [bool(s) for s in times.shared_machine.fillna(False)],
+    }
 
 
 def _arm(point) -> SimpleNamespace:
