@@ -110,27 +110,34 @@ def cost_terms(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _relative_nnls(shares: np.ndarray, prior: np.ndarray | None) -> np.ndarray:
+    """Non-negative weights ``w`` minimising ``|shares @ w - 1|``, where ``shares`` holds each
+    row's columns as fractions of its measured time (so the error is relative). Given a
+    ``prior``, a column no row spends ``MIN_TERM_SHARE`` of its time on keeps its prior weight:
+    the rows cannot tell it, and a free fit may price it at anything."""
+    from scipy.optimize import nnls
+
+    weights = np.zeros(shares.shape[1])
+    target = np.ones(len(shares))
+    free = np.ones(shares.shape[1], bool)
+    if prior is not None:
+        free = shares.max(axis=0) >= MIN_TERM_SHARE
+        weights[~free] = prior[~free]
+        target = target - shares[:, ~free] @ prior[~free]
+    if free.any():  # scipy's nnls crashes the process on a matrix without columns
+        weights[free], _ = nnls(shares[:, free], target)
+    return weights
+
+
 def _fit_costs(frame: pd.DataFrame, pooled: np.ndarray | None = None) -> np.ndarray:
     """Non-negative costs minimising the relative error of the sum over ``frame``'s rows. Given
     the ``pooled`` costs (a setting's own fit), a term that no row of ``frame`` spends
-    ``MIN_TERM_SHARE`` of its time on, at the ceiling, keeps its pooled cost: the rows cannot
-    tell its cost, and a free fit may price it at anything (JAX's CNN rows priced a linear
-    layer's output bytes 24,599 times the bandwidth, and held-out ViTs came out 300 times too
-    slow)."""
-    from scipy.optimize import nnls
-
+    ``MIN_TERM_SHARE`` of its time on, at the ceiling, keeps its pooled cost (JAX's CNN rows,
+    free, priced a linear layer's output bytes 24,599 times the bandwidth, and held-out ViTs
+    came out 300 times too slow)."""
     terms = cost_terms(frame).to_numpy()
     weight = 1.0 / frame.seconds.to_numpy()
-    costs = np.zeros(terms.shape[1])
-    target = np.ones(len(frame))
-    free = np.ones(terms.shape[1], bool)
-    if pooled is not None:
-        free = (terms * weight[:, None]).max(axis=0) >= MIN_TERM_SHARE
-        costs[~free] = pooled[~free]
-        target = target - (terms[:, ~free] @ pooled[~free]) * weight
-    if free.any():  # scipy's nnls crashes the process on a matrix without columns
-        costs[free], _ = nnls(terms[:, free] * weight[:, None], target)
-    return costs
+    return _relative_nnls(terms * weight[:, None], pooled)
 
 
 def term_group(name: str) -> str:
@@ -144,20 +151,14 @@ def _fit_scales(frame: pd.DataFrame, pooled: np.ndarray) -> np.ndarray:
     """The pooled costs with each term group scaled by one non-negative factor, fitted on
     ``frame``'s rows by least squares on relative error; a group no row spends
     ``MIN_TERM_SHARE`` of its time on, at the pooled costs, keeps a factor of one."""
-    from scipy.optimize import nnls
-
     terms = cost_terms(frame)
     groups = np.array([term_group(name) for name in terms.columns])
     weight = 1.0 / frame.seconds.to_numpy()
     values = terms.to_numpy()
-    parts = np.stack(
+    shares = np.stack(
         [(values[:, groups == g] @ pooled[groups == g]) * weight for g in TERM_GROUPS], axis=1
     )
-    free = parts.max(axis=0) >= MIN_TERM_SHARE
-    factors = np.ones(len(TERM_GROUPS))
-    target = 1.0 - parts[:, ~free].sum(axis=1)
-    if free.any():  # as in _fit_costs: nnls must not see a matrix without columns
-        factors[free], _ = nnls(parts[:, free], target)
+    factors = _relative_nnls(shares, np.ones(len(TERM_GROUPS)))
     return pooled * factors[[TERM_GROUPS.index(g) for g in groups]]
 
 
