@@ -86,10 +86,12 @@ if folder:
 # ## What each kind of op costs
 # The cost model fitted on the whole table: the share of the measured peak a FLOP of each category
 # runs at, the share of the copy bandwidth its output bytes are written at, and the time an op
-# takes beyond its work. `fit` says how each setting's set came about: `own` where its rows are
-# broad enough (`MIN_SETTING_MODELS` models of `MIN_SETTING_FAMILIES` families), `scaled` where a
-# thinner setting multiplies `all`'s FLOP, byte and op costs by one factor each, and the
-# correction learns what is left of its difference.
+# takes beyond its work. `fit` says how each setting's set came about: `shrunk` where its rows
+# span `MIN_SHRINK_FAMILIES` model families (costs of its own, pulled toward `all`'s scaled per
+# group by the `shrink` weight that leave-one-family-out cross-validation on its rows picked:
+# `inf` is the scaled costs, 0 a free fit), `scaled` where a thinner setting multiplies `all`'s
+# FLOP, byte and op costs by one factor each; the correction learns what is left of its
+# difference.
 # The terms are fitted jointly, so a share is a term's cost with the others in place, not one
 # kernel's measured efficiency: a depthwise convolution's FLOPs are few and its time is carried
 # mostly by its bytes, so its FLOP share can read near the peak. The profiles say what a kernel
@@ -140,8 +142,8 @@ summary
 
 # %% [markdown]
 # Where each hold-out's misses gather: its MAPE by setting (framework and mode) and image size.
-# A setting too thin for costs of its own in a fold (the cost table's `fit`) and the 32 px rows,
-# whose time is mostly launches, are where to look first.
+# A setting fitted on few families in a fold (the cost table's `fit` and `shrink`) and the 32 px
+# rows, whose time is mostly launches, are where to look first.
 
 # %%
 predictor.error_table(pd.concat(scored)) if scored else "no hold-out scored"

@@ -38,22 +38,25 @@ HOLDOUTS = ("family", "batch", "threads", "cpu")
 BATCH_FIT_MAX = 16  # the batch hold-out fits on batch <= 16 and predicts larger batches
 COVERAGE = 0.9
 SETTINGS = ("torch eager", "torch compile", "jax jit")
-# a setting gets its own costs once its rows span this many models and twice as many rows as the
-# cost model has terms; a thinner one scales the costs fitted on all rows (TERM_GROUPS below),
-# and the correction's setting columns carry what is left of its difference
-MIN_SETTING_MODELS = 5
-# ... and this many model families: fitted on fewer architectures, categories that move together
-# trade costs (JAX's rows without its ResNets, from MobileNets, EfficientNets and ViTs, put the
-# depthwise convolutions' time on the dense convolution FLOPs, priced at 15.7 times the peak
-# against PyTorch's 1.3, and held-out JAX ResNets came out 6 to 13 times too slow)
-MIN_SETTING_FAMILIES = 4
-# a thinner setting does not borrow the pooled costs whole: it fits one factor per group of terms
-# (TERM_GROUPS) over them, three numbers that rows of two families can tell where twenty-odd free
-# costs trade among themselves. Borrowed whole, the pooled costs are PyTorch eager's, and JAX with
-# one family held out (three left) came out up to ten times off at 32 px, where its time is its
-# ops; the correction, which sees the setting, could not undo a miss that varies by model
+# a setting's rows fit costs of their own, shrunk toward the pooled costs scaled per term group
+# (TERM_GROUPS), by a weight that leave-one-family-out cross-validation on its rows picks from
+# SHRINK_GRID; the correction's setting columns carry what is left of its difference. Free, a
+# setting fitted on few architectures lets categories that move together trade costs (JAX's rows
+# without its ResNets, from MobileNets, EfficientNets and ViTs, put the depthwise convolutions'
+# time on the dense convolution FLOPs, priced at 15.7 times the peak against PyTorch's 1.3, and
+# held-out JAX ResNets came out 6 to 13 times too slow); scaled alone, it cannot say that one
+# category costs it more than the pooled rows (JAX's depthwise convolutions). The cross-validation
+# asks the question the family hold-out asks, on the rows the fit has, and picks between the two
 TERM_GROUPS = ("flops", "bytes", "ops")
+# leaving one family out must leave two to fit on, and give the weight more than one fold to pick
+# from; a setting of two families scales the pooled costs, one of one family uses them as they are
+MIN_SHRINK_FAMILIES = 3
 MIN_SCALE_FAMILIES = 2
+# tried from the most shrunk down, and a weight is kept only where it lowers the cross-validated
+# error: inf is the scaled costs, 0 a free fit. A weight s costs a fit s * x**2 per row for moving
+# one term so that the mean row's time moves by a fraction x, as much as every row missing by
+# sqrt(s) * x
+SHRINK_GRID = (np.inf, 10.0, 1.0, 0.1, 0.01, 0.0)
 # a setting learns its own cost for a term only where one of its rows spends this share of its
 # time on the term at the ceiling; elsewhere the term keeps the cost fitted on all rows
 MIN_TERM_SHARE = 0.02
@@ -110,34 +113,50 @@ def cost_terms(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _relative_nnls(shares: np.ndarray, prior: np.ndarray | None) -> np.ndarray:
+def _relative_nnls(
+    shares: np.ndarray, prior: np.ndarray | None, shrink: float = 0.0
+) -> np.ndarray:
     """Non-negative weights ``w`` minimising ``|shares @ w - 1|``, where ``shares`` holds each
     row's columns as fractions of its measured time (so the error is relative). Given a
     ``prior``, a column no row spends ``MIN_TERM_SHARE`` of its time on keeps its prior weight:
-    the rows cannot tell it, and a free fit may price it at anything."""
+    the rows cannot tell it, and a free fit may price it at anything; and a ``shrink`` above zero
+    pulls the other columns toward the prior (``SHRINK_GRID`` says by how much; inf keeps it)."""
     from scipy.optimize import nnls
 
     weights = np.zeros(shares.shape[1])
     target = np.ones(len(shares))
     free = np.ones(shares.shape[1], bool)
     if prior is not None:
+        if np.isinf(shrink):
+            return prior.copy()
         free = shares.max(axis=0) >= MIN_TERM_SHARE
         weights[~free] = prior[~free]
         target = target - shares[:, ~free] @ prior[~free]
-    if free.any():  # scipy's nnls crashes the process on a matrix without columns
-        weights[free], _ = nnls(shares[:, free], target)
+    if not free.any():  # scipy's nnls crashes the process on a matrix without columns
+        return weights
+    matrix = shares[:, free]
+    if prior is not None and shrink > 0:
+        # a penalty row per column, in the mean row's share of its time, so that the weight
+        # means the same for a term of microseconds and one of seconds
+        typical = matrix.mean(axis=0)
+        root = np.sqrt(shrink * len(shares))
+        matrix = np.vstack([matrix, root * np.diag(typical)])
+        target = np.concatenate([target, root * typical * prior[free]])
+    weights[free], _ = nnls(matrix, target)
     return weights
 
 
-def _fit_costs(frame: pd.DataFrame, pooled: np.ndarray | None = None) -> np.ndarray:
+def _fit_costs(
+    frame: pd.DataFrame, prior: np.ndarray | None = None, shrink: float = 0.0
+) -> np.ndarray:
     """Non-negative costs minimising the relative error of the sum over ``frame``'s rows. Given
-    the ``pooled`` costs (a setting's own fit), a term that no row of ``frame`` spends
-    ``MIN_TERM_SHARE`` of its time on, at the ceiling, keeps its pooled cost (JAX's CNN rows,
-    free, priced a linear layer's output bytes 24,599 times the bandwidth, and held-out ViTs
-    came out 300 times too slow)."""
+    a ``prior`` (the pooled costs, scaled for the setting), a term that no row of ``frame``
+    spends ``MIN_TERM_SHARE`` of its time on, at the ceiling, keeps its prior cost (JAX's CNN
+    rows, free, priced a linear layer's output bytes 24,599 times the bandwidth, and held-out
+    ViTs came out 300 times too slow), and the others are pulled toward it by ``shrink``."""
     terms = cost_terms(frame).to_numpy()
     weight = 1.0 / frame.seconds.to_numpy()
-    return _relative_nnls(terms * weight[:, None], pooled)
+    return _relative_nnls(terms * weight[:, None], prior, shrink)
 
 
 def term_group(name: str) -> str:
@@ -147,19 +166,55 @@ def term_group(name: str) -> str:
     return "flops" if name.startswith("flops:") else "bytes"
 
 
+def _scale_shares(shares: np.ndarray, groups: np.ndarray, pooled: np.ndarray) -> np.ndarray:
+    """The pooled costs with each term group scaled by one non-negative factor, fitted to
+    ``shares`` (terms over measured time) by least squares on relative error; a group no row
+    spends ``MIN_TERM_SHARE`` of its time on, at the pooled costs, keeps a factor of one."""
+    grouped = np.stack(
+        [shares[:, groups == g] @ pooled[groups == g] for g in TERM_GROUPS], axis=1
+    )
+    factors = _relative_nnls(grouped, np.ones(len(TERM_GROUPS)))
+    return pooled * factors[[TERM_GROUPS.index(g) for g in groups]]
+
+
 def _fit_scales(frame: pd.DataFrame, pooled: np.ndarray) -> np.ndarray:
-    """The pooled costs with each term group scaled by one non-negative factor, fitted on
-    ``frame``'s rows by least squares on relative error; a group no row spends
-    ``MIN_TERM_SHARE`` of its time on, at the pooled costs, keeps a factor of one."""
+    """``_scale_shares`` on ``frame``'s rows."""
     terms = cost_terms(frame)
     groups = np.array([term_group(name) for name in terms.columns])
-    weight = 1.0 / frame.seconds.to_numpy()
+    shares = terms.to_numpy() / frame.seconds.to_numpy()[:, None]
+    return _scale_shares(shares, groups, pooled)
+
+
+def _fit_shrunk(frame: pd.DataFrame, pooled: np.ndarray) -> tuple[np.ndarray, float]:
+    """A setting's own costs shrunk toward its scaled pooled costs, and the shrink weight: the
+    one of ``SHRINK_GRID`` whose fits, each on all but one of the rows' model families, predict
+    the family left out best (mean absolute log error of the cost sum, over its rows). The
+    scaled prior of each fold is fitted on that fold's rows alone."""
+    terms = cost_terms(frame)
+    groups = np.array([term_group(name) for name in terms.columns])
     values = terms.to_numpy()
-    shares = np.stack(
-        [(values[:, groups == g] @ pooled[groups == g]) * weight for g in TERM_GROUPS], axis=1
-    )
-    factors = _relative_nnls(shares, np.ones(len(TERM_GROUPS)))
-    return pooled * factors[[TERM_GROUPS.index(g) for g in groups]]
+    seconds = frame.seconds.to_numpy()
+    shares = values / seconds[:, None]
+    floor = frame.op_count.to_numpy() * OP_OVERHEAD_S
+    families = frame.model.map(model_family).to_numpy()
+    folds = []
+    for family in np.unique(families):
+        held = families == family
+        prior = _scale_shares(shares[~held], groups, pooled)
+        folds.append((held, prior))
+    best, best_error = np.inf, np.inf
+    for shrink in SHRINK_GRID:
+        misses = []
+        for held, prior in folds:
+            weights = _relative_nnls(shares[~held], prior, shrink)
+            predicted = np.maximum(values[held] @ weights, floor[held])
+            misses.append(np.abs(np.log(predicted / seconds[held])))
+        error = float(np.mean(np.concatenate(misses)))
+        # a weaker shrink must earn its place: ties keep the stronger
+        if error < best_error - 1e-9:
+            best, best_error = shrink, error
+    prior = _scale_shares(shares, groups, pooled)
+    return _relative_nnls(shares, prior, best), best
 
 
 def design_matrix(frame: pd.DataFrame) -> pd.DataFrame:
@@ -221,35 +276,40 @@ def _regressor(seed: int):
     )
 
 
-def setting_fit(rows: pd.DataFrame, n_terms: int) -> str:
-    """How a setting's costs are fitted from its ``rows``: ``own`` (broad enough:
-    ``MIN_SETTING_MODELS`` models of ``MIN_SETTING_FAMILIES`` families, twice as many rows as
-    terms), ``scaled`` (the pooled costs times one factor per term group: ``MIN_SCALE_FAMILIES``
-    families, twice as many rows as groups) or ``pooled``."""
+def setting_fit(rows: pd.DataFrame) -> str:
+    """How a setting's costs are fitted from its ``rows``: ``shrunk`` (its own costs, shrunk toward
+    the scaled pooled ones: ``MIN_SHRINK_FAMILIES`` model families), ``scaled`` (the pooled costs
+    times one factor per term group: ``MIN_SCALE_FAMILIES`` families) or ``pooled``; either of
+    the first two needs twice as many rows as there are term groups."""
     families = rows.model.map(model_family).nunique()
-    if (
-        rows.model.nunique() >= MIN_SETTING_MODELS
-        and families >= MIN_SETTING_FAMILIES
-        and len(rows) >= 2 * n_terms
-    ):
-        return "own"
-    if families >= MIN_SCALE_FAMILIES and len(rows) >= 2 * len(TERM_GROUPS):
-        return "scaled"
-    return "pooled"
+    if len(rows) < 2 * len(TERM_GROUPS):
+        return "pooled"
+    if families >= MIN_SHRINK_FAMILIES:
+        return "shrunk"
+    return "scaled" if families >= MIN_SCALE_FAMILIES else "pooled"
+
+
+def setting_costs(rows: pd.DataFrame, pooled: np.ndarray) -> tuple[str, np.ndarray, float]:
+    """One setting's costs from its ``rows``: how they were fitted (``setting_fit``), the
+    weights, and the shrink weight (inf for scaled or pooled costs)."""
+    how = setting_fit(rows)
+    if how == "shrunk":
+        weights, shrink = _fit_shrunk(rows, pooled)
+        return how, weights, shrink
+    if how == "scaled":
+        return how, _fit_scales(rows, pooled), np.inf
+    return how, pooled, np.inf
 
 
 def fit_costs(frame: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The cost model's weights: the pooled set fitted on every row, and per setting its own set
-    (for the terms its rows exercise, ``MIN_TERM_SHARE``) or the pooled set scaled per term group,
-    as ``setting_fit`` says; a setting missing from the dict uses the pooled set."""
+    """The cost model's weights: the pooled set fitted on every row, and per setting the set
+    ``setting_costs`` fits; a setting missing from the dict uses the pooled set."""
     pooled = _fit_costs(frame)
     costs = {}
     for name, rows in frame.groupby(setting_of(frame)):
-        how = setting_fit(rows, pooled.size)
-        if how == "own":
-            costs[name] = _fit_costs(rows, pooled)
-        elif how == "scaled":
-            costs[name] = _fit_scales(rows, pooled)
+        how, weights, _ = setting_costs(rows, pooled)
+        if how != "pooled":
+            costs[name] = weights
     return costs, pooled
 
 
@@ -257,26 +317,33 @@ def cost_table(frame: pd.DataFrame) -> pd.DataFrame:
     """The costs fitted on ``frame`` as a reader reads them: per setting (``all`` for the pooled
     fit) and term, the share of the peak (a FLOP term) or of the copy bandwidth (a byte term) it
     runs at, 1 / cost, and the microseconds an op takes, with how the setting's set was fitted
-    (``setting_fit``). A term fitted at zero explains nothing the others do not and is left
-    out."""
-    costs, pooled = fit_costs(frame)
+    (``setting_fit``) and its shrink weight (``SHRINK_GRID``). A term fitted at zero explains
+    nothing the others do not and is left out."""
+    pooled = _fit_costs(frame)
     names = list(cost_terms(frame.iloc[:1]).columns)
-    how = {name: setting_fit(rows, pooled.size) for name, rows in frame.groupby(setting_of(frame))}
+    fitted = {}
+    for setting, rows in frame.groupby(setting_of(frame)):
+        how, weights, shrink = setting_costs(rows, pooled)
+        if how != "pooled":
+            fitted[setting] = (how, weights, shrink if how == "shrunk" else None)
+    fitted["all"] = ("all rows", pooled, None)
     rows = []
-    for setting, weights in {**costs, "all": pooled}.items():
+    for setting, (how, weights, shrink) in fitted.items():
         for name, weight in zip(names, weights, strict=True):
             if weight <= 0:
                 continue
             rows.append(
                 {
                     "setting": setting,
-                    "fit": how.get(setting, "all rows"),
+                    "fit": how,
+                    "shrink": shrink,
                     "term": name,
                     "share_of_ceiling": None if name == "ops" else 1.0 / weight,
                     "us_per_op": weight if name == "ops" else None,
                 }
             )
-    return pd.DataFrame(rows, columns=["setting", "fit", "term", "share_of_ceiling", "us_per_op"])
+    columns = ["setting", "fit", "shrink", "term", "share_of_ceiling", "us_per_op"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _fit_once(frame: pd.DataFrame, seed: int) -> Predictor:
