@@ -113,9 +113,7 @@ def cost_terms(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _relative_nnls(
-    shares: np.ndarray, prior: np.ndarray | None, shrink: float = 0.0
-) -> np.ndarray:
+def _relative_nnls(shares: np.ndarray, prior: np.ndarray | None, shrink: float = 0.0) -> np.ndarray:
     """Non-negative weights ``w`` minimising ``|shares @ w - 1|``, where ``shares`` holds each
     row's columns as fractions of its measured time (so the error is relative). Given a
     ``prior``, a column no row spends ``MIN_TERM_SHARE`` of its time on keeps its prior weight:
@@ -170,9 +168,7 @@ def _scale_shares(shares: np.ndarray, groups: np.ndarray, pooled: np.ndarray) ->
     """The pooled costs with each term group scaled by one non-negative factor, fitted to
     ``shares`` (terms over measured time) by least squares on relative error; a group no row
     spends ``MIN_TERM_SHARE`` of its time on, at the pooled costs, keeps a factor of one."""
-    grouped = np.stack(
-        [shares[:, groups == g] @ pooled[groups == g] for g in TERM_GROUPS], axis=1
-    )
+    grouped = np.stack([shares[:, groups == g] @ pooled[groups == g] for g in TERM_GROUPS], axis=1)
     factors = _relative_nnls(grouped, np.ones(len(TERM_GROUPS)))
     return pooled * factors[[TERM_GROUPS.index(g) for g in groups]]
 
