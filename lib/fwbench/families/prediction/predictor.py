@@ -152,9 +152,8 @@ def _fit_costs(
     spends ``MIN_TERM_SHARE`` of its time on, at the ceiling, keeps its prior cost (JAX's CNN
     rows, free, priced a linear layer's output bytes 24,599 times the bandwidth, and held-out
     ViTs came out 300 times too slow), and the others are pulled toward it by ``shrink``."""
-    terms = cost_terms(frame).to_numpy()
-    weight = 1.0 / frame.seconds.to_numpy()
-    return _relative_nnls(terms * weight[:, None], prior, shrink)
+    _, _, shares = _term_shares(frame)
+    return _relative_nnls(shares, prior, shrink)
 
 
 def term_group(name: str) -> str:
@@ -173,11 +172,18 @@ def _scale_shares(shares: np.ndarray, groups: np.ndarray, pooled: np.ndarray) ->
     return pooled * factors[[TERM_GROUPS.index(g) for g in groups]]
 
 
-def _fit_scales(frame: pd.DataFrame, pooled: np.ndarray) -> np.ndarray:
-    """``_scale_shares`` on ``frame``'s rows."""
+def _term_shares(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``frame``'s cost terms in seconds, each term's group (``term_group``), and the terms as
+    fractions of each row's measured time."""
     terms = cost_terms(frame)
     groups = np.array([term_group(name) for name in terms.columns])
-    shares = terms.to_numpy() / frame.seconds.to_numpy()[:, None]
+    values = terms.to_numpy()
+    return values, groups, values * (1.0 / frame.seconds.to_numpy())[:, None]
+
+
+def _fit_scales(frame: pd.DataFrame, pooled: np.ndarray) -> np.ndarray:
+    """``_scale_shares`` on ``frame``'s rows."""
+    _, groups, shares = _term_shares(frame)
     return _scale_shares(shares, groups, pooled)
 
 
@@ -186,11 +192,8 @@ def _fit_shrunk(frame: pd.DataFrame, pooled: np.ndarray) -> tuple[np.ndarray, fl
     one of ``SHRINK_GRID`` whose fits, each on all but one of the rows' model families, predict
     the family left out best (mean absolute log error of the cost sum, over its rows). The
     scaled prior of each fold is fitted on that fold's rows alone."""
-    terms = cost_terms(frame)
-    groups = np.array([term_group(name) for name in terms.columns])
-    values = terms.to_numpy()
+    values, groups, shares = _term_shares(frame)
     seconds = frame.seconds.to_numpy()
-    shares = values / seconds[:, None]
     floor = frame.op_count.to_numpy() * OP_OVERHEAD_S
     families = frame.model.map(model_family).to_numpy()
     folds = []
