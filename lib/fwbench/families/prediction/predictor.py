@@ -257,7 +257,8 @@ class Predictor:
     def predict(self, frame: pd.DataFrame) -> pd.DataFrame:
         """Seconds per call with a ``COVERAGE`` interval, for rows with the feature columns."""
         prior = self.cost_seconds(frame)
-        correction = self.regressor.predict(design_matrix(frame))
+        with _one_thread():
+            correction = self.regressor.predict(design_matrix(frame))
         seconds = prior * np.exp(correction)
         return pd.DataFrame(
             {
@@ -267,6 +268,16 @@ class Predictor:
             },
             index=frame.index,
         )
+
+
+def _one_thread():
+    """A context in which the correction's trees run on one OpenMP thread. On a few hundred rows
+    threads buy nothing (a fit on run 20261127T060551Z's table took 1.8 s on one thread, 2.7 s on
+    two cores), and their threads spin at barriers: beside one other busy process a hold-out took
+    1305 s where it took 53 s alone."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="openmp")
 
 
 def _regressor(seed: int):
@@ -352,7 +363,8 @@ def _fit_once(frame: pd.DataFrame, seed: int) -> Predictor:
     costs, pooled = fit_costs(frame)
     partial = Predictor(costs, pooled, None, np.inf)
     target = np.log(frame.seconds / partial.cost_seconds(frame))
-    partial.regressor = _regressor(seed).fit(design_matrix(frame), target)
+    with _one_thread():
+        partial.regressor = _regressor(seed).fit(design_matrix(frame), target)
     return partial
 
 
