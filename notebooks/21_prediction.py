@@ -141,9 +141,10 @@ summary = pd.DataFrame(summary)
 summary
 
 # %% [markdown]
-# Where each hold-out's misses gather: its MAPE by setting (framework and mode) and image size.
-# A setting fitted on few families in a fold (the cost table's `fit` and `shrink`) and the 32 px
-# rows, whose time is mostly launches, are where to look first.
+# Where each hold-out's misses gather: its MAPE by setting (framework and mode) and image size,
+# with the predictions (`mape_pct`) and with the cost model's alone, before the correction
+# (`cost_mape_pct`). A setting fitted on few families in a fold (the cost table's `fit` and
+# `shrink`) and the 32 px rows, whose time is mostly launches, are where to look first.
 
 # %%
 predictor.error_table(pd.concat(scored)) if scored else "no hold-out scored"
@@ -184,21 +185,27 @@ for row in summary.itertuples():
         )
     )
 if scored:
-    # why a miss: what the fit had to learn from, and where its errors gather
-    held_all = pd.concat(scored)
-    worst = (
-        held_all.assign(error=(held_all.predicted / held_all.seconds - 1).abs() * 100)
-        .groupby(["holdout", "fold"])
-        .error.mean()
-        .sort_values()
-    )
-    (kind, fold), mape = worst.index[-1], worst.iloc[-1]
+    # why a miss: the fold and setting the errors gather in, and which part of the predictor made
+    # them, the cost model or the correction on top of it
+    where = predictor.worst_group(pd.concat(scored))
+    if where["mape_pct"] > where["cost_mape_pct"]:
+        part = (
+            f"the cost model alone missed them by {where['cost_mape_pct']:.0f}%, and the "
+            "correction, which reads the setting and the model's size but not its shape, carried "
+            "to them what that setting's other families taught it and made them worse"
+        )
+    else:
+        part = (
+            f"the cost model alone missed them by {where['cost_mape_pct']:.0f}% and the correction "
+            "narrowed that: the cost terms do not price this family's work in that setting"
+        )
     lines.append(
         f"\nThe fit had {len(table)} configurations of {table.model.nunique()} models on "
-        f"{table.device_name.nunique()} CPUs ({', '.join(sorted(table.device_name.unique()))}); "
-        f"its largest errors gather in the {kind} hold-out's fold {fold!r} (MAPE {mape:.0f}%), "
-        "a group whose kind of work no other fold showed it. More of the sweep "
-        "(`params/sweep_cpu.yaml`) is what closes such gaps."
+        f"{table.device_name.nunique()} CPUs ({', '.join(sorted(table.device_name.unique()))}). "
+        f"Its largest errors gather in the {where['holdout']} hold-out's fold {where['fold']!r} "
+        f"(MAPE {where['fold_mape_pct']:.0f}%), and there in the {where['rows']} rows of "
+        f"{where['setting']} ({where['mape_pct']:.0f}%): {part}. The error table above splits every "
+        "hold-out so (`cost_mape_pct` is the cost model alone)."
     )
 display(Markdown("\n".join(lines) or "No hold-out could be scored."))
 

@@ -97,6 +97,7 @@ def test_the_fitted_costs_carry_over_to_unseen_families():
     frame = synthetic_sweep()
     held = predictor.evaluate(frame, "family")
     learned = predictor.errors(held.seconds, held.predicted)
+    assert (held.cost > 0).all()  # the cost model's own seconds ride along for error_table
     roofline = predictor.errors(held.seconds, predictor.roofline_seconds(held))
     assert learned["mape_pct"] < 15 < roofline["mape_pct"]
     batch = predictor.evaluate(frame, "batch")
@@ -292,6 +293,33 @@ def test_the_error_table_splits_a_holdout_by_setting_and_image_size():
     assert table.loc[("jax jit", 224), "mape_pct"] == pytest.approx(10.0)
     assert table.loc[("torch eager", 32), "mape_pct"] == pytest.approx(10.0)
     assert table.loc[("torch eager", 32), "rows"] == 2
+    assert table.cost_mape_pct.isna().all()
+    costed = predictor.error_table(held.assign(cost=[1.5, 1.0, 1.0, 2.0]))
+    costed = costed.set_index(["setting", "image_size"])
+    assert costed.loc[("jax jit", 32), "cost_mape_pct"] == pytest.approx(50.0)
+    assert costed.loc[("torch eager", 32), "cost_mape_pct"] == pytest.approx(0.0)
+
+
+def test_the_worst_group_names_the_fold_the_setting_and_which_part_missed():
+    """Fold b misses most (its JAX row by 300%, its PyTorch row by 10%); there JAX's cost model
+    alone was off by 50%, so the correction made it worse."""
+    held = pd.DataFrame(
+        {
+            "holdout": ["family"] * 4,
+            "fold": ["a", "a", "b", "b"],
+            "framework": ["jax", "torch", "jax", "torch"],
+            "mode": ["jit", "eager", "jit", "eager"],
+            "seconds": [1.0, 1.0, 1.0, 1.0],
+            "predicted": [1.2, 1.1, 4.0, 1.1],
+            "cost": [1.0, 1.0, 1.5, 1.0],
+        }
+    )
+    where = predictor.worst_group(held)
+    assert (where["holdout"], where["fold"], where["setting"]) == ("family", "b", "jax jit")
+    assert where["fold_mape_pct"] == pytest.approx(155.0)
+    assert where["mape_pct"] == pytest.approx(300.0)
+    assert where["cost_mape_pct"] == pytest.approx(50.0)
+    assert where["rows"] == 1
 
 
 def test_a_holdout_says_which_rows_had_a_setting_its_fold_never_saw():

@@ -432,21 +432,51 @@ def errors(measured: pd.Series, predicted: pd.Series) -> dict:
 def error_table(held: pd.DataFrame) -> pd.DataFrame:
     """MAPE and rows of scored hold-outs (``holdout``, ``seconds``, ``predicted`` and the
     configuration's columns) by hold-out, setting and image size: where a hold-out's misses
-    gather, which its overall MAPE hides."""
+    gather, which its overall MAPE hides. Where ``held`` has the cost model's own seconds
+    (``cost``, from :func:`evaluate`), ``cost_mape_pct`` is its MAPE before the correction: which
+    of the two parts a miss comes from."""
     keyed = held.assign(setting=setting_of(held))
+    columns = ["holdout", "setting", "image_size", "mape_pct", "cost_mape_pct", "rows"]
     rows = []
     for (kind, setting, size), group in keyed.groupby(["holdout", "setting", "image_size"]):
         found = errors(group.seconds, group.predicted)
+        cost = errors(group.seconds, group.cost)["mape_pct"] if "cost" in group else np.nan
         rows.append(
             {
                 "holdout": kind,
                 "setting": setting,
                 "image_size": int(size),
                 "mape_pct": found["mape_pct"],
+                "cost_mape_pct": cost,
                 "rows": found["n"],
             }
         )
-    return pd.DataFrame(rows, columns=["holdout", "setting", "image_size", "mape_pct", "rows"])
+    return pd.DataFrame(rows, columns=columns)
+
+
+def worst_group(held: pd.DataFrame) -> dict:
+    """Where scored hold-outs (as for :func:`error_table`, with ``fold`` and ``cost``) miss most:
+    the fold with the largest MAPE, its setting with the largest MAPE, and that setting's MAPE
+    there with and without the correction (``mape_pct``, ``cost_mape_pct``)."""
+    keyed = held.assign(
+        setting=setting_of(held),
+        error=(held.predicted / held.seconds - 1).abs() * 100,
+        cost_error=(held.cost / held.seconds - 1).abs() * 100,
+    )
+    folds = keyed.groupby(["holdout", "fold"]).error.mean()
+    kind, fold = folds.idxmax()
+    rows = keyed[(keyed.holdout == kind) & (keyed.fold == fold)]
+    settings = rows.groupby("setting")[["error", "cost_error"]].mean()
+    setting = settings.error.idxmax()
+    return {
+        "holdout": kind,
+        "fold": fold,
+        "fold_mape_pct": float(folds.max()),
+        "setting": setting,
+        "rows": int((rows.setting == setting).sum()),
+        "mape_pct": float(settings.loc[setting, "error"]),
+        "cost_mape_pct": float(settings.loc[setting, "cost_error"]),
+    }
 
 
 # what every scored hold-out records, each in percent
@@ -492,7 +522,8 @@ def winner_score(held: pd.DataFrame) -> dict:
 
 def evaluate(frame: pd.DataFrame, kind: str, *, seed: int = 0) -> pd.DataFrame:
     """Every row of ``frame`` predicted by a fit that held its group out; the hold-out's folds
-    concatenated, with ``fold``, ``predicted`` seconds and the interval. ``setting_seen`` says
+    concatenated, with ``fold``, ``predicted`` seconds and the interval, and the fitted cost
+    model's own seconds before the correction (``cost``). ``setting_seen`` says
     whether the fold's training rows held any row of that row's framework and mode: where they
     did not (JAX measured on one CPU only, that CPU held out), the prediction says nothing about
     how the held-out group transfers."""
@@ -505,9 +536,10 @@ def evaluate(frame: pd.DataFrame, kind: str, *, seed: int = 0) -> pd.DataFrame:
             frame.loc[test].assign(
                 fold=name,
                 **{"predicted": predicted.seconds, "low": predicted.low, "high": predicted.high},
+                cost=fitted.cost_seconds(frame.loc[test]),
                 setting_seen=setting_of(frame.loc[test]).isin(seen).to_numpy(),
             )
         )
     if not parts:
-        return frame.iloc[:0].assign(fold="", predicted=np.nan, setting_seen=False)
+        return frame.iloc[:0].assign(fold="", predicted=np.nan, cost=np.nan, setting_seen=False)
     return pd.concat(parts)
