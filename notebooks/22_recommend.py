@@ -60,6 +60,7 @@ else:
             "best": row.best,
             "candidates": int(row.candidates),
             "image_size": int(row.image_size),
+            "differs": row.differs,
         }
         if row.query == "latency":
             extra["cap_ms"] = float(row.cap_ms)
@@ -80,6 +81,8 @@ queries
 
 # %% [markdown]
 # ## Against the goal
+# Each kind of query's share within the goal's regret, and why the misses missed: what each pick
+# changed from the best measured configuration (`setting` is the framework, mode or precision).
 
 # %%
 if not queries.empty:
@@ -92,14 +95,29 @@ if not queries.empty:
             else (f"misses by {goal_share_pct - share:.1f} points")
         )
         worst = group.sort_values("regret_pct").iloc[-1]
+        causes = recommend.miss_causes(group, goal_regret_pct)
+        why = "; ".join(
+            f"{cause.misses} changed {cause.differs or 'nothing'}"
+            if cause.differs != recommend.NO_PICK
+            else f"{cause.misses} found nothing predicted under the cap"
+            for cause in causes.itertuples()
+        )
         lines.append(
             f"- **{kind}** queries: regret ≤ {goal_regret_pct:g}% in {share:.0f}% of "
             f"{len(group)} (goal ≥ {goal_share_pct:g}%): {verdict}. Median regret "
             f"{group.regret_pct.median():.1f}%; the worst, {worst.regret_pct:.1f}%, on "
             f"{worst.model} ({worst.device_name}); {int(group.violates.sum())} picks broke "
             "their latency cap."
+            + (
+                f" Of its {int(causes.misses.sum())} misses, against the best: {why}."
+                if why
+                else ""
+            )
         )
     display(Markdown("\n".join(lines)))
+    # why the misses: what each pick changed from the best measured configuration (`setting` is
+    # the framework, mode or precision)
+    display(recommend.miss_causes(queries, goal_regret_pct))
     display(
         alt.Chart(queries)
         .mark_bar()

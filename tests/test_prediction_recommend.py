@@ -163,6 +163,44 @@ def test_a_pick_from_predictions_is_scored_against_the_measured_best():
     wrong = predicted.assign(latency_p95_ms=[100.0, 500.0, 250.0], throughput_img_s=[1.0, 2.0, 3.0])
     broke = recommend._choice(group.assign(latency_p95_s=[0.1, 0.5, 0.4]), wrong, 0.3)
     assert broke["violates"] and broke["regret_pct"] == 100.0
+    # the miss says what the pick changed: another mode at the same batch and threads
+    assert found["differs"] == "setting"
+    assert recommend._choice(group, predicted, 0.3)["differs"] == ""
+
+
+def test_a_miss_says_what_its_pick_changed_from_the_best():
+    rows = pd.DataFrame(
+        {
+            "framework": ["torch", "torch", "jax"],
+            "mode": ["eager", "eager", "jit"],
+            "precision": ["fp32"] * 3,
+            "batch_size": [16, 4, 4],
+            "threads": [2, 2, 1],
+        }
+    )
+    best, smaller, other = (rows.iloc[i] for i in range(3))
+    assert recommend._difference(smaller, best) == "batch size"
+    assert recommend._difference(other, best) == "setting and batch size and threads"
+    assert recommend._difference(best, best) == ""
+
+
+def test_miss_causes_count_the_misses_by_what_their_pick_changed():
+    queries = pd.DataFrame(
+        {
+            "query": ["batch", "batch", "batch", "latency", "latency", "latency"],
+            "regret_pct": [0.0, 12.0, 20.0, 100.0, 30.0, 4.0],
+            "differs": ["", "setting", "setting", "batch size", "batch size", "setting"],
+            "violates": [False, False, False, True, False, False],
+        }
+    )
+    causes = recommend.miss_causes(queries, 5.0).set_index(["query", "differs"])
+    assert causes.loc[("batch", "setting"), "misses"] == 2
+    assert causes.loc[("batch", "setting"), "worst_regret_pct"] == pytest.approx(20.0)
+    assert causes.loc[("latency", "batch size"), "misses"] == 2
+    assert causes.loc[("latency", "batch size"), "broke_cap"] == 1
+    # a query within the goal is no miss, whatever its pick changed
+    assert ("latency", "setting") not in causes.index
+    assert recommend.miss_causes(queries[queries.regret_pct <= 5], 5.0).empty
 
 
 def test_evaluate_never_fits_on_the_model_it_recommends_for(monkeypatch):

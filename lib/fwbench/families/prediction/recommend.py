@@ -223,6 +223,7 @@ def _choice(group: pd.DataFrame, predicted: pd.DataFrame, cap: float | None) -> 
             "regret_pct": 100.0,
             "chosen": None,
             "best": _label(winner),
+            "differs": NO_PICK,
             "violates": False,
             "best_img_s": best,
         }
@@ -233,9 +234,45 @@ def _choice(group: pd.DataFrame, predicted: pd.DataFrame, cap: float | None) -> 
         "regret_pct": regret,
         "chosen": _label(chosen),
         "best": _label(winner),
+        "differs": _difference(chosen, winner),
         "violates": bool(violates),
         "best_img_s": best,
     }
+
+
+# what a query's ``differs`` says when the predictions left nothing under its cap
+NO_PICK = "no pick"
+
+
+def _difference(chosen: pd.Series, best: pd.Series) -> str:
+    """What a pick changed from the best measured configuration: ``setting`` (framework, mode or
+    precision), ``batch size`` and ``threads``, joined by " and "; empty where it is the best."""
+    parts = []
+    if any(chosen[column] != best[column] for column in SETTING):
+        parts.append("setting")
+    if chosen.batch_size != best.batch_size:
+        parts.append("batch size")
+    if chosen.threads != best.threads:
+        parts.append("threads")
+    return " and ".join(parts)
+
+
+def miss_causes(queries: pd.DataFrame, goal_regret_pct: float) -> pd.DataFrame:
+    """For each kind of query (``evaluate``'s rows), how many missed the goal (regret above
+    ``goal_regret_pct``) by what their pick changed from the best (``differs``), and how many of
+    those broke their latency cap: why a recommender misses, which its share hides."""
+    missed = queries[queries.regret_pct > goal_regret_pct]
+    columns = ["query", "differs", "misses", "broke_cap", "worst_regret_pct"]
+    if missed.empty:
+        return pd.DataFrame(columns=columns)
+    grouped = missed.groupby(["query", "differs"])
+    out = grouped.agg(
+        misses=("regret_pct", "size"),
+        broke_cap=("violates", "sum"),
+        worst_regret_pct=("regret_pct", "max"),
+    ).reset_index()
+    out["broke_cap"] = out.broke_cap.astype(int)
+    return out.sort_values(["query", "misses"], ascending=[True, False])[columns]
 
 
 def _label(row: pd.Series) -> str:
