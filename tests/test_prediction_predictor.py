@@ -204,9 +204,9 @@ def test_a_thin_setting_that_differs_by_a_factor_per_group_is_recovered_by_scali
     """Here JAX's law is PyTorch's with its FLOPs twice as dear and its ops three times, and JAX
     without its RegNets spans four families: holding one out leaves three, too few for costs of
     its own free of doubt, and JAX scales the pooled costs. The scaled costs put each held-out
-    family's JAX rows near their true time, before any correction; the pooled costs borrowed whole miss them by about a third. (On the default
-    law, where JAX differs in one term, the depthwise FLOPs, the factors gain nothing: they are
-    for a setting that differs by group, not by term.)"""
+    family's JAX rows near their true time, before any correction; the pooled costs borrowed whole
+    miss them by about a third. (On the default law, where JAX differs in one term, the depthwise
+    FLOPs, the factors gain nothing: they are for a setting that differs by group, not by term.)"""
     frame = synthetic_sweep(noise=0.02)
     jax = (frame.framework == "jax").to_numpy()
     peak, bandwidth = frame.peak_tflops * 1e12, frame.bandwidth_gbs * 1e9

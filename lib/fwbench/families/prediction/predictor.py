@@ -417,9 +417,14 @@ def holdout_splits(frame: pd.DataFrame, kind: str):
         raise ValueError(f"unknown hold-out {kind!r}; choose from {', '.join(HOLDOUTS)}")
 
 
+def abs_error_pct(measured: pd.Series, predicted: pd.Series) -> pd.Series:
+    """Each prediction's absolute error, in percent of the measurement."""
+    return (predicted / measured - 1.0).abs() * 100
+
+
 def errors(measured: pd.Series, predicted: pd.Series) -> dict:
     """MAPE, the shares within 10% and 15%, and the worst error, all in percent."""
-    error = (predicted / measured - 1.0).abs() * 100
+    error = abs_error_pct(measured, predicted)
     return {
         "mape_pct": float(error.mean()),
         "within_10pct": float((error <= 10).mean() * 100),
@@ -460,8 +465,8 @@ def worst_group(held: pd.DataFrame) -> dict:
     there with and without the correction (``mape_pct``, ``cost_mape_pct``)."""
     keyed = held.assign(
         setting=setting_of(held),
-        error=(held.predicted / held.seconds - 1).abs() * 100,
-        cost_error=(held.cost / held.seconds - 1).abs() * 100,
+        error=abs_error_pct(held.seconds, held.predicted),
+        cost_error=abs_error_pct(held.seconds, held.cost),
     )
     folds = keyed.groupby(["holdout", "fold"]).error.mean()
     kind, fold = folds.idxmax()
