@@ -72,6 +72,44 @@ def test_a_preloaded_jemalloc_is_the_allocator_a_process_reports():
     assert out.stdout.split() == ["glibc"], out.stderr
 
 
+PAGES_RELEASED = """
+import numpy as np, psutil
+from fwbench.measure import device
+rss = lambda: psutil.Process().memory_info().rss >> 20
+ctl = device._mallctl()
+print(device._decay_ms(ctl))
+np.ones(256 << 17).sum()  # 256 MiB of float64, freed at once
+kept = rss()
+with device.pages_released():
+    inside = device._decay_ms(ctl)
+    np.ones(128 << 17).sum()
+print(inside, device._decay_ms(ctl), kept - rss())
+"""
+
+
+def test_jemalloc_keeps_freed_pages_but_hands_them_back_after_a_compilation():
+    if not preload_found("libjemalloc.so.2"):
+        pytest.skip("jemalloc is not installed (make jemalloc)")
+    env = {
+        **os.environ,
+        "LD_PRELOAD": "libjemalloc.so.2",
+        "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", PAGES_RELEASED], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "(-1, -1)"
+    freed = int(lines[1].rsplit(" ", 1)[1])
+    assert lines[1].startswith(f"({device.COMPILE_DECAY_MS}, {device.COMPILE_DECAY_MS}) (-1, -1) ")
+    # the 256 MiB kept since before the context went back to the kernel on leaving it
+    assert freed >= 200, lines
+    # under glibc there is nothing to switch, and the context is open all the same
+    with device.pages_released():
+        pass
+
+
 def test_device_detection_always_offers_the_cpu():
     assert "cpu" in {d.kind for d in device.torch_devices()}
     assert "cpu" in {d.kind for d in device.jax_devices()}

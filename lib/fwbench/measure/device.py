@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
 import os
 import platform
@@ -82,6 +84,71 @@ def heap_allocator(maps: str | os.PathLike = "/proc/self/maps") -> str:
             if name.startswith(f"lib{allocator}"):
                 return allocator
     return "glibc"
+
+
+# jemalloc's arena index that names every arena at once (MALLCTL_ARENAS_ALL)
+_ALL_ARENAS = 4096
+# How long freed pages wait before jemalloc hands them back while a compilation runs: its own
+# default, so what the compiler frees leaves the process as it would without the preload.
+COMPILE_DECAY_MS = 10_000
+
+
+def _mallctl():
+    """jemalloc's control call where this process runs on jemalloc, else None."""
+    if heap_allocator() != "jemalloc":
+        return None
+    try:
+        return ctypes.CDLL(None).mallctl  # the preloaded library's symbol, found process-wide
+    except (OSError, AttributeError):
+        return None
+
+
+def _decay_ms(ctl) -> tuple[int, int]:
+    found = []
+    for kind in ("dirty", "muzzy"):
+        value, size = ctypes.c_ssize_t(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_ssize_t))
+        if ctl(
+            f"arenas.{kind}_decay_ms".encode(), ctypes.byref(value), ctypes.byref(size), None, 0
+        ):
+            raise OSError(f"jemalloc refused to read arenas.{kind}_decay_ms")
+        found.append(value.value)
+    return found[0], found[1]
+
+
+def _set_decay_ms(ctl, dirty: int, muzzy: int) -> None:
+    count, size = ctypes.c_uint(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_uint))
+    ctl(b"arenas.narenas", ctypes.byref(count), ctypes.byref(size), None, 0)
+    for kind, ms in (("dirty", dirty), ("muzzy", muzzy)):
+        value = ctypes.c_ssize_t(ms)
+        # the default for arenas made later, then every arena that exists (an index never
+        # initialised answers an error, which leaves nothing to set)
+        for name in [
+            f"arenas.{kind}_decay_ms",
+            *(f"arena.{i}.{kind}_decay_ms" for i in range(count.value)),
+        ]:
+            ctl(name.encode(), None, None, ctypes.byref(value), ctypes.sizeof(value))
+
+
+@contextlib.contextmanager
+def pages_released():
+    """While open, jemalloc hands freed pages back to the kernel after its default delay, and
+    on leaving it hands back every freed page it holds, then keeps freed pages as before.
+
+    The memory family's seed-scale kernels run on jemalloc told never to hand pages back, so a
+    step reuses the pages the previous one freed instead of faulting them in afresh; a
+    compilation frees far more than a step and must not keep it. Under another malloc this does
+    nothing."""
+    ctl = _mallctl()
+    if ctl is None:
+        yield
+        return
+    kept = _decay_ms(ctl)
+    _set_decay_ms(ctl, COMPILE_DECAY_MS, COMPILE_DECAY_MS)
+    try:
+        yield
+    finally:
+        ctl(f"arena.{_ALL_ARENAS}.purge".encode(), None, None, None, 0)
+        _set_decay_ms(ctl, *kept)
 
 
 def cpu_model_name() -> str:
