@@ -32,6 +32,16 @@ def _cells(run_dir) -> dict:
     return json.loads((run_dir / "manifest.json").read_text())["cells"]
 
 
+def _squeue(cluster, states: str) -> list[str]:
+    """The ids of the test cluster's jobs in ``states`` (finished ones stay listed under "all")."""
+    return cluster.run("squeue", "-h", "-t", states, "-o", "%i").stdout.split()
+
+
+def _number(job: str) -> int:
+    """A job id's number ("12" of "12" or of an array task's "12_0")."""
+    return int(job.split("_")[0])
+
+
 def test_a_campaign_on_slurm_leaves_the_manifest_a_local_run_leaves(
     slurm_cluster, write_campaign, tmp_path
 ):
@@ -65,6 +75,7 @@ def test_a_campaign_on_slurm_leaves_the_manifest_a_local_run_leaves(
 
 def test_resume_runs_again_a_cell_whose_job_was_cancelled(slurm_cluster, write_campaign, tmp_path):
     out = tmp_path / "out"
+    before = max(map(_number, _squeue(slurm_cluster, "all")), default=0)
     path = write_campaign(
         "campaign: cancel\nsteps:\n  - notebook: STANDIN\n"
         "  - notebook: STANDIN\n    params: {behaviour: sleep_unless_env, seconds: 600.0}\n"
@@ -90,22 +101,33 @@ def test_resume_runs_again_a_cell_whose_job_was_cancelled(slurm_cluster, write_c
         "standin/behaviour=ok__seconds=0.0",
         ("standin/behaviour=sleep_unless_env__seconds=600.0"),
     )
+    # Cancel the sleeper's job and no other: when the first cell reads ok in the manifest, its
+    # own job may still be listed RUNNING while Slurm finishes it. Job ids only grow, so the
+    # first cell's job is the lowest one this run submitted and the sleeper's comes after it.
     deadline = time.monotonic() + 180
+    first_job: int | None = None
     cancelled = False
-    while time.monotonic() < deadline and not cancelled:
-        time.sleep(1)
-        runs = list((out / "cancel").glob("*/manifest.json")) if (out / "cancel").exists() else []
-        if (
-            not runs
-            or json.loads(runs[0].read_text())["cells"].get(first, {}).get("status") != "ok"
-        ):
-            continue
-        jobs = slurm_cluster.run("squeue", "-h", "-t", "RUNNING", "-o", "%i").stdout.split()
-        if jobs:
-            slurm_cluster.run("scancel", *jobs)
-            cancelled = True
-    assert cancelled, "the sleeping cell's job never ran"
-    stdout, stderr = runner.communicate(timeout=180)
+    try:
+        while time.monotonic() < deadline and not cancelled:
+            time.sleep(1)
+            if first_job is None:
+                runs = list((out / "cancel").glob("*/manifest.json"))
+                if not runs or _cells(runs[0].parent).get(first, {}).get("status") != "ok":
+                    continue
+                first_job = min(
+                    n for n in map(_number, _squeue(slurm_cluster, "all")) if n > before
+                )
+            sleeping = [j for j in _squeue(slurm_cluster, "RUNNING") if _number(j) > first_job]
+            if sleeping:
+                slurm_cluster.run("scancel", *sleeping)
+                cancelled = True
+        assert cancelled, "the sleeping cell's job never ran"
+        stdout, stderr = runner.communicate(timeout=180)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            # a job left sleeping would hold the node from the tests after this one
+            slurm_cluster.run("scancel", "--user", "root", check=False)
     assert runner.returncode == 1, stderr
     cells = _cells(_run_dir(out, "cancel"))
     assert cells[first]["status"] == "ok"

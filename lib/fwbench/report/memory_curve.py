@@ -150,7 +150,7 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
                 "swap_bandwidth_gbs": first.swap_bandwidth_gbs,
             }
             # the bar for the time model holds on quiet trials (contention below 10%)
-            quiet_part = part[~part.shared_machine.fillna(False).astype(bool)]
+            quiet_part = part[~part.shared_machine.fillna(0).astype(bool)]
             timed = part[part.metric == "sim_time_error_pct"]
             quiet = quiet_part[quiet_part.metric == "sim_time_error_pct"]
             for metric in [*POINT_METRICS, *QUIET_METRICS]:
@@ -171,7 +171,7 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
             row["allocator"] = ", ".join(sorted(set(part.allocator.dropna()))) or None
             mine = times[times["mode"] == mode].set_index("trial")
             row["trials"] = len(mine)
-            row["shared_trials"] = int(mine.shared_machine.fillna(False).astype(bool).sum())
+            row["shared_trials"] = int(mine.shared_machine.fillna(0).astype(bool).sum())
             if not mine.empty:
                 row["iter_time_ms"], row["time_low"], row["time_high"] = _trial_interval(
                     list(mine.value)
@@ -278,7 +278,7 @@ def _trial_arm(times: pd.DataFrame) -> dict:
     return {
         "trials": [int(t) for t in times.index],
         "samples": [float(v) for v in times.value],
-        "shared": [bool(s) for s in times.shared_machine.fillna(False)],
+        "shared": [bool(s) for s in times.shared_machine.fillna(0)],
     }
 
 

@@ -480,7 +480,7 @@ def failures_table(meas: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def retries_table(cells: pd.DataFrame) -> pd.DataFrame:
-    retried = cells[cells.retried.fillna(False).astype(bool)]
+    retried = cells[cells.retried.fillna(0).astype(bool)]
     rows = []
     for r in retried.itertuples():
         env = r.retry_env or {}
@@ -505,7 +505,7 @@ def shared_machine_table(cells: pd.DataFrame) -> pd.DataFrame:
     columns = ["notebook", "cell", "trial", "other_cpu_frac", "steal_frac", "load_1m_before"]
     if "shared_machine" not in cells:
         return pd.DataFrame(columns=[*columns, "path"])
-    shared = cells[cells.shared_machine.fillna(False).astype(bool)]
+    shared = cells[cells.shared_machine.fillna(0).astype(bool)]
     return shared[[*columns, "path"]].reset_index(drop=True)
 
 
