@@ -254,10 +254,9 @@ for r in results:
     sims = [("no plan", r.baseline)]
     sims += [(study.plan_method(f), p.simulation) for f, p in r.plans.items()]
     for label, sim in sims:
-        for category, nbytes in sim.breakdown_at_peak().items():
-            name = memory_charts.CATEGORY[category]
+        for part, nbytes in sim.parts_at_peak().items():
             breakdown.append(
-                {"batch_size": r.batch_size, "plan": label, "category": name, "MB": nbytes / MB}
+                {"batch_size": r.batch_size, "plan": label, "category": part, "MB": nbytes / MB}
             )
 memory_charts.breakdown_chart(pd.DataFrame(breakdown))
 

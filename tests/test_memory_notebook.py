@@ -53,3 +53,12 @@ def test_memory_notebook_runs_through_the_runner(tmp_path):
         assert (ms > 0) == (recomputed[mode] > 0) and 0 <= repeat[mode] < 100
     swap = [r for r in records if r["mode"] == "mu_two_swap@0.5"]
     assert swap and all(r["extra"]["simulated_only"] for r in swap)
+    # the seed's breakdown of every simulated peak: five parts that add up to it
+    predicted = {r["mode"]: r["value"] for r in records if r["metric"] == "predicted_peak_bytes"}
+    parts = [r for r in records if r["metric"] == "peak_part_bytes"]
+    assert (
+        {r["mode"] for r in parts} == set(predicted) == {"graph", "mu_two@0.5", "mu_two_swap@0.5"}
+    )
+    for mode, peak in predicted.items():
+        mine = {r["extra"]["part"]: r["value"] for r in parts if r["mode"] == mode}
+        assert len(mine) == 5 and sum(mine.values()) == peak and mine["params"] > 0

@@ -81,6 +81,25 @@ def test_budget_fraction_and_static_simulation_of_a_plan(dropout_step):
     assert drop == act.nbytes
 
 
+def test_the_peak_parts_name_every_byte_of_the_peak(dropout_step):
+    _, found = dropout_step
+    sim = simulator.simulate(found)
+    parts = sim.parts_at_peak()
+    assert list(parts) == ["params", "optimizer state", "gradients", "activations", "other"]
+    assert sum(parts.values()) == sim.peak_bytes
+    kinds = sim.breakdown_at_peak()
+    # buffers are the model's own state: they count with the parameters
+    assert parts["params"] == kinds["PARAM"] + kinds["BUFFER"]
+    traced = dropout_step[0]
+    weights = sum(
+        t.numel() * t.element_size()
+        for t, kind in zip(traced.inputs, traced.input_kinds, strict=True)
+        if kind == "PARAM"
+    )
+    # the model's 16*32 + 32 + 32*4 + 4 weights in float32, all alive through the step
+    assert kinds["PARAM"] == weights == 4 * (16 * 32 + 32 + 32 * 4 + 4)
+
+
 def test_repeated_replay_counts_the_nodes_two_closures_share(dropout_step):
     _, found = dropout_step
     # every node takes its rank + 1 ms, so a sum of times names the nodes summed

@@ -360,6 +360,14 @@ def test_the_curves_meet_where_the_paired_trials_cannot_tell_them_apart():
         "our plan takes 110 ms against its 135 ms (one trial in common, no interval): our curve "
         "lies on or below it" in text
     )
+    # a kind that did not run is said to be not run, not to have missed the time goal; one
+    # trial's overhead (the notebook's own record) is said to have no interval
+    alone = _curve_meas().query("trial == 1 and not mode.str.startswith('checkpoint')")
+    extra = {"method": "mu_two", "budget": 0.5}
+    alone.loc[len(alone)] = _record("mu_two@0.5", 1, "overhead_pct", 10.0, extra)
+    text = " ".join(memory_curve.sentences(memory_curve.curve_table(alone)))
+    assert "torch.utils.checkpoint: not run." in text and "no point within" not in text
+    assert "at +10.0% time (one trial: no interval) (mu_two@0.5;" in text
 
 
 def test_the_overhead_counts_a_trial_without_a_contention_reading_as_quiet():
@@ -385,6 +393,75 @@ def test_curve_table_ignores_records_without_a_method_kind():
 
     meas = _curve_meas().assign(extra=[{}] * len(_curve_meas()))
     assert memory_curve.curve_table(meas).empty
+
+
+def _part_meas():
+    """The peak's parts of two BERT cells (sequence 128 at batch 4 and 32, sequence 512 at
+    batch 4), for the unplanned graph and two plan budgets, over two trials."""
+    rows = []
+    cells = {
+        "batch_sizes=4-32__model=bert__seq_len=128": (4, 32),
+        "batch_sizes=4__model=bert__seq_len=512": (4,),
+    }
+    for cell, batches in cells.items():
+        for batch in batches:
+            acts = 10 * batch * (4 if "512" in cell else 1)
+            methods = {"graph": (None, acts), "mu_two@0.5": (0.5, acts / 2)}
+            methods["mu_two@0.3"] = (0.3, acts * 0.3)
+            for trial in (1, 2):
+                for mode, (budget, act_mib) in methods.items():
+                    kind = "graph" if budget is None else "mu_two"
+                    extra = {"method": kind} | ({"budget": budget} if budget else {})
+                    parts = {"params": 400, "gradients": 400, "optimizer state": 0}
+                    parts |= {"activations": act_mib + trial - 1, "other": 5}
+                    for part, mib in parts.items():
+                        record = _record(mode, trial, "peak_part_bytes", mib * 2**20, extra)
+                        record["extra"] = extra | {"part": part, "peak_source": "simulator"}
+                        rows.append(record | {"model": "bert", "batch_size": batch, "cell": cell})
+    return pd.DataFrame(rows)
+
+
+def test_the_peak_breakdown_shows_the_unplanned_step_and_the_tightest_plan_per_batch():
+    from fwbench.report import memory_breakdown
+
+    table = memory_breakdown.breakdown_table(_part_meas())
+    # the two cells differ in their sequence length only, which names them
+    assert set(table.label) == {"BERT (masked LM) (seq_len 128)", "BERT (masked LM) (seq_len 512)"}
+    plans = table.groupby("plan").method.unique()
+    assert list(plans["no plan"]) == ["graph"] and list(plans["our tightest plan"]) == [
+        "mu_two@0.3"
+    ]
+    long = table[(table.label.str.contains("128")) & (table.batch_size == 32)]
+    acts = long[long.part == "activations"].set_index("plan").MiB
+    # the median over the two trials (320 and 321 MiB)
+    assert acts["no plan"] == pytest.approx(320.5)
+    assert acts["our tightest plan"] == pytest.approx(96.5)
+    wide = memory_breakdown.peak_shares(table).set_index(["label", "batch_size", "plan"])
+    row = wide.loc[("BERT (masked LM) (seq_len 128)", 32, "no plan")]
+    assert row.peak_MiB == pytest.approx(400 + 400 + 320.5 + 5)
+    assert row.activation_share_pct == pytest.approx(100 * 320.5 / row.peak_MiB)
+    text = " ".join(memory_breakdown.breakdown_sentences(table))
+    assert (
+        "(seq_len 128) on cpu X: the unplanned step peaks at 846 MiB at batch 4, 5% of it "
+        "activations, and at 1,126 MiB at batch 32, 28% of it activations; at batch 32 our "
+        "tightest plan (mu_two@0.3) peaks at 902 MiB, 96 MiB of it activations" in text
+    )
+    assert "(seq_len 512) on cpu X: the unplanned step peaks at 966 MiB at batch 4, 17%" in text
+    memory_breakdown.breakdown_chart(table).to_dict()  # a valid Vega-Lite spec
+
+
+def test_the_peak_parts_stay_out_of_the_per_mode_table_and_runs_without_them_show_none():
+    from fwbench.report import memory_breakdown
+    from fwbench.report.outline import Analysis
+
+    before = _curve_meas()
+    assert memory_breakdown.breakdown_table(before).empty
+    meas = pd.concat([before, _part_meas()], ignore_index=True)
+    meas = meas.assign(framework="torch", precision="fp32")
+    empty = pd.DataFrame()
+    analysis = Analysis("c", "r", "", meas, empty, {}, empty, empty, {}, empty)
+    assert "peak_part_bytes" not in analysis.memory_methods.columns
+    assert not analysis.memory_breakdown.empty
 
 
 def test_each_trial_measures_the_methods_in_another_order():

@@ -53,7 +53,7 @@ QUIET_METRICS = ("sim_time_error_pct", "predicted_multiple", "measured_multiple"
 MODEL_WORDS = {"resnet152": "ResNet-152", "bert": "BERT (masked LM)", "resnet50": "ResNet-50"}
 
 
-def _rows(meas: pd.DataFrame) -> pd.DataFrame:
+def memory_rows(meas: pd.DataFrame) -> pd.DataFrame:
     """The memory records that name their method's kind (runs before the curve did not)."""
     rows = meas[(meas.family == "memory") & (meas.status == "ok") & meas.value.notna()]
     rows = rows[[isinstance(e, dict) and "method" in e for e in rows.extra]]
@@ -130,7 +130,7 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
     """One row per model, batch size and method: the medians of its point metrics over trials,
     its iteration time (geometric mean over trials, t-interval) and its overhead against the
     eager step paired by trial (t-interval), and how many trials ran on a shared machine."""
-    rows = _rows(meas)
+    rows = memory_rows(meas)
     if rows.empty:
         return pd.DataFrame()
     if "shared_machine" not in rows:
@@ -382,7 +382,8 @@ def _pct(value: float) -> str:
 
 def _overhead_words(row) -> str:
     if pd.isna(row.get("overhead_low", np.nan)):
-        return f"{_pct(row.overhead_pct)} time"
+        alone = " (one trial: no interval)" if row.get("trials") == 1 else ""
+        return f"{_pct(row.overhead_pct)} time{alone}"
     return f"{_pct(row.overhead_pct)} [{_pct(row.overhead_low)}, {_pct(row.overhead_high)}] time"
 
 
@@ -404,7 +405,12 @@ def sentences(table: pd.DataFrame) -> list[str]:
         for kind, words in (("mu_two", "our plan"), ("checkpoint", "torch.utils.checkpoint")):
             best = best_rows.get(kind)
             if best is None:
-                goal.append(f"{words}: no point within +{OVERHEAD_GOAL_PCT:g}% time")
+                ran = (measured.kind == kind).any()
+                goal.append(
+                    f"{words}: no point within +{OVERHEAD_GOAL_PCT:g}% time"
+                    if ran
+                    else f"{words}: not run"
+                )
                 continue
             verdict = "meets" if best.activation_saved_pct >= ACTIVATION_GOAL_PCT else "misses"
             goal.append(

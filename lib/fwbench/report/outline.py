@@ -23,6 +23,7 @@ from fwbench.measure.meters.contention import SHARED_FRACTION
 from fwbench.report import (
     audio,
     charts,
+    memory_breakdown,
     memory_curve,
     regressions,
     roofline,
@@ -157,7 +158,12 @@ class Analysis:
 
     @cached_property
     def memory_methods(self) -> pd.DataFrame:
-        return tables.family_table(self.meas, "memory")
+        # the peak's parts have a table of their own; their median would mean nothing here
+        return tables.family_table(self.meas[self.meas.metric != memory_breakdown.METRIC], "memory")
+
+    @cached_property
+    def memory_breakdown(self) -> pd.DataFrame:
+        return memory_breakdown.breakdown_table(self.meas)
 
     @cached_property
     def memory_curve(self) -> pd.DataFrame:
@@ -956,6 +962,31 @@ SECTIONS: tuple[Section, ...] = (
                 lambda a: a.memory_curve,
                 records("memory"),
                 when=_nonempty("memory_curve"),
+            ),
+            Each(
+                lambda a: [
+                    Note(literal(t))
+                    for t in memory_breakdown.breakdown_sentences(a.memory_breakdown)
+                ]
+            ),
+            Figure(
+                "memory_breakdown",
+                "What the peak is made of, against batch size",
+                "The step's memory at its peak by part (parameters with buffers, gradients, "
+                "optimizer state, activations, other), for the unplanned traced step and for our "
+                "plan at its smallest budget, per batch size: the simulator's parts at its peak "
+                "(median over trials), whose total is the measured peak to within the "
+                "simulator's peak error above.",
+                lambda a: memory_breakdown.breakdown_chart(a.memory_breakdown),
+                when=lambda a: not a.memory_breakdown.empty,
+            ),
+            Table(
+                "memory_breakdown",
+                "The peak's parts in MiB per model, batch size and plan, with the activations' "
+                "share of the peak.",
+                lambda a: memory_breakdown.peak_shares(a.memory_breakdown),
+                records("memory", [memory_breakdown.METRIC]),
+                when=lambda a: not a.memory_breakdown.empty,
             ),
             Table(
                 "memory_methods",

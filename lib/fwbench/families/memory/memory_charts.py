@@ -7,20 +7,12 @@ import numpy as np
 import pandas as pd
 
 from fwbench.families.memory.liveness import GraphAnalysis
-from fwbench.families.memory.simulator import Simulation
+from fwbench.families.memory.simulator import PART_OF_KIND, Simulation
 
 MB = 1024**2
 # Vega-Lite embeds the data in the notebook; a few hundred positions keep it small and still show
 # every phase of the step.
 MAX_TIMELINE_POINTS = 400
-CATEGORY = {
-    "PARAM": "params",
-    "BUFFER": "params",
-    "OPT_STATE": "optimizer state",
-    "GRAD": "gradients",
-    "ACT": "activations",
-    "OTHER": "other",
-}
 
 
 def timeline_frame(sim: Simulation, label: str) -> pd.DataFrame:
@@ -37,7 +29,7 @@ def timeline_frame(sim: Simulation, label: str) -> pd.DataFrame:
     for i in keep:
         parts: dict[str, int] = {}
         for kind, values in sim.by_kind.items():
-            parts[CATEGORY[kind]] = parts.get(CATEGORY[kind], 0) + int(values[i])
+            parts[PART_OF_KIND[kind]] = parts.get(PART_OF_KIND[kind], 0) + int(values[i])
         parts["other"] += int(transient[i])
         for category, nbytes in parts.items():
             rows.append(

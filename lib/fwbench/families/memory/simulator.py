@@ -139,6 +139,18 @@ def predicted_iteration_ms(sim: Simulation, profile: Profile) -> float:
     return profile.step_ms + scale * sim.replay_ms + sim.swap_stall_ms
 
 
+# The storage kinds as the seed's memory breakdown names them; buffers (batch-norm statistics)
+# are the model's own state, so they count with the parameters.
+PART_OF_KIND = {
+    "PARAM": "params",
+    "BUFFER": "params",
+    "OPT_STATE": "optimizer state",
+    "GRAD": "gradients",
+    "ACT": "activations",
+    "OTHER": "other",
+}
+
+
 @dataclass
 class Simulation:
     labels: list[str]  # node names in execution order; replayed nodes as "name@recompute"
@@ -160,6 +172,14 @@ class Simulation:
         """Bytes per kind at the peak; what the running node adds is counted as OTHER."""
         parts = {k: int(v[self.peak_index]) for k, v in self.by_kind.items()}
         parts["OTHER"] += int(self.total[self.peak_index]) - sum(parts.values())
+        return parts
+
+    def parts_at_peak(self) -> dict[str, int]:
+        """Bytes at the peak in the seed's breakdown: parameters (with buffers), gradients,
+        optimizer state, activations and other (every part present, zero where nothing is)."""
+        parts = dict.fromkeys(PART_OF_KIND.values(), 0)
+        for kind, nbytes in self.breakdown_at_peak().items():
+            parts[PART_OF_KIND[kind]] += nbytes
         return parts
 
 

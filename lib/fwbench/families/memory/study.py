@@ -440,6 +440,7 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                     row["exact_max_abs_diff"] = max(r.exact[m.method].max_abs_diff.values())
             if sim is not None:
                 row["predicted_peak_bytes"] = sim.peak_bytes
+                row["peak_parts"] = sim.parts_at_peak()
                 row["sim_peak_error_pct"] = 100.0 * (sim.peak_bytes - m.peak_bytes) / m.peak_bytes
                 row.update(_time_check(r, m, graph, sim))
             rows.append(row)
@@ -460,6 +461,7 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                     # simulated only: the savings are the simulator's, against the unplanned
                     # graph's simulated peak and its profiled step
                     "predicted_peak_bytes": sim.peak_bytes,
+                    "peak_parts": sim.parts_at_peak(),
                     "predicted_iter_ms": predicted_ms,
                     "memory_saved_pct": 100.0 * saved / r.baseline.peak_bytes,
                     "activation_saved_pct": 100.0 * saved / act_peak if act_peak else None,
@@ -544,3 +546,9 @@ def add_records(rec, frame: pd.DataFrame, peak_source: str) -> None:
                 diagnosis = row.get("time_diagnosis")
                 extra |= diagnosis if isinstance(diagnosis, dict) else {}
             rec.add(metric, value, unit, extra=extra, **common)
+        # the seed's breakdown of the simulated peak, one record per part; the simulator's peak
+        # is the measured one to within sim_peak_error_pct
+        parts = row.get("peak_parts")
+        for part, nbytes in parts.items() if isinstance(parts, dict) else ():
+            extra = method | {"part": part, "peak_source": "simulator"}
+            rec.add("peak_part_bytes", nbytes, "bytes", extra=extra, **common)
