@@ -60,7 +60,7 @@ from fwbench.families.memory.memory_charts import MB
 from fwbench.measure import device as fw_device
 from fwbench.measure import precision as fw_precision
 from fwbench.measure.timing import StopRule
-from fwbench.report import memory_curve
+from fwbench.report import memory_breakdown, memory_curve
 from fwbench.results.records import Recorder
 from fwbench.vocab import ENV_TRIAL, MEMORY_COMPILED_KINDS, MEMORY_OVERHEAD_GOAL_PCT
 
@@ -251,14 +251,21 @@ memory_charts.memory_timeline_chart(pd.concat(frames), last.analysis, budget)
 # %%
 breakdown = []
 for r in results:
-    sims = [("no plan", r.baseline)]
-    sims += [(study.plan_method(f), p.simulation) for f, p in r.plans.items()]
-    for label, sim in sims:
+    sims = [("no plan", "graph", r.baseline)]
+    sims += [(study.plan_method(f), study.plan_method(f), p.simulation) for f, p in r.plans.items()]
+    for plan, method, sim in sims:
         for part, nbytes in sim.parts_at_peak().items():
             breakdown.append(
-                {"batch_size": r.batch_size, "plan": label, "category": part, "MB": nbytes / MB}
+                {
+                    "label": model,
+                    "batch_size": r.batch_size,
+                    "plan": plan,
+                    "method": method,
+                    "part": part,
+                    "MiB": nbytes / 2**20,
+                }
             )
-memory_charts.breakdown_chart(pd.DataFrame(breakdown))
+memory_breakdown.parts_chart(pd.DataFrame(breakdown))
 
 # %% [markdown]
 # ## Peak memory and iteration time against batch size, with and without the plan

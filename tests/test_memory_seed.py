@@ -447,7 +447,7 @@ def test_the_peak_breakdown_shows_the_unplanned_step_and_the_tightest_plan_per_b
         "tightest plan (mu_two@0.3) peaks at 902 MiB, 96 MiB of it activations" in text
     )
     assert "(seq_len 512) on cpu X: the unplanned step peaks at 966 MiB at batch 4, 17%" in text
-    memory_breakdown.breakdown_chart(table).to_dict()  # a valid Vega-Lite spec
+    memory_breakdown.parts_chart(table).to_dict()  # a valid Vega-Lite spec
 
 
 def test_the_peak_parts_stay_out_of_the_per_mode_table_and_runs_without_them_show_none():

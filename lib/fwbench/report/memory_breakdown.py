@@ -88,9 +88,10 @@ def breakdown_table(meas: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def breakdown_chart(table: pd.DataFrame) -> alt.FacetChart:
+def parts_chart(table: pd.DataFrame) -> alt.FacetChart:
     """Stacked bars of the peak by part against batch size: a row per model (and cell), a
-    column per plan."""
+    column per plan, on one scale so that a plan's bar reads against the unplanned one. ``table``: ``breakdown_table``'s columns ``label``, ``plan``, ``method``,
+    ``batch_size``, ``part`` and ``MiB`` (12_memory draws its own cell's the same way)."""
     order = {part: i for i, part in enumerate(PARTS)}
     data = table.assign(part_order=table.part.map(order))
     return (
@@ -106,9 +107,10 @@ def breakdown_chart(table: pd.DataFrame) -> alt.FacetChart:
         .properties(width=200, height=180)
         .facet(
             row=alt.Row("label:N", title=None),
-            column=alt.Column("plan:N", sort=list(PLANS), title=None),
+            column=alt.Column(
+                "plan:N", sort=[*PLANS, *sorted(set(table.plan) - set(PLANS))], title=None
+            ),
         )
-        .resolve_scale(y="independent")
     )
 
 

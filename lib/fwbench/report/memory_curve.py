@@ -19,7 +19,7 @@ import pandas as pd
 
 from fwbench.measure.stats import paired_ratio_interval
 from fwbench.pipeline.campaign import slug_without_trial
-from fwbench.report.tables import extra_columns, paired_rounds
+from fwbench.report.tables import extra_columns, on_shared_machine, paired_rounds
 from fwbench.vocab import MEMORY_ACTIVATION_GOAL_PCT as ACTIVATION_GOAL_PCT
 from fwbench.vocab import MEMORY_COMPILED_KINDS
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
@@ -150,7 +150,7 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
                 "swap_bandwidth_gbs": first.swap_bandwidth_gbs,
             }
             # the bar for the time model holds on quiet trials (contention below 10%)
-            quiet_part = part[~part.shared_machine.fillna(0).astype(bool)]
+            quiet_part = part[~on_shared_machine(part)]
             timed = part[part.metric == "sim_time_error_pct"]
             quiet = quiet_part[quiet_part.metric == "sim_time_error_pct"]
             for metric in [*POINT_METRICS, *QUIET_METRICS]:
@@ -171,7 +171,7 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
             row["allocator"] = ", ".join(sorted(set(part.allocator.dropna()))) or None
             mine = times[times["mode"] == mode].set_index("trial")
             row["trials"] = len(mine)
-            row["shared_trials"] = int(mine.shared_machine.fillna(0).astype(bool).sum())
+            row["shared_trials"] = int(on_shared_machine(mine).sum())
             if not mine.empty:
                 row["iter_time_ms"], row["time_low"], row["time_high"] = _trial_interval(
                     list(mine.value)

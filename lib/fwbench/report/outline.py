@@ -977,7 +977,7 @@ SECTIONS: tuple[Section, ...] = (
                 "plan at its smallest budget, per batch size: the simulator's parts at its peak "
                 "(median over trials), whose total is the measured peak to within the "
                 "simulator's peak error above.",
-                lambda a: memory_breakdown.breakdown_chart(a.memory_breakdown),
+                lambda a: memory_breakdown.parts_chart(a.memory_breakdown),
                 when=lambda a: not a.memory_breakdown.empty,
             ),
             Table(

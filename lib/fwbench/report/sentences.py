@@ -20,6 +20,7 @@ from fwbench.report.tables import (
     PAIRED_INTERVAL,
     SAMPLE_SOURCE_TEXT,
     energy_unavailable_reasons,
+    on_shared_machine,
 )
 from fwbench.vocab import (
     DEFAULT_MODE,
@@ -190,7 +191,7 @@ def trust_sentences(
     sentences = []
     trialled = cells[cells.trial > 0] if not cells.empty else cells
     reruns = int(trialled.reruns.fillna(0).sum()) if "reruns" in trialled else 0
-    still = int(trialled.shared_machine.fillna(0).astype(bool).sum())
+    still = int(on_shared_machine(trialled).sum())
     paired = trust.distinct(matrix[matrix.interval == "paired"]) if not matrix.empty else matrix
     dropped = int(paired.dropped_shared.sum()) if not paired.empty else 0
     sentences.append(
@@ -305,7 +306,7 @@ def contention_sentence(cells: pd.DataFrame) -> str:
     read = cells.dropna(subset=["other_cpu_frac", "steal_frac"]) if columns <= set(cells) else None
     if read is None or read.empty:
         return "This run predates the contention meter: no reading."
-    shared = int(read.shared_machine.fillna(0).astype(bool).sum())
+    shared = int(on_shared_machine(read).sum())
     verdict = (
         "none ran on a shared machine"
         if shared == 0

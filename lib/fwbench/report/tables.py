@@ -499,13 +499,19 @@ def retries_table(cells: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def on_shared_machine(rows: pd.DataFrame) -> pd.Series:
+    """Per row, whether its cell ran on a shared machine; a row without a contention reading
+    (runs before the meter, or a cell that failed first) counts as quiet."""
+    return rows.shared_machine.fillna(0).astype(bool)
+
+
 def shared_machine_table(cells: pd.DataFrame) -> pd.DataFrame:
     """Cells during which other processes or the hypervisor took more than
     ``fwbench.measure.meters.contention.SHARED_FRACTION`` of the CPU time: their timings are suspect."""
     columns = ["notebook", "cell", "trial", "other_cpu_frac", "steal_frac", "load_1m_before"]
     if "shared_machine" not in cells:
         return pd.DataFrame(columns=[*columns, "path"])
-    shared = cells[cells.shared_machine.fillna(0).astype(bool)]
+    shared = cells[on_shared_machine(cells)]
     return shared[[*columns, "path"]].reset_index(drop=True)
 
 

@@ -82,22 +82,6 @@ def memory_timeline_chart(
     return alt.hconcat(*panels)
 
 
-def breakdown_chart(frame: pd.DataFrame) -> alt.Chart:
-    """Bytes per category at the simulated peak, one bar per batch size (and plan)."""
-    return (
-        alt.Chart(frame)
-        .mark_bar()
-        .encode(
-            x=alt.X("batch_size:O", title="batch size"),
-            y=alt.Y("sum(MB):Q", title="memory at the peak (MB)"),
-            color="category:N",
-            column=alt.Column("plan:N"),
-            tooltip=["batch_size", "category", alt.Tooltip("MB:Q", format=".1f")],
-        )
-        .properties(width=180, height=220)
-    )
-
-
 def batch_chart(frame: pd.DataFrame) -> alt.Chart:
     """Measured peak memory and iteration time against batch size, one line per method."""
     base = alt.Chart(frame).encode(
