@@ -90,8 +90,9 @@ def breakdown_table(meas: pd.DataFrame) -> pd.DataFrame:
 
 def parts_chart(table: pd.DataFrame) -> alt.FacetChart:
     """Stacked bars of the peak by part against batch size: a row per model (and cell), a
-    column per plan, on one scale so that a plan's bar reads against the unplanned one. ``table``: ``breakdown_table``'s columns ``label``, ``plan``, ``method``,
-    ``batch_size``, ``part`` and ``MiB`` (12_memory draws its own cell's the same way)."""
+    column per plan, on one scale so that a plan's bar reads against the unplanned one.
+    ``table``: ``breakdown_table``'s columns ``label``, ``plan``, ``method``, ``batch_size``,
+    ``part`` and ``MiB`` (12_memory draws its own cell's the same way)."""
     order = {part: i for i, part in enumerate(PARTS)}
     data = table.assign(part_order=table.part.map(order))
     return (
