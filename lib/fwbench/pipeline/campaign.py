@@ -211,6 +211,12 @@ def slug_without_trial(slug: str) -> str:
     return "__".join(p for p in slug.split("__") if not re.fullmatch(r"trial=\d+", p))
 
 
+def slug_settings(slug: str) -> dict[str, str]:
+    """The ``key=value`` pairs of a slug of ``make_slug``, values as the slug writes them."""
+    pairs = (p.split("=", 1) for p in slug.split("__") if "=" in p)
+    return dict(pairs)
+
+
 def _load_yaml(path: Path) -> dict:
     if not path.is_file():
         raise CampaignError(f"campaign file not found: {path}")

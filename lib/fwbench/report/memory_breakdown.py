@@ -14,19 +14,20 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from fwbench.pipeline.campaign import slug_settings
 from fwbench.report.memory_curve import MODEL_WORDS, memory_rows
 
 METRIC = "peak_part_bytes"
 PARTS = ["params", "gradients", "optimizer state", "activations", "other"]
 UNPLANNED = "graph"  # the traced step without a plan, which the planner starts from
 PLANS = ("no plan", "our tightest plan")
-# cell settings that tell two cells of one model apart without changing what is traced
-IGNORED_SETTINGS = ("batch_sizes", "trial", "budget_fractions", "compile_budgets", "time_rounds")
+# cell settings that tell two cells of one model apart without changing what is traced (a
+# variant is a slug less its trial already)
+IGNORED_SETTINGS = ("batch_sizes", "budget_fractions", "compile_budgets", "time_rounds")
 
 
 def _settings(variant: str) -> dict[str, str]:
-    pairs = (p.split("=", 1) for p in variant.split("__") if "=" in p)
-    return {k: v for k, v in pairs if k not in IGNORED_SETTINGS}
+    return {k: v for k, v in slug_settings(variant).items() if k not in IGNORED_SETTINGS}
 
 
 def _labels(table: pd.DataFrame) -> pd.Series:
@@ -55,9 +56,9 @@ def breakdown_table(meas: pd.DataFrame) -> pd.DataFrame:
     """One row per model, cell, batch size, plan and part: MiB at the simulated peak (median over
     trials), for the unplanned graph and for our plan at its smallest budget."""
     rows = memory_rows(meas)
-    if rows.empty or METRIC not in set(rows.metric):
+    rows = rows[rows.metric == METRIC] if not rows.empty else rows
+    if rows.empty:
         return pd.DataFrame()
-    rows = rows[rows.metric == METRIC]
     rows = rows.assign(part=[e.get("part") for e in rows.extra])
     keys = ["model", "variant", "device_name", "batch_size"]
     out = []
@@ -117,33 +118,34 @@ def parts_chart(table: pd.DataFrame) -> alt.FacetChart:
 
 def breakdown_sentences(table: pd.DataFrame) -> list[str]:
     """Per model (and cell): the activations' share of the unplanned peak at the smallest and
-    the largest batch size, and what our tightest plan leaves at the largest."""
+    the largest batch size, and what our tightest plan leaves at the largest (read from
+    ``peak_shares``, the table the report shows beside them)."""
     if table.empty:
         return []
+    trials = table.groupby(["label", "device_name"]).trials.max()
     out = []
-    for (label, device), group in table.groupby(["label", "device_name"], sort=True):
-        whole = group.groupby(["plan", "batch_size"]).MiB.sum()
-        acts = group[group.part == "activations"].set_index(["plan", "batch_size"]).MiB
-        if PLANS[0] not in whole.index.get_level_values(0):
+    for (label, device), group in peak_shares(table).groupby(["label", "device_name"], sort=True):
+        unplanned = group[group.plan == PLANS[0]].set_index("batch_size").sort_index()
+        if unplanned.empty:
             continue
-        batches = sorted(whole[PLANS[0]].index)
-        shares = [
-            f"{whole[(PLANS[0], b)]:,.0f} MiB at batch {b}, "
-            f"{100 * acts[(PLANS[0], b)] / whole[(PLANS[0], b)]:.0f}% of it activations"
-            for b in dict.fromkeys([batches[0], batches[-1]])
-        ]
-        words = f"{label} on {device}: the unplanned step peaks at {', and at '.join(shares)}"
-        top = batches[-1]
-        if (PLANS[1], top) in whole.index:
-            method = group[(group.plan == PLANS[1]) & (group.batch_size == top)].method.iloc[0]
+        ends = unplanned.iloc[sorted({0, len(unplanned) - 1})]
+        peaks = ", and at ".join(
+            f"{r.peak_MiB:,.0f} MiB at batch {b}, {r.activation_share_pct:.0f}% of it activations"
+            for b, r in ends.iterrows()
+        )
+        words = f"{label} on {device}: the unplanned step peaks at {peaks}"
+        top = unplanned.index[-1]
+        tight = group[(group.plan == PLANS[1]) & (group.batch_size == top)]
+        if not tight.empty:
+            plan = tight.iloc[0]
             words += (
-                f"; at batch {top} our tightest plan ({method}) peaks at "
-                f"{whole[(PLANS[1], top)]:,.0f} MiB, {acts[(PLANS[1], top)]:,.0f} MiB of it "
-                "activations"
+                f"; at batch {top} our tightest plan ({plan.method}) peaks at "
+                f"{plan.peak_MiB:,.0f} MiB, {plan.activations:,.0f} MiB of it activations"
             )
-        trials = group.trials.max()
-        plural = "s" if trials != 1 else ""
-        out.append(f"{words} (the simulator's parts at its peak; {trials} trial{plural}).")
+        n = trials[(label, device)]
+        out.append(
+            f"{words} (the simulator's parts at its peak; {n} trial{'s' if n != 1 else ''})."
+        )
     return out
 
 
