@@ -597,6 +597,22 @@ def test_curve_table_checks_the_time_model_on_quiet_trials_only():
     assert "3.0% in the worst single trial); each within 5%: yes" in text
 
 
+def test_one_trial_without_rounds_leaves_the_time_bar_undecided():
+    from fwbench.report import memory_curve
+
+    # memory_breakdown's shape: one trial, one timed step a method, no interleaved rounds
+    extra = {"method": "mu_two", "budget": 0.5, "timed_by": "each method's own timing"}
+    rows = [
+        _record("mu_two@0.5", 1, metric, value, extra, False)
+        for metric, value in (("sim_time_error_pct", 17.0), ("sim_peak_error_pct", 0.01))
+    ]
+    meas = pd.concat([_curve_meas(), pd.DataFrame(rows)], ignore_index=True)
+    text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
+    assert "17.0% in the worst single trial)" in text
+    assert "1 of 1 graphs have one quiet trial and no interleaved rounds" in text
+    assert "each within 5%: not shown" in text and "each within 5%: no." not in text
+
+
 # --- swap in the rewriter ------------------------------------------------------------------
 
 
