@@ -86,6 +86,9 @@ queries
 
 # %%
 if not queries.empty:
+    # why the misses: what each pick changed from the best measured configuration (`setting` is
+    # the framework, mode or precision)
+    all_causes = recommend.miss_causes(queries, goal_regret_pct)
     lines = []
     for kind, group in queries.groupby("query"):
         share = (group.regret_pct <= goal_regret_pct).mean() * 100
@@ -95,7 +98,7 @@ if not queries.empty:
             else (f"misses by {goal_share_pct - share:.1f} points")
         )
         worst = group.sort_values("regret_pct").iloc[-1]
-        causes = recommend.miss_causes(group, goal_regret_pct)
+        causes = all_causes[all_causes["query"] == kind]
         why = "; ".join(
             f"{cause.misses} changed {cause.differs or 'nothing'}"
             if cause.differs != recommend.NO_PICK
@@ -115,9 +118,7 @@ if not queries.empty:
             )
         )
     display(Markdown("\n".join(lines)))
-    # why the misses: what each pick changed from the best measured configuration (`setting` is
-    # the framework, mode or precision)
-    display(recommend.miss_causes(queries, goal_regret_pct))
+    display(all_causes)
     display(
         alt.Chart(queries)
         .mark_bar()
