@@ -38,7 +38,7 @@ lint: $(STAMP)
 
 # --durations: the slowest tests named in every log, since the suite's time budget is watched.
 test: lint
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q --durations=30
 
 # JupyterLab on the project, loopback only (its URL with the token is printed). jupyter_config/ on
 # JUPYTER_CONFIG_PATH makes notebooks/*.py open as notebooks with the fwbench kernel, and the
