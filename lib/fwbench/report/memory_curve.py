@@ -483,14 +483,15 @@ def _time_words(timed: pd.DataFrame) -> tuple[str, str]:
         words += f"; the steps' malloc: {' and '.join(allocators)}"
     if "time_error_pooled_pct" not in timed or timed.time_error_pooled_pct.isna().any():
         decided = timed[timed.quiet_time_trials >= 2]
-        if len(decided) == len(timed):
-            return words, "yes" if worst_time <= SIM_BAR_PCT else "no"
-        words += (
-            f"; {len(timed) - len(decided)} of {len(timed)} graphs have one quiet trial and no "
-            f"interleaved rounds, so no interval"
-        )
-        beyond = (decided.sim_time_worst_pct > SIM_BAR_PCT).any()
-        return words, "no" if beyond else "not shown"
+        undecided = len(timed) - len(decided)
+        if undecided:
+            words += (
+                f"; {undecided} of {len(timed)} graphs have one quiet trial and no interleaved "
+                "rounds, so no interval"
+            )
+        if (decided.sim_time_worst_pct > SIM_BAR_PCT).any():
+            return words, "no"
+        return words, "not shown" if undecided else "yes"
     worst = timed.loc[timed.time_error_pooled_pct.abs().idxmax()]
     low, high = timed.time_error_low_pct, timed.time_error_high_pct
     inside = ((low >= -SIM_BAR_PCT) & (high <= SIM_BAR_PCT)).sum()
