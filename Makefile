@@ -10,7 +10,7 @@ CAMPAIGN ?= params/smoke.yaml
 
 help:
 	@echo "make run   set up .venv, run $(CAMPAIGN) and build its report"
-	@echo "make test  set up .venv, lint (ruff) and run the test suite (pytest)"
+	@echo "make test  set up .venv, lint (ruff) and run the test suite (pytest, TEST_WORKERS=2 workers)"
 	@echo "make lab   set up .venv and open the notebooks in JupyterLab (fwbench kernel)"
 	@echo "make browser  install Debian's Chromium for tests/test_lab.py (root, apt)"
 	@echo "make slurm    install Debian's Slurm and munge for tests/test_slurm.py (root, apt)"
@@ -37,8 +37,16 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check lib tests notebooks
 
 # --durations: the slowest tests named in every log, since the suite's time budget is watched.
+# TEST_WORKERS pytest-xdist workers, each given a whole test file at a time (a file's fixtures
+# are built once), in the order tests/conftest.py collects them; TEST_WORKERS=0 runs serially.
+# Two, because the serial suite kept about one of two cores busy: much of its time is spent
+# starting kernels and subprocesses and importing torch and JAX. Tests marked `alone` read the
+# whole machine's load, so they run afterwards with nothing beside them.
+TEST_WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest -q --durations=30
+	$(BIN)/python -m pytest -q --durations=30 -m "not alone" \
+		-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -m alone
 
 # JupyterLab on the project, loopback only (its URL with the token is printed). jupyter_config/ on
 # JUPYTER_CONFIG_PATH makes notebooks/*.py open as notebooks with the fwbench kernel, and the

@@ -8,6 +8,33 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 STANDIN = REPO / "tests" / "standin" / "standin"
 
+# make test runs the suite on two workers (pytest-xdist), each taking a whole file at a time in
+# collection order. A long file that starts last keeps one worker busy while the other idles,
+# so the files that took longest are collected first, longest first (their summed durations in
+# a two-worker run: tests/test_distributed.py 418 s, ..., tests/test_memory_seed.py 92 s); every
+# other file follows in its usual order. A wrong guess costs time, not correctness.
+LONGEST_FIRST = (
+    "test_distributed.py",
+    "test_prediction_dataset.py",
+    "test_training.py",
+    "test_slurm.py",
+    "test_web_audio.py",
+    "test_campaign_report.py",
+    "test_prediction_recommend.py",
+    "test_models_resnet_vit.py",
+    "test_trials.py",
+    "test_models_variants_mobile_efficientnet.py",
+    "test_runner.py",
+    "test_models_mobilenet_efficientnet.py",
+    "test_validation.py",
+    "test_memory_seed.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
 
 def run_cli(*args, cwd=None, env=None, timeout=900):
     """Run ``python -m fwbench`` as a user would, returning the completed process."""

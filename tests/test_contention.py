@@ -5,6 +5,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from fwbench.measure.meters.contention import (
     SHARED_FRACTION,
@@ -20,6 +21,8 @@ def spinner(seconds: float) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=seconds)])
 
 
+# it reads the whole machine: beside another test it would count that test's work as other
+@pytest.mark.alone
 def test_a_child_we_wait_for_is_our_own_work():
     with ContentionMeter() as meter:
         spinner(1.5).wait()

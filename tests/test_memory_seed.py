@@ -2,6 +2,7 @@
 whose timings are set by hand, the checkpointing baselines and the budget curve."""
 
 import math
+import mmap
 
 import numpy as np
 import pandas as pd
@@ -509,11 +510,18 @@ def test_interleaved_rounds_run_every_method_once_per_round_in_rotated_order():
     assert all(r is None or {"steal_frac", "shared"} <= set(r) for r in readings)
     assert {k: len(v) for k, v in times.items()} == {"graph": 3, "a": 3, "b": 3}
     assert {k: len(v) for k, v in faults.items()} == {"graph": 3, "a": 3, "b": 3}
+
     # a step that touches 64 MiB of fresh pages faults: 16,384 times in 4 KiB pages, and still
-    # 32 times where transparent huge pages back it with 2 MiB ones
-    fresh = footprint.interleaved_rounds(
-        {"touch": lambda: torch.ones(16 * 2**20)}, 1, "cpu", faults=(touched := {})
-    )
+    # 32 times where transparent huge pages back it with 2 MiB ones. The pages are mapped by the
+    # step itself: a tensor's may come from memory malloc kept from earlier tests, already touched
+    def touch():
+        pages = mmap.mmap(-1, 64 * 2**20)
+        view = np.frombuffer(pages, dtype=np.uint8)
+        view[:] = 1
+        del view
+        pages.close()
+
+    fresh = footprint.interleaved_rounds({"touch": touch}, 1, "cpu", faults=(touched := {}))
     assert fresh["touch"][0] > 0 and touched["touch"][0] >= 16
     with pytest.raises(ValueError, match="at least one round"):
         footprint.interleaved_rounds(steps, 0, "cpu")
