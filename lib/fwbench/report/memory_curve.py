@@ -75,7 +75,7 @@ def memory_rows(meas: pd.DataFrame) -> pd.DataFrame:
     return rows.assign(variant=[slug_without_trial(c) for c in cells.fillna("")])
 
 
-def _shares_a_model(table: pd.DataFrame) -> pd.Series:
+def shares_a_model(table: pd.DataFrame) -> pd.Series:
     """Per row, whether another cell (variant) ran the same model and batch size on the same
     device: only then does a sentence or a chart panel name the cell."""
     return table.groupby(KEYS[:-1]).variant.transform("nunique") > 1
@@ -209,7 +209,7 @@ def curve_chart(table: pd.DataFrame) -> alt.Chart:
     data = table[table.measured]
     if "variant" not in data:  # 12_memory's own summary of one cell
         data = data.assign(variant="")
-    several = _shares_a_model(data)
+    several = shares_a_model(data)
     data = data.assign(
         peak_MB=lambda d: d.peak_mem_bytes / 2**20,
         model_batch=[
@@ -380,7 +380,7 @@ def _pct(value: float) -> str:
     return f"{value:+.1f}%"
 
 
-def _overhead_words(row) -> str:
+def overhead_words(row) -> str:
     if pd.isna(row.get("overhead_low", np.nan)):
         alone = " (one trial: no interval)" if row.get("trials") == 1 else ""
         return f"{_pct(row.overhead_pct)} time{alone}"
@@ -394,7 +394,7 @@ def sentences(table: pd.DataFrame) -> list[str]:
     if table.empty:
         return []
     out = []
-    shared = _shares_a_model(table)
+    shared = shares_a_model(table)
     for (model, batch, device, variant), group in table.groupby(KEYS, sort=True):
         name = f"{MODEL_WORDS.get(model, model)} at batch {batch} on {device}"
         if shared[group.index].any():
@@ -415,7 +415,7 @@ def sentences(table: pd.DataFrame) -> list[str]:
             verdict = "meets" if best.activation_saved_pct >= ACTIVATION_GOAL_PCT else "misses"
             goal.append(
                 f"{words} saves {best.activation_saved_pct:.1f}% of the activation memory at "
-                f"{_overhead_words(best)} ({best.method}; {verdict} the "
+                f"{overhead_words(best)} ({best.method}; {verdict} the "
                 f"{ACTIVATION_GOAL_PCT:g}% goal)"
             )
         out.append(f"{name}: " + "; ".join(goal) + ".")
@@ -429,22 +429,16 @@ def sentences(table: pd.DataFrame) -> list[str]:
             for row in measured[measured.kind.isin(BASELINES[group_name])].itertuples():
                 out.append(f"{name}, {group_name}: " + _against(ours, row) + ".")
         out += _compiled_sentences(name, measured)
-        planned = group[group.kind.isin(["mu_two"]) & group.sim_peak_error_pct.notna()]
-        if not planned.empty:
-            worst_peak = planned.sim_peak_error_pct.abs().max()
-            exact = planned.exact_max_abs_diff.max()
-            timed = planned[planned.sim_time_error_pct.notna()]
-            within = "yes" if worst_peak <= SIM_BAR_PCT else "no"
-            if timed.empty:
-                time_words = "no quiet trial checked the time"
-            else:
-                time_words, time_within = _time_words(timed)
-                within = time_within if within == "yes" else within
+        bars = simulator_bars(group)
+        if bars:
+            within = bars["peak_within"]
+            if within == "yes" and bars["time_within"] != "not checked":
+                within = bars["time_within"]
             out.append(
-                f"{name}: over {len(planned)} planned graphs the simulator's largest error is "
-                f"{worst_peak:.2f}% on the peak and {time_words}; each within {SIM_BAR_PCT:g}%: "
-                f"{within}. The float64 proof's largest difference is "
-                f"{exact:.1e}."
+                f"{name}: over {bars['planned']} planned graphs the simulator's largest error is "
+                f"{bars['worst_peak_pct']:.2f}% on the peak and {bars['time_words']}; each within "
+                f"{SIM_BAR_PCT:g}%: {within}. The float64 proof's largest difference is "
+                f"{bars['exact_max_abs_diff']:.1e}."
             )
         swaps = group[~group.measured]
         if not swaps.empty:
@@ -455,6 +449,31 @@ def sentences(table: pd.DataFrame) -> list[str]:
                 f"activation memory at {_pct(best.overhead_pct)} predicted time ({best.method})."
             )
     return out
+
+
+def simulator_bars(group: pd.DataFrame) -> dict:
+    """For one cell's rows (``curve_table``), the simulator against its 5% bars over our planned
+    graphs: the largest peak error and whether it is within the bar, the time model's words and
+    verdict (``_time_words``; "not checked" where no quiet trial timed a plan), and the float64
+    proof's largest difference. Empty where the cell has no planned graph."""
+    planned = group[group.kind.isin(["mu_two"]) & group.sim_peak_error_pct.notna()]
+    if planned.empty:
+        return {}
+    worst_peak = planned.sim_peak_error_pct.abs().max()
+    timed = planned[planned.sim_time_error_pct.notna()]
+    if timed.empty:
+        time_words, time_within = "no quiet trial checked the time", "not checked"
+    else:
+        time_words, time_within = _time_words(timed)
+    return {
+        "planned": len(planned),
+        "worst_peak_pct": worst_peak,
+        "peak_within": "yes" if worst_peak <= SIM_BAR_PCT else "no",
+        "time_words": time_words,
+        "time_within": time_within,
+        "timed": timed,
+        "exact_max_abs_diff": planned.exact_max_abs_diff.max(),
+    }
 
 
 def _time_words(timed: pd.DataFrame) -> tuple[str, str]:

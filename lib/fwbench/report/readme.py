@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -429,23 +430,32 @@ def update_readme(
     ``report_dir`` and ``figures_dir`` default to report/<campaign> and figures/<campaign> beside
     the README; ``out`` is the executed-notebook folder the block links to.
     """
+    root = Path(readme).parent
+    name = into or campaign
+    return rewrite_block(
+        readme,
+        name,
+        lambda: results_block(
+            campaign,
+            Path(report_dir or root / "report" / name),
+            root,
+            Path(out),
+            Path(figures_dir or root / "figures" / name),
+            into,
+        ),
+    )
+
+
+def rewrite_block(readme: Path, name: str, block_for: Callable[[], str]) -> bool:
+    """Replace the block marked ``name`` in ``readme`` with ``block_for()``; True if it changed.
+    The markers are checked before ``block_for`` runs: a README without them is bad input, found
+    before any work. The file is replaced whole, never left half-written."""
     readme = Path(readme)
     if not readme.is_file():
         raise ReadmeError(f"{readme}: no such file")
-    root = readme.parent
     text = readme.read_text()
-    # markers first: a README without them is bad input
-    name = into or campaign
     replace_block(text, "", name, str(readme))
-    block = results_block(
-        campaign,
-        Path(report_dir or root / "report" / name),
-        root,
-        Path(out),
-        Path(figures_dir or root / "figures" / name),
-        into,
-    )
-    new = replace_block(text, block, name, str(readme))
+    new = replace_block(text, block_for(), name, str(readme))
     if new == text:
         return False
     tmp = readme.with_name(f".{readme.name}.tmp")
