@@ -263,6 +263,24 @@ def best_within(table: pd.DataFrame, overhead_pct: float = OVERHEAD_GOAL_PCT) ->
     return best
 
 
+NONE_WITHIN = "none within"  # goal_points' verdict where a kind ran but cost too much time
+
+
+def goal_points(group: pd.DataFrame) -> dict[str, tuple[object, str]]:
+    """Per goal kind, its row that saves the most within the time goal (``best_within``) and its
+    verdict against the activation goal: ``meets`` or ``misses``; without such a row, None and
+    ``NONE_WITHIN`` where the kind ran, ``not run`` where it did not."""
+    points = {}
+    for kind, best in best_within(group).items():
+        if best is not None:
+            met = best.activation_saved_pct >= ACTIVATION_GOAL_PCT
+            points[kind] = (best, "meets" if met else "misses")
+        else:
+            ran = (group.measured.astype(bool) & (group.kind == kind)).any()
+            points[kind] = (None, NONE_WITHIN if ran else "not run")
+    return points
+
+
 def _point_at_peak(points: pd.DataFrame, peak: float):
     """The fastest point of our curve at or below a given peak: what our plan offers there; None
     where the peak lies outside the curve's range."""
@@ -401,18 +419,16 @@ def sentences(table: pd.DataFrame) -> list[str]:
             name += f" ({variant})"
         measured = group[group.measured]
         goal = []
-        best_rows = best_within(group)
+        points = goal_points(group)
         for kind, words in (("mu_two", "our plan"), ("checkpoint", "torch.utils.checkpoint")):
-            best = best_rows.get(kind)
+            best, verdict = points[kind]
             if best is None:
-                ran = (measured.kind == kind).any()
                 goal.append(
                     f"{words}: no point within +{OVERHEAD_GOAL_PCT:g}% time"
-                    if ran
-                    else f"{words}: not run"
+                    if verdict == NONE_WITHIN
+                    else f"{words}: {verdict}"
                 )
                 continue
-            verdict = "meets" if best.activation_saved_pct >= ACTIVATION_GOAL_PCT else "misses"
             goal.append(
                 f"{words} saves {best.activation_saved_pct:.1f}% of the activation memory at "
                 f"{overhead_words(best)} ({best.method}; {verdict} the "
@@ -476,6 +492,12 @@ def simulator_bars(group: pd.DataFrame) -> dict:
     }
 
 
+def has_pooled_rounds(timed: pd.DataFrame) -> bool:
+    """Whether every timed graph has a pooled error over interleaved rounds: then the pooled
+    intervals decide the time bar, else the trials do (``_time_words``)."""
+    return "time_error_pooled_pct" in timed and timed.time_error_pooled_pct.notna().all()
+
+
 def _time_words(timed: pd.DataFrame) -> tuple[str, str]:
     """The time model's error over planned graphs, and whether the 5% bar holds: ``yes`` where
     every pooled interval lies within ±5%, ``no`` where one lies wholly beyond it, ``not shown``
@@ -500,7 +522,7 @@ def _time_words(timed: pd.DataFrame) -> tuple[str, str]:
     allocators = sorted({a for joined in named for a in joined.split(", ")})
     if allocators:
         words += f"; the steps' malloc: {' and '.join(allocators)}"
-    if "time_error_pooled_pct" not in timed or timed.time_error_pooled_pct.isna().any():
+    if not has_pooled_rounds(timed):
         decided = timed[timed.quiet_time_trials >= 2]
         undecided = len(timed) - len(decided)
         if undecided:

@@ -20,7 +20,6 @@ import pandas as pd
 from fwbench.report import memory_curve
 from fwbench.report.readme import rewrite_block
 from fwbench.report.sections import TABLES_DIR
-from fwbench.vocab import MEMORY_ACTIVATION_GOAL_PCT as ACTIVATION_GOAL_PCT
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
 from fwbench.vocab import MEMORY_SIM_ERROR_BAR_PCT as SIM_BAR_PCT
 
@@ -49,16 +48,16 @@ class MemoryIndexError(ValueError):
     """A report folder that cannot be indexed, or none to index: one line for the user."""
 
 
-def _goal_words(group: pd.DataFrame, kind: str) -> str:
-    """The most activation memory a kind saves within +33% time, as the report's sentence has it."""
-    best = memory_curve.best_within(group).get(kind)
+def _goal_words(point: tuple[object, str]) -> str:
+    """The most activation memory a kind saves within +33% time and its verdict, as the report's
+    sentence has it (``memory_curve.goal_points``)."""
+    best, verdict = point
     if best is None:
-        ran = (group.measured.astype(bool) & (group.kind == kind)).any()
-        return f"none within +{OVERHEAD_GOAL_PCT:g}%" if ran else "not run"
-    mark = "meets" if best.activation_saved_pct >= ACTIVATION_GOAL_PCT else "misses"
+        ran = verdict == memory_curve.NONE_WITHIN
+        return f"none within +{OVERHEAD_GOAL_PCT:g}%" if ran else verdict
     return (
         f"{best.activation_saved_pct:.1f}% at {memory_curve.overhead_words(best)} "
-        f"({best.method}; {mark})"
+        f"({best.method}; {verdict})"
     )
 
 
@@ -68,7 +67,7 @@ def _worst_interval(timed: pd.DataFrame) -> str:
     another's interval straddles it), or why there is none."""
     if timed.empty:
         return "no quiet trial"
-    if "time_error_pooled_pct" not in timed or timed.time_error_pooled_pct.isna().any():
+    if not memory_curve.has_pooled_rounds(timed):
         trials = int(timed.quiet_time_trials.min())
         where = "its one trial" if trials == 1 else f"the worst of {trials} or more trials"
         return f"{timed.sim_time_worst_pct.max():.1f}% in {where}, no rounds"
@@ -109,6 +108,7 @@ def cell_rows(table: pd.DataFrame, report: str, run_id: str) -> list[dict]:
         short[same.index] = _short_names(same.variant)
     for (model, batch, device, _), group in table.groupby(memory_curve.KEYS, sort=True):
         bars = memory_curve.simulator_bars(group)
+        points = memory_curve.goal_points(group)
         measured = group[group.measured]
         rows.append(
             {
@@ -119,8 +119,8 @@ def cell_rows(table: pd.DataFrame, report: str, run_id: str) -> list[dict]:
                 "device_name": device,
                 "variant": short[group.index[0]] if named[group.index].any() else "",
                 "trials": int(measured.trials.max()) if not measured.empty else 0,
-                "ours": _goal_words(group, "mu_two"),
-                "checkpoint": _goal_words(group, "checkpoint"),
+                "ours": _goal_words(points["mu_two"]),
+                "checkpoint": _goal_words(points["checkpoint"]),
                 "peak_error_pct": bars.get("worst_peak_pct"),
                 "time_bar": bars.get("time_within", "no plan"),
                 "time_worst": _worst_interval(bars["timed"]) if bars else "no plan",
