@@ -621,6 +621,22 @@ def test_one_trial_without_rounds_leaves_the_time_bar_undecided():
     assert "each within 5%: not shown" in text and "each within 5%: no." not in text
 
 
+def test_an_unchecked_time_leaves_the_verdict_to_the_peak_and_says_so():
+    from fwbench.report import memory_curve
+
+    # every trial that timed the plan ran on a shared machine: only the peak was checked
+    extra = {"method": "mu_two", "budget": 0.5, "timed_by": "interleaved rounds"}
+    rows = [
+        _record("mu_two@0.5", trial, metric, value, extra, True)
+        for trial in (1, 2)
+        for metric, value in (("sim_time_error_pct", 2.0), ("sim_peak_error_pct", 0.5))
+    ]
+    meas = pd.concat([_curve_meas(), pd.DataFrame(rows)], ignore_index=True)
+    text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
+    assert "no quiet trial checked the time; the peak within 5%: yes." in text
+    assert "each within 5%" not in text
+
+
 # --- swap in the rewriter ------------------------------------------------------------------
 
 
