@@ -263,7 +263,8 @@ def best_within(table: pd.DataFrame, overhead_pct: float = OVERHEAD_GOAL_PCT) ->
     return best
 
 
-NONE_WITHIN = "none within"  # goal_points' verdict where a kind ran but cost too much time
+# goal_points' verdict where a kind ran but every point cost more than the time goal
+NONE_WITHIN = f"none within +{OVERHEAD_GOAL_PCT:g}%"
 
 
 def goal_points(group: pd.DataFrame) -> dict[str, tuple[object, str]]:

@@ -53,8 +53,7 @@ def _goal_words(point: tuple[object, str]) -> str:
     sentence has it (``memory_curve.goal_points``)."""
     best, verdict = point
     if best is None:
-        ran = verdict == memory_curve.NONE_WITHIN
-        return f"none within +{OVERHEAD_GOAL_PCT:g}%" if ran else verdict
+        return verdict
     return (
         f"{best.activation_saved_pct:.1f}% at {memory_curve.overhead_words(best)} "
         f"({best.method}; {verdict})"
