@@ -1,0 +1,374 @@
+"""The verdict estimator: ratios from rounds nested in runs, with the between-run term.
+
+Every framework comparison reads a log ratio per round (``y``: log of B ÷ A in a round where both
+arms ran). Rounds nest in runs, and a run shifts every ratio it measures a little (the machine's
+state, the process's layout, the compiler's choices), so the model of one campaign's rounds is
+
+    y[c, r, k] = mu[c] + u[r] + v[r, c] + e[c, r, k]
+
+with a random run effect ``u`` (variance ``run_var``), a run × comparison effect ``v``
+(``run_comparison_var``) and round noise ``e`` with a variance of its own per comparison
+(``round_var``). The components come from the closed form that REML reduces to for a balanced
+design: the pooled within-run variance of each comparison for ``e``, and a two-way analysis of
+variance of the run means (comparisons × runs) for ``u`` and ``v``, each truncated at zero. A
+comparison's interval is ``exp(mu ± t·SE)``, its degrees of freedom from Satterthwaite's
+approximation over the mean squares that make up ``SE``.
+
+A single run has no between-run term of its own. It may import one (``imported_between``: the
+upper 80% bound of a CPU's between-run variance fitted on three or more runs); without one its
+ratios are "within one run" and call no winner.
+
+Verdicts (``decide``): *faster* when the Holm-adjusted two-sided test excludes 1 at 5% across
+the comparisons decided together; *equivalent within ±5%* when the 90% interval lies inside
+[1/1.05, 1.05] (two one-sided tests); otherwise *inconclusive*, with roughly how many runs of the
+same size would decide it. The same functions simulate the design (``simulate``), so every check
+built on them is shown to pass a correct machine before it is run on a real one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
+from statsmodels.stats.multitest import multipletests
+
+CONFIDENCE = 0.95
+EQUIVALENCE_CONFIDENCE = 0.90
+EQUIVALENCE_MARGIN = 1.05  # equivalent within ±5%: the 90% interval inside [1/1.05, 1.05]
+# A single run imports a CPU's between-run variance at this upper confidence bound, so that the
+# interval it lends is, if anything, too wide.
+IMPORT_BOUND = 0.80
+MIN_RUNS_TO_LEND = 3
+
+FASTER_A, FASTER_B = "a", "b"
+EQUIVALENT = "equivalent"
+INCONCLUSIVE = "inconclusive"
+WITHIN_ONE_RUN = "within one run"
+VERDICTS = (FASTER_A, FASTER_B, EQUIVALENT, INCONCLUSIVE, WITHIN_ONE_RUN)
+
+COLUMNS = ("comparison", "run", "round", "y")
+
+
+@dataclass(frozen=True)
+class Between:
+    """A between-run variance (of one run's mean log ratio, round noise excluded) and its
+    degrees of freedom; ``source`` says where it came from."""
+
+    var: float
+    df: float
+    source: str  # "fitted", "imported" or "none"
+    runs: int = 0
+
+    def upper(self, bound: float = IMPORT_BOUND) -> Between:
+        """The one-sided upper ``bound`` of the variance (chi-square), to lend to single runs."""
+        if not self.df or not math.isfinite(self.df) or self.df <= 0:
+            return self
+        var = self.df * self.var / scipy_stats.chi2.ppf(1 - bound, self.df)
+        return Between(float(var), self.df, "imported", self.runs)
+
+
+NO_BETWEEN = Between(float("nan"), 0.0, "none")
+
+
+@dataclass(frozen=True)
+class Components:
+    """The variance components of one group of comparisons, with the mean squares behind them."""
+
+    run_var: float
+    run_comparison_var: float
+    round_var: dict  # comparison -> pooled within-run variance of a round's log ratio
+    round_df: dict  # comparison -> its degrees of freedom
+    runs: int
+    comparisons: int  # comparisons present in every run (the ones the run terms are fitted on)
+    ms_run: float = float("nan")
+    ms_error: float = float("nan")
+    df_run: float = 0.0
+    df_error: float = 0.0
+    mean_round_term: float = 0.0  # mean over comparisons of round_var / rounds per run
+    imported: Between | None = None
+    notes: tuple = field(default=())
+
+    @property
+    def between_var(self) -> float:
+        if self.imported is not None:
+            return self.imported.var
+        return self.run_var + self.run_comparison_var
+
+    @property
+    def between(self) -> Between:
+        """The fitted between-run variance (u + v) with Satterthwaite's degrees of freedom."""
+        if self.imported is not None:
+            return self.imported
+        if self.runs < 2:
+            return NO_BETWEEN
+        terms = self._between_terms()
+        var = self.between_var
+        return Between(var, _satterthwaite(var, terms), "fitted", self.runs)
+
+    def _between_terms(self) -> list[tuple[float, float, float]]:
+        """(coefficient, mean square, df) terms whose sum is ``between_var``."""
+        if self.imported is not None:
+            return [(1.0, self.imported.var, self.imported.df)]
+        if self.runs < 2:
+            return []
+        c = max(self.comparisons, 1)
+        round_terms = [
+            (-1.0 / (c * n), self.round_var[k], self.round_df[k])
+            for k, n in self._rounds.items()
+            if self.round_df.get(k, 0) > 0
+        ]
+        if c == 1:
+            if self.run_var + self.run_comparison_var <= 0:
+                return []
+            return [(1.0, self.ms_run, self.df_run), *round_terms]
+        u, v = self.run_var > 0, self.run_comparison_var > 0
+        if u and v:
+            return [
+                (1.0 / c, self.ms_run, self.df_run),
+                (1 - 1.0 / c, self.ms_error, self.df_error),
+                *round_terms,
+            ]
+        if v:
+            return [(1.0, self.ms_error, self.df_error), *round_terms]
+        if u:
+            return [(1.0 / c, self.ms_run, self.df_run), (-1.0 / c, self.ms_error, self.df_error)]
+        return []
+
+    _rounds: dict = field(default_factory=dict)  # comparison -> harmonic mean rounds per run
+
+
+def _satterthwaite(total: float, terms) -> float:
+    denominator = sum((a * ms) ** 2 / df for a, ms, df in terms if df and df > 0)
+    if total <= 0 or denominator <= 0:
+        return float("inf")
+    return float(total**2 / denominator)
+
+
+def _check(frame: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in COLUMNS if c not in frame]
+    if missing:
+        raise ValueError(f"rounds need columns {COLUMNS}; missing {missing}")
+    frame = frame[np.isfinite(frame.y.astype(float))]
+    return frame.assign(y=frame.y.astype(float))
+
+
+def fit(frame: pd.DataFrame, imported: Between | None = None) -> Components:
+    """The variance components of ``frame`` (columns comparison, run, round, y), one group.
+
+    With one run and ``imported``, the between-run term is the imported one; with one run and
+    none, it is absent (and ``between`` says so)."""
+    frame = _check(frame)
+    cells = frame.groupby(["comparison", "run"], sort=True).y.agg(["mean", "count", "var"])
+    cells["ss"] = cells["var"].fillna(0.0) * (cells["count"] - 1)
+    per = cells.groupby(level="comparison")
+    df_within = per.apply(lambda g: float((g["count"] - 1).sum()))
+    ss_within = per.ss.sum()
+    round_var = {
+        k: float(ss_within[k] / df_within[k]) if df_within[k] > 0 else 0.0 for k in ss_within.index
+    }
+    round_df = {k: float(df_within[k]) for k in df_within.index}
+    rounds = per.apply(lambda g: float(len(g) / (1.0 / g["count"]).sum()))
+    rounds = {k: float(rounds[k]) for k in rounds.index}
+    means = cells["mean"].unstack("run")
+    runs = int(means.shape[1])
+    if imported is not None or runs < 2:
+        return Components(
+            0.0,
+            0.0,
+            round_var,
+            round_df,
+            runs,
+            int(means.shape[0]),
+            imported=imported,
+            _rounds=rounds,
+        )
+    complete = means.dropna()
+    c, r = complete.shape
+    mean_round_term = (
+        float(np.mean([round_var[k] / rounds[k] for k in complete.index])) if c else 0.0
+    )
+    if c == 0:
+        return Components(
+            0.0,
+            0.0,
+            round_var,
+            round_df,
+            runs,
+            0,
+            notes=("no comparison ran in every run",),
+            _rounds=rounds,
+        )
+    grand = complete.values.mean()
+    run_means = complete.mean(axis=0).values
+    comparison_means = complete.mean(axis=1).values
+    if c == 1:
+        ms_run = float(np.var(complete.values[0], ddof=1))
+        between = max(0.0, ms_run - mean_round_term)
+        return Components(
+            0.0,
+            between,
+            round_var,
+            round_df,
+            runs,
+            1,
+            ms_run=ms_run,
+            df_run=r - 1,
+            mean_round_term=mean_round_term,
+            _rounds={complete.index[0]: rounds[complete.index[0]]},
+        )
+    ms_run = float(c * np.sum((run_means - grand) ** 2) / (r - 1))
+    residual = complete.values - comparison_means[:, None] - run_means[None, :] + grand
+    ms_error = float(np.sum(residual**2) / ((c - 1) * (r - 1)))
+    run_var = max(0.0, (ms_run - ms_error) / c)
+    run_comparison_var = max(0.0, ms_error - mean_round_term)
+    return Components(
+        run_var, run_comparison_var, round_var, round_df, runs, c,
+        ms_run=ms_run, ms_error=ms_error, df_run=r - 1, df_error=(c - 1) * (r - 1),
+        mean_round_term=mean_round_term, _rounds={k: rounds[k] for k in complete.index},
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One comparison's ratio (B ÷ A) with its intervals and what they rest on."""
+
+    comparison: object
+    ratio: float
+    se: float  # of the mean log ratio
+    df: float
+    low: float  # 95% interval
+    high: float
+    low90: float
+    high90: float
+    runs: int
+    rounds: float  # rounds per run (harmonic mean)
+    between: str  # "fitted", "imported" or "none"
+    p_value: float
+    design: str
+
+    @property
+    def log_ratio(self) -> float:
+        return math.log(self.ratio)
+
+
+def design_label(runs: int, rounds: float) -> str:
+    rounds_text = f"{rounds:.0f}" if abs(rounds - round(rounds)) < 0.05 else f"{rounds:.1f}"
+    return f"{runs} run{'s' if runs != 1 else ''} × {rounds_text} rounds"
+
+
+def estimate(frame: pd.DataFrame, components: Components | None = None) -> list[Estimate]:
+    """Each comparison's ratio with intervals that carry the between-run term."""
+    frame = _check(frame)
+    components = components or fit(frame)
+    between = components.between
+    out = []
+    for key, group in frame.groupby("comparison", sort=True):
+        run_means = group.groupby("run").y.mean()
+        counts = group.groupby("run").y.count()
+        runs = len(run_means)
+        rounds = float(runs / (1.0 / counts).sum())
+        mean = float(run_means.mean())
+        s2, s2_df = components.round_var.get(key, 0.0), components.round_df.get(key, 0.0)
+        own = (1.0 / rounds, s2, s2_df)
+        if between.source == "none":
+            terms = [own] if s2_df > 0 else []
+            var_run_mean = s2 / rounds
+        else:
+            terms = (
+                [*components._between_terms(), own] if s2_df > 0 else components._between_terms()
+            )
+            var_run_mean = between.var + s2 / rounds
+        se = math.sqrt(max(var_run_mean, 0.0) / runs)
+        df = _satterthwaite(var_run_mean, terms) if terms else float("inf")
+        if se == 0:
+            p = 0.0 if mean != 0 else 1.0
+            lo = hi = lo90 = hi90 = mean
+        else:
+            p = float(2 * scipy_stats.t.sf(abs(mean) / se, df))
+            half = scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, df) * se
+            half90 = scipy_stats.t.ppf(0.5 + EQUIVALENCE_CONFIDENCE / 2, df) * se
+            lo, hi, lo90, hi90 = mean - half, mean + half, mean - half90, mean + half90
+        out.append(
+            Estimate(
+                key,
+                math.exp(mean),
+                se,
+                df,
+                math.exp(lo),
+                math.exp(hi),
+                math.exp(lo90),
+                math.exp(hi90),
+                runs,
+                rounds,
+                between.source,
+                p,
+                design_label(runs, rounds),
+            )  # fmt: skip
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str  # one of VERDICTS
+    p_holm: float
+    more_runs: float  # roughly how many runs in all would decide an inconclusive one (nan: none)
+
+
+def _runs_to_decide(e: Estimate) -> float:
+    """Roughly how many runs of the same size would decide ``e``: enough for the 95% interval to
+    exclude 1 at the present ratio, or for the 90% interval to fit inside ±5%, whichever is
+    fewer (normal quantiles; the present estimates taken as true)."""
+    if not math.isfinite(e.se) or e.se == 0:
+        return float("nan")
+    var_run = e.se**2 * e.runs
+    m = abs(e.log_ratio)
+    margin = math.log(EQUIVALENCE_MARGIN)
+    needs = []
+    if m > 0:
+        needs.append(var_run * (scipy_stats.norm.ppf(0.5 + CONFIDENCE / 2) / m) ** 2)
+    if m < margin:
+        needs.append(
+            var_run * (scipy_stats.norm.ppf(0.5 + EQUIVALENCE_CONFIDENCE / 2) / (margin - m)) ** 2
+        )
+    return float(math.ceil(min(needs))) if needs else float("nan")
+
+
+def decide(estimates: list[Estimate]) -> list[Verdict]:
+    """The three-way verdict of each estimate, Holm-adjusted across all of them.
+
+    A ratio whose between-run term is absent calls no winner and is not counted in Holm's family.
+    """
+    decidable = [i for i, e in enumerate(estimates) if e.between != "none"]
+    adjusted = {}
+    if decidable:
+        pvalues = [estimates[i].p_value for i in decidable]
+        holm = multipletests(pvalues, alpha=1 - CONFIDENCE, method="holm")[1]
+        adjusted = dict(zip(decidable, holm, strict=True))
+    out = []
+    for i, e in enumerate(estimates):
+        if i not in adjusted:
+            out.append(Verdict(WITHIN_ONE_RUN, float("nan"), float("nan")))
+            continue
+        p = float(adjusted[i])
+        if p < 1 - CONFIDENCE:
+            out.append(Verdict(FASTER_B if e.ratio > 1 else FASTER_A, p, float("nan")))
+        elif e.low90 >= 1 / EQUIVALENCE_MARGIN and e.high90 <= EQUIVALENCE_MARGIN:
+            out.append(Verdict(EQUIVALENT, p, float("nan")))
+        else:
+            out.append(Verdict(INCONCLUSIVE, p, _runs_to_decide(e)))
+    return out
+
+
+def prediction_interval(
+    e: Estimate, components: Components, rounds: float, confidence: float = CONFIDENCE
+):
+    """The interval a new run's mean ratio (at ``rounds`` rounds) should fall in, given runs
+    1..k: the estimate's own uncertainty, the between-run term and the new run's round noise."""
+    s2 = components.round_var.get(e.comparison, 0.0)
+    var = e.se**2 + max(components.between_var, 0.0) + s2 / rounds
+    half = scipy_stats.t.ppf(0.5 + confidence / 2, e.df) * math.sqrt(var)
+    return math.exp(e.log_ratio - half), math.exp(e.log_ratio + half)
