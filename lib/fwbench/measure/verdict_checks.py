@@ -128,12 +128,13 @@ def calibration_table(past: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     decided_before = verdicts.decide(before)
     pooled = pd.concat([past, new], ignore_index=True)
     after = {e.comparison: (e, d) for e, d in zip(*_decided(pooled), strict=True)}
-    new_means = verdicts._check(new).groupby("comparison").y.agg(["mean", "count"])
+    grouped = verdicts._check(new).groupby("comparison").y
+    new_means = dict(zip(grouped.mean().index, zip(grouped.mean(), grouped.count(), strict=True), strict=True))
     rows = []
     for e, d in zip(before, decided_before, strict=True):
-        if e.comparison not in new_means.index:
+        if e.comparison not in new_means:
             continue
-        mean, count = new_means.loc[e.comparison]
+        mean, count = new_means[e.comparison]
         low, high = verdicts.prediction_interval(e, components, float(count))
         ratio = math.exp(mean)
         verdict_after = after[e.comparison][1].verdict
