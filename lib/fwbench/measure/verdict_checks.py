@@ -129,7 +129,9 @@ def calibration_table(past: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     pooled = pd.concat([past, new], ignore_index=True)
     after = {e.comparison: (e, d) for e, d in zip(*_decided(pooled), strict=True)}
     grouped = verdicts._check(new).groupby("comparison").y
-    new_means = dict(zip(grouped.mean().index, zip(grouped.mean(), grouped.count(), strict=True), strict=True))
+    new_means = dict(
+        zip(grouped.mean().index, zip(grouped.mean(), grouped.count(), strict=True), strict=True)
+    )
     rows = []
     for e, d in zip(before, decided_before, strict=True):
         if e.comparison not in new_means:
