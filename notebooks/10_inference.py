@@ -5,8 +5,8 @@
 # per-call latency (every call synced and timed alone), throughput over pipelined calls (one sync
 # per block), peak memory, compile time (JAX lowering and XLA compile apart; torch.compile's first
 # call minus a steady call), energy per image where a counter exists, and achieved FLOP/s (FLOPs
-# from the framework's own counter × median throughput). MFU divides that by the ceiling
-# 02_calibrate measured on the same device, framework and precision; the analysis (20_analysis)
+# from the framework's own counter × median throughput). MFU divides that by the device's ceiling,
+# the best 02_calibrate measured through any framework at that precision; the analysis (20_analysis)
 # computes it, so that this notebook never reads another cell's outputs.
 # The weights are torchvision's, ported to Flax (`fwbench.models.build_pair`), so both frameworks
 # run the same function (01_validation proves it). Inputs are seeded random batches already on the
@@ -34,6 +34,7 @@ block_size = 5
 threads = 0  # cores (and intra-op threads) to run on; 0: all the machine gives
 seed = 0
 profile = False
+aa_copy = 0  # 1: an A/A duplicate arm (the runner sets it for a step with aa_copy); one of: 0, 1
 
 # %%
 import altair as alt
@@ -83,6 +84,8 @@ rec = Recorder(
         "channels_last": bool(channels_last and spec.kind == "cnn" and framework == "torch"),
         "image_size": image_size,
         "stop_rule": {"min_iters": min_iters, "min_seconds": min_seconds, "warmup": warmup},
+        # only on copies, so the records of every cell made before A/A copies are unchanged
+        **({"aa_copy": 1} if aa_copy else {}),
     },
 )
 results = []
@@ -151,7 +154,8 @@ throughput_chart = (
 # executed notebook, each op's time in the categories both frameworks share
 # (`fwbench.families.inference.op_categories`), and the framework overhead: wall time minus the
 # union of op intervals. Records: family `profile`, metric `op_time_ms` per category (ms per call,
-# `extra.category`), which the analysis's "Why" section subtracts between the frameworks.
+# `extra.category`; a category joined by " + " is a fused kernel that spans several), which the
+# analysis's "Why" section subtracts between the frameworks.
 
 # %%
 if profile:
@@ -172,6 +176,9 @@ if profile:
                     "wall_ms": found.wall_ms,
                     "busy_ms": found.busy_ms,
                     "calls": found.calls,
+                    # whether XLA's fusions were read op by op: a profile that names them splits
+                    # its fused blocks; one that does not is read as one block per fusion kind
+                    "fusions_recorded": found.fusions_recorded,
                 },
             )
     if found is not None:  # the largest batch size that fit

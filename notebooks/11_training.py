@@ -74,6 +74,7 @@ check_convergence = False
 stochastic_layers = False
 epochs = 3
 steps = 0
+aa_copy = 0  # 1: an A/A duplicate arm (the runner sets it for a step with aa_copy); one of: 0, 1
 
 # %% [markdown]
 # `lr = None` takes the optimizer's default (SGD 0.005, AdamW 1e-3); `parity_lr = None` and
@@ -130,6 +131,8 @@ run_info = {
     "lr": lr,
     "schedule": schedule,
     "seed": seed,
+    # only on copies, so the records of every cell made before A/A copies are unchanged
+    **({"aa_copy": 1} if aa_copy else {}),
 }
 rec = Recorder(
     "training",

@@ -21,8 +21,8 @@ def _fail(message: str) -> int:
 
 
 def cmd_run(args) -> int:
-    from fwbench.pipeline.campaign import CampaignError, load_campaign
-    from fwbench.pipeline.runner import RunnerBusy, done_cells, resumable_run, run_campaign
+    from fwbench.pipeline.campaign import CampaignError, load_campaign, valid_invocations
+    from fwbench.pipeline.runner import RunnerBusy, run_series
     from fwbench.pipeline.slurm import EXECUTORS, SlurmSettings, SlurmUnavailable, parse_options
 
     if args.executor not in EXECUTORS:
@@ -34,6 +34,13 @@ def cmd_run(args) -> int:
     ]
     if args.executor != "slurm" and slurm_only:
         return _fail(f"{' and '.join(slurm_only)} only apply with --executor slurm")
+    invocations = None
+    if args.invocations is not None:
+        # read here rather than by argparse, whose refusal is a usage block, not one line
+        text = args.invocations.strip()
+        invocations = int(text) if re.fullmatch(r"[0-9]+", text) else None
+        if not valid_invocations(invocations):
+            return _fail(f"--invocations must be a positive integer, got {args.invocations!r}")
     try:
         campaign = load_campaign(args.params)
         slurm = (
@@ -43,65 +50,124 @@ def cmd_run(args) -> int:
         )
     except (CampaignError, SlurmUnavailable) as exc:
         return _fail(str(exc))
+    invocations = invocations or campaign.invocations
     for reason in campaign.skipped:
         print(f"fwbench: skipping {reason}", file=sys.stderr)
     cells = campaign.select(args.only)
     if not cells:
         return _fail(f"--only {args.only!r} matches no cell of campaign {campaign.name}")
     out = Path(args.out)
+    db_path = Path(args.db) if args.db else db.default_db_path(out)
     if args.dry_run:
-        if args.resume:
-            try:
-                run_dir, manifest = resumable_run(out, campaign.name)
-            except CampaignError as exc:
-                return _fail(str(exc))
-            if run_dir is not None:
-                done = done_cells(run_dir, manifest)
-                left = [c for c in cells if c.key not in done]
-                print(
-                    f"resuming run {manifest['run_id']}: {len(cells) - len(left)} of the "
-                    f"{len(cells)} selected cells are done",
-                    file=sys.stderr,
-                )
-                cells = left
-                if not cells:
-                    return EXIT_OK
-        # the order the run would follow, rounds of interleaved trials included
-        position = {key: i for i, key in enumerate(campaign.run_order().keys)}
-        for cell in sorted(cells, key=lambda c: position[c.key]):
-            print(cell.key)
-        print(f"{len(cells)} cells; campaign file is valid", file=sys.stderr)
-        _print_estimate(campaign, cells, Path(args.db) if args.db else db.default_db_path(out))
-        return EXIT_OK
+        return _dry_run(args, campaign, cells, out, db_path, invocations)
+    refused: list[str] = []
+
+    def ingest_run(outcome) -> None:
+        # each run as it ends, so that a series stopped half-way leaves its finished runs indexed
+        failed = [k for k, r in outcome.results.items() if r.status != "ok"]
+        try:
+            counts = db.ingest(outcome.run_dir, db_path)
+        except db.IngestError as exc:
+            print(f"fwbench: ingest refused: {exc}", file=sys.stderr)
+            refused.append(str(outcome.run_dir))
+            return
+        place = (
+            f" (invocation {outcome.invocation} of {outcome.invocations})"
+            if outcome.invocations > 1
+            else ""
+        )
+        print(
+            f"{outcome.run_dir}: {len(outcome.results) - len(failed)} ok, {len(failed)} not ok; "
+            f"{counts['measurements']} records in {db_path}{place}",
+            flush=True,
+        )
+
     try:
-        run_dir, results = run_campaign(
-            campaign, out, resume=args.resume, only=args.only, timeout=args.timeout, slurm=slurm
+        outcomes = run_series(
+            campaign,
+            out,
+            invocations=invocations,
+            resume=args.resume,
+            only=args.only,
+            timeout=args.timeout,
+            slurm=slurm,
+            after_run=ingest_run,
         )
     except (RunnerBusy, CampaignError, SlurmUnavailable) as exc:
         return _fail(str(exc))
-    failed = [k for k, r in results.items() if r.status != "ok"]
-    db_path = Path(args.db) if args.db else db.default_db_path(out)
-    try:
-        counts = db.ingest(run_dir, db_path)
-    except db.IngestError as exc:
-        print(f"fwbench: ingest refused: {exc}", file=sys.stderr)
+    if refused:
         return EXIT_CELL_FAILED
-    print(
-        f"{run_dir}: {len(results) - len(failed)} ok, {len(failed)} not ok; "
-        f"{counts['measurements']} records in {db_path}"
-    )
+    failed = any(r.status != "ok" for o in outcomes for r in o.results.values())
     if campaign.report and not args.only:
         from fwbench.report.render import ReportError, build_report
 
+        # once, after the last run: the report reads every run of the campaign from the index
         try:
-            print(build_report(campaign.name, out=out, db_path=db_path, run_id=run_dir.name))
+            print(
+                build_report(
+                    campaign.name, out=out, db_path=db_path, run_id=outcomes[-1].run_dir.name
+                )
+            )
         except ReportError as exc:
             print(f"fwbench: report failed: {exc}", file=sys.stderr)
             return EXIT_CELL_FAILED
     return EXIT_CELL_FAILED if failed else EXIT_OK
 
 
-def _print_estimate(campaign, cells, db_path: Path) -> None:
+def _dry_run(args, campaign, cells, out: Path, db_path: Path, invocations: int) -> int:
+    """List the cells the next run would run, in its order, and what the whole request costs."""
+    from fwbench.pipeline.campaign import CampaignError
+    from fwbench.pipeline.runner import done_cells, ordered_cells, series_left, series_of
+
+    new_runs, resumed, last = invocations, None, 0
+    if args.resume:
+        try:
+            run_dir, manifest, new_runs = series_left(out, campaign.name, invocations)
+        except CampaignError as exc:
+            return _fail(str(exc))
+        if run_dir is not None:
+            done = done_cells(run_dir, manifest)
+            resumed = [c for c in cells if c.key not in done]
+            print(
+                f"resuming run {manifest['run_id']}: {len(cells) - len(resumed)} of the "
+                f"{len(cells)} selected cells are done",
+                file=sys.stderr,
+            )
+            _, last = series_of(manifest)
+            if new_runs:
+                print(
+                    f"then {new_runs} new run{'s' if new_runs != 1 else ''} of its series "
+                    f"(invocations {last + 1} to {last + new_runs} of {invocations})",
+                    file=sys.stderr,
+                )
+            if not resumed and not new_runs:
+                return EXIT_OK
+    # the order the next run would follow, rounds of interleaved trials included: the resumed
+    # run's recorded one, else the one a new run draws from its own seed
+    if resumed:
+        listed = ordered_cells(campaign, resumed, dict(manifest))
+    else:
+        listed = ordered_cells(campaign, cells, {}, campaign.seed + last)
+    for cell in listed:
+        print(cell.key)
+    if resumed:
+        then = f", then {len(cells)} cells × {new_runs} invocations" if new_runs else ""
+        what = f"{len(resumed)} cells{then}"
+    elif new_runs > 1:
+        what = f"{len(cells)} cells × {new_runs} invocations"
+    else:
+        what = f"{len(cells)} cells"
+    print(f"{what}; campaign file is valid", file=sys.stderr)
+    if resumed and db_path.exists():
+        _print_estimate(campaign, resumed, db_path)
+        if new_runs:
+            print(f"then {new_runs} new run{'s' if new_runs != 1 else ''}:", file=sys.stderr)
+    if new_runs or not db_path.exists():  # without an index, the one line that says so
+        _print_estimate(campaign, cells, db_path, new_runs)
+    return EXIT_OK
+
+
+def _print_estimate(campaign, cells, db_path: Path, invocations: int = 1) -> None:
     """Per-step durations from earlier runs in the index, to stderr beside the cell list."""
     from fwbench.pipeline import estimate
 
@@ -112,7 +178,7 @@ def _print_estimate(campaign, cells, db_path: Path) -> None:
             file=sys.stderr,
         )
         return
-    for line in estimate.render(estimate.estimate(campaign, cells, db_path)):
+    for line in estimate.render(estimate.estimate(campaign, cells, db_path), invocations):
         print(line, file=sys.stderr)
 
 
@@ -640,7 +706,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--resume",
         action="store_true",
-        help="re-run only cells without an ok result in the latest run of this campaign",
+        help="re-run only cells without an ok result in the latest run of this campaign, then "
+        "start the runs its series still lacks (see --invocations)",
+    )
+    run.add_argument(
+        "--invocations",
+        metavar="N",
+        help="repeat the campaign as N runs, one after the other, each with its own run id and "
+        "manifest (default: the campaign's 'invocations', else 1); a report runs once, after "
+        "the last",
     )
     run.add_argument("--only", metavar="GLOB", help="run only cells whose notebook/slug matches")
     run.add_argument(
@@ -780,10 +854,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="every memory campaign's cells in one table, from the reports already built",
         description="Read report/*/tables/memory_curve.csv (written by `fwbench report` for "
         "each campaign that ran 12_memory) and print one markdown row per campaign and cell: "
-        "the CPU, the trials, the most activation memory our plan and torch.utils.checkpoint "
-        "save within +33% time, the simulator's peak error, whether its time model is within 5% "
-        "(yes, no, or not shown where an interval straddles the bar) with the pooled interval "
-        "reaching farthest, and the float64 proof. The verdicts are the reports' own.",
+        "the CPU, the trials, the activation goal of our plan and of torch.utils.checkpoint "
+        "(meets, misses or undecided at +33% time, from intervals over trials), the simulator's "
+        "peak error, whether its time model is within 5% (yes, no, or not shown where an "
+        "interval over trials straddles the bar) with the interval reaching farthest, and the "
+        "float64 proof. The verdicts are the reports' own.",
         epilog="Exit status: 0 written or printed, 2 no report with a memory curve, or a README "
         "without the lines <!-- results:memory_index:start --> and <!-- results:memory_index:end "
         "-->.",

@@ -24,6 +24,15 @@ contention reading says the machine was shared (other processes and stolen time 
 ``fwbench.measure.meters.contention.SHARED_FRACTION``); each discarded attempt's reading is kept
 in the manifest and the notebook's metadata. Its default, ``DEFAULT_RERUN_SHARED``, applies to
 campaigns with interleaved trials only: a single run of a cell has no round to keep aligned.
+
+``invocations: N`` (top level, default 1) repeats the whole campaign as N runs, one after the
+other (``runner.run_series``): rounds nest in runs, and the verdicts' between-run term needs runs.
+
+``aa_copy: true`` on a step runs each of its cells twice, as two cells of the same configuration:
+the copy's slug ends in ``__aa_copy=1`` (before any trial) and its notebook gets the parameter
+``aa_copy = 1``, which it records in every record's ``extra``. A copy is an arm like any other
+(interleaved with the rest, re-run when shared), so an A/A comparison sees exactly the noise a
+real comparison sees. The key, the slug, the parameter and the record field share one word.
 """
 
 from __future__ import annotations
@@ -53,8 +62,21 @@ STEP_KEYS = {
     "timeout",
     "when_env",
     "order",
+    "aa_copy",
 }
-CAMPAIGN_KEYS = {"campaign", "description", "steps", "report", "order", "seed", "rerun_shared"}
+CAMPAIGN_KEYS = {
+    "campaign",
+    "description",
+    "steps",
+    "report",
+    "order",
+    "seed",
+    "rerun_shared",
+    "invocations",
+}
+# The parameter (and record field) that marks an A/A copy; the runner owns it, so a campaign never
+# sets it by hand and the slug and the records always agree.
+AA_COPY = "aa_copy"
 ORDERS = ("sequential", "interleaved", "duet")
 STEP_ORDERS = ("sequential", "interleaved")  # a duet spans two steps, so only a campaign has it
 # Each re-run costs a whole trial; two bound a burst of stolen time without doubling a campaign.
@@ -80,6 +102,7 @@ class Cell:
     step: int = 0  # 1-based position of the step that made the cell in the campaign file
     interleaved: bool = False  # a trial of a step whose order is interleaved: runs in rounds
     grid_point: tuple = ()  # the cell's grid values, sorted by key: a duet pairs cells by it
+    aa_copy: bool = False  # the A/A duplicate of a cell with the same configuration
 
     @property
     def key(self) -> str:
@@ -97,6 +120,7 @@ class Campaign:
     seed: int = 0  # shuffles the rounds of interleaved trials
     rerun_shared: int = 0  # how often an interleaved trial run on a shared machine is run again
     order: str = "sequential"  # the campaign-level order; "duet" pairs the rounds' cells
+    invocations: int = 1  # how many runs one ``fwbench run`` makes, one after the other
 
     def select(self, pattern: str | None) -> list[Cell]:
         if not pattern:
@@ -107,16 +131,17 @@ class Campaign:
             if fnmatch.fnmatch(c.key, pattern) or fnmatch.fnmatch(c.slug, pattern)
         ]
 
-    def run_order(self) -> RunOrder:
+    def run_order(self, seed: int | None = None) -> RunOrder:
         """The order the runner follows: cells outside the rounds in file order, then the rounds.
 
         Each round holds every interleaved cell that has that trial, once, in an order drawn from
-        ``seed``. It is computed over all the campaign's cells (``--only`` then filters it), so a
-        selection never changes the order of the cells it keeps.
+        ``seed`` (default: the campaign's). It is computed over all the campaign's cells
+        (``--only`` then filters it), so a selection never changes the order of the cells it keeps.
         """
+        seed = self.seed if seed is None else seed
         before = [c.key for c in self.cells if not c.interleaved]
         trialled = [c for c in self.cells if c.interleaved]
-        rng = random.Random(self.seed)
+        rng = random.Random(seed)
         rounds = []
         for trial in sorted({c.trial for c in trialled}):
             cells = [c for c in trialled if c.trial == trial]
@@ -129,7 +154,7 @@ class Campaign:
             draws = [rng.random() for _ in keys]
             rounds.append([k for _, k in sorted(zip(draws, keys, strict=True))])
         order = "sequential" if not rounds else "duet" if self.order == "duet" else "interleaved"
-        return RunOrder(order, self.seed, before, rounds)
+        return RunOrder(order, seed, before, rounds)
 
 
 def _duet_round(cells: list[Cell], rng: random.Random) -> list[str]:
@@ -199,8 +224,14 @@ def _slug_value(value) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "none"
 
 
-def make_slug(parameters: dict, keys: list[str], trial: int, trials: int) -> str:
+def make_slug(
+    parameters: dict, keys: list[str], trial: int, trials: int, aa_copy: bool = False
+) -> str:
     parts = [f"{k}={_slug_value(parameters[k])}" for k in sorted(keys)]
+    if aa_copy:
+        # a suffix in the slug's own key=value form, so slug_settings and slug_without_trial
+        # read a copy's slug as they read any other
+        parts.append(f"{AA_COPY}=1")
     if trials > 1:
         parts.append(f"trial={trial}")
     return "__".join(parts) or "default"
@@ -249,6 +280,14 @@ def _check_step(path: Path, i: int, step) -> None:
     trials = step.get("trials", 1)
     if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
         raise CampaignError(f"{where}: 'trials' must be a positive integer")
+    if not isinstance(step.get(AA_COPY, False), bool):
+        raise CampaignError(f"{where}: '{AA_COPY}' must be true or false")
+    for key in ("params", "grid"):
+        if AA_COPY in (step.get(key) or {}):
+            raise CampaignError(
+                f"{where}: '{AA_COPY}' is not set by hand; give the step '{AA_COPY}: true' and "
+                "the runner adds each cell's copy"
+            )
     when_env = step.get("when_env")
     if when_env is not None and not (isinstance(when_env, str) and ENV_NAME_RE.match(when_env)):
         raise CampaignError(f"{where}: 'when_env' must name one environment variable")
@@ -345,6 +384,11 @@ def load_campaign(path: str | Path) -> Campaign:
     rerun_shared = data.get("rerun_shared", DEFAULT_RERUN_SHARED)
     if not isinstance(rerun_shared, int) or isinstance(rerun_shared, bool) or rerun_shared < 0:
         raise CampaignError(f"{path}: 'rerun_shared' must be a non-negative integer")
+    invocations = data.get("invocations", 1)
+    if not valid_invocations(invocations):
+        raise CampaignError(
+            f"{path}: 'invocations' must be a positive integer, got {invocations!r}"
+        )
     for i, step in enumerate(steps):
         _check_step(path, i, step)
     varying = _varying_step_params(steps)
@@ -365,6 +409,12 @@ def load_campaign(path: str | Path) -> Campaign:
             except ValueError as exc:
                 raise CampaignError(str(exc)) from None
         declared = declared_cache[nb_path]
+        copies = [False, True] if step.get(AA_COPY) else [False]
+        if step.get(AA_COPY) and AA_COPY not in declared:
+            raise CampaignError(
+                f"{path}: step {i + 1}: '{AA_COPY}: true' needs a notebook with an {AA_COPY} "
+                f"parameter (0 or 1) that it records; {Path(nb_name).stem} has none"
+            )
         params = _expand_env(path, i, dict(step.get("params") or {}))
         grid = _expand_env(path, i, dict(step.get("grid") or {}))
         clash = set(params) & set(grid)
@@ -380,7 +430,7 @@ def load_campaign(path: str | Path) -> Campaign:
             _validate(path, short_name, declared, cell_params)
             _check_mode(path, short_name, {k: p.default for k, p in declared.items()} | cell_params)
             _check_twin(path, short_name, declared, cell_params)
-            for trial in range(1, trials + 1):
+            for trial, copy in itertools.product(range(1, trials + 1), copies):
                 cells.append(
                     Cell(
                         notebook=short_name,
@@ -390,8 +440,11 @@ def load_campaign(path: str | Path) -> Campaign:
                             slug_keys,
                             trial,
                             trials,
+                            aa_copy=copy,
                         ),
-                        parameters=cell_params,
+                        # the original keeps the notebook's default (0), so its parameters, and
+                        # the estimate's history, are those of the same cell without a copy
+                        parameters=cell_params | ({AA_COPY: 1} if copy else {}),
                         trial=trial if trials > 1 else 0,
                         retry_env={k: str(v) for k, v in (step.get("retry_env") or {}).items()},
                         kernel_env={k: str(v) for k, v in (step.get("kernel_env") or {}).items()},
@@ -399,6 +452,7 @@ def load_campaign(path: str | Path) -> Campaign:
                         step=i + 1,
                         interleaved=interleaved,
                         grid_point=tuple(zip(keys, combo, strict=True)),
+                        aa_copy=copy,
                     )
                 )
     seen: set[str] = set()
@@ -410,6 +464,11 @@ def load_campaign(path: str | Path) -> Campaign:
         raise CampaignError(f"{path}: every step was skipped ({'; '.join(skipped)})")
     if default_order == "duet":
         _check_duet(path, steps, cells)
+        if any(c.aa_copy for c in cells):
+            raise CampaignError(
+                f"{path}: order 'duet' pairs the two steps' cells of one grid point, and an "
+                f"{AA_COPY} step has two of them; use order 'interleaved' for A/A copies"
+            )
     return Campaign(
         name=name,
         path=path,
@@ -420,7 +479,13 @@ def load_campaign(path: str | Path) -> Campaign:
         seed=seed,
         rerun_shared=rerun_shared,
         order=default_order,
+        invocations=invocations,
     )
+
+
+def valid_invocations(value) -> bool:
+    """Whether ``value`` is a number of runs: a positive integer (YAML's ``true`` is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _check_duet(path: Path, steps: list, cells: list[Cell]) -> None:

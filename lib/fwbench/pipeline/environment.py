@@ -137,8 +137,29 @@ def gpu_info() -> list[dict]:
     return gpus
 
 
-def capture(repo_dir: str | os.PathLike | None = None, *, frameworks: bool = True) -> dict:
-    """The environment of this process. ``frameworks=False`` skips importing torch and JAX."""
+def notebook_sources(notebooks: dict[str, str | os.PathLike]) -> dict[str, str]:
+    """Each notebook's name with the sha256 (first 16 hex digits) of its source file's bytes.
+
+    git_sha says little of a run made from a dirty tree (``-dirty`` names no file); the sources'
+    own hashes let a report pool only the runs whose notebooks were the same. A file that cannot
+    be read hashes to None, so the run still starts and says so."""
+    hashes = {}
+    for name, path in sorted(notebooks.items()):
+        try:
+            hashes[name] = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+        except OSError:
+            hashes[name] = None
+    return hashes
+
+
+def capture(
+    repo_dir: str | os.PathLike | None = None,
+    *,
+    frameworks: bool = True,
+    notebooks: dict[str, str | os.PathLike] | None = None,
+) -> dict:
+    """The environment of this process. ``frameworks=False`` skips importing torch and JAX;
+    ``notebooks`` (name to source path: those a campaign runs) adds ``notebook_sources``."""
     repo_dir = Path(repo_dir) if repo_dir else Path.cwd()
     env = {
         "captured_at": now_iso(),
@@ -155,6 +176,8 @@ def capture(repo_dir: str | os.PathLike | None = None, *, frameworks: bool = Tru
         "allocator": heap_allocator(),
         "gpus": gpu_info(),
     }
+    if notebooks is not None:
+        env["notebook_sources"] = notebook_sources(notebooks)
     if frameworks:
         env["torch"] = torch_settings()
         env["jax"] = jax_settings()

@@ -6,6 +6,7 @@ holds the wall-clock duration of every executed notebook. A cell's estimate is t
 duration of earlier ok cells of the same notebook with the same parameters, else of the same
 notebook in the same campaign, else of the same notebook anywhere (a cruder guess, said so);
 a notebook never run before has no estimate, and the total says how many cells it leaves out.
+A campaign of N invocations costs N runs: the steps are listed for one, the total for all.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from fwbench.pipeline.campaign import Campaign, Cell
+from fwbench.pipeline.campaign import AA_COPY, Campaign, Cell
 
 # Which earlier cells an estimate rests on, best first; the label travels into the printout.
 # Another campaign may have run on other hardware (a CPU smoke run says little of a GPU cell).
@@ -44,7 +45,9 @@ def _history(db_path: Path):
 def _canonical(parameters) -> str:
     if isinstance(parameters, str):
         parameters = json.loads(parameters or "{}")
-    return json.dumps(parameters or {}, sort_keys=True, default=str)
+    # an A/A copy does its original's work, so each is the other's history
+    parameters = {k: v for k, v in (parameters or {}).items() if k != AA_COPY}
+    return json.dumps(parameters, sort_keys=True, default=str)
 
 
 def cell_estimate(cell: Cell, campaign: str, history) -> tuple[float | None, str, int]:
@@ -104,8 +107,9 @@ def duration(seconds: float) -> str:
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
-def render(estimates: list[StepEstimate]) -> list[str]:
-    """Lines for the terminal: one per step, then the total and what it leaves out."""
+def render(estimates: list[StepEstimate], invocations: int = 1) -> list[str]:
+    """Lines for the terminal: one per step, then the total and what it leaves out; with
+    ``invocations`` above 1 the steps are one run's and the total is multiplied."""
     lines = []
     for est in estimates:
         guess = "no estimate" if est.seconds is None else f"~{duration(est.seconds)}"
@@ -116,6 +120,13 @@ def render(estimates: list[StepEstimate]) -> list[str]:
         )
     known = sum(e.seconds for e in estimates if e.seconds is not None)
     unknown = sum(e.unknown for e in estimates)
+    if invocations > 1:
+        tail = f", plus {unknown} cells never run before in each" if unknown else ""
+        lines.append(
+            f"estimated total: ~{duration(known)} a run × {invocations} invocations = "
+            f"~{duration(known * invocations)}{tail} (kernel start-up included)"
+        )
+        return lines
     tail = f", plus {unknown} cells never run before" if unknown else ""
     lines.append(f"estimated total: ~{duration(known)}{tail} (kernel start-up included)")
     return lines

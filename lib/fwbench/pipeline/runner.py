@@ -1,6 +1,9 @@
 """Execute a campaign: each cell in a fresh kernel via papermill, results written atomically.
 
 Layout: ``<out>/<campaign>/<run_id>/<notebook>/<slug>.ipynb`` plus ``<run_id>/manifest.json``.
+A campaign with ``invocations: N`` makes N such runs, one after the other (``run_series``); each
+manifest names its series (``series_id``, the first run's id) and its place in it (``invocation``
+k of ``invocations``), so that ``--resume`` knows how many runs of the series are left.
 A cell's notebook is first executed into a hidden ``.partial`` file and renamed into place only once
 its status is known, so a runner killed at any moment (even SIGKILL) never leaves a notebook that
 ``--resume`` or ``ingest`` could mistake for a result.
@@ -367,14 +370,17 @@ def execute_into_run(cell: Cell, out: Path, run_dir: Path, timeout: float | None
     return result
 
 
-def ordered_cells(campaign: Campaign, cells: list[Cell], manifest: dict) -> list[Cell]:
-    """``cells`` in the run's order: the one recorded in the manifest, else the campaign's, which
-    is then recorded, so that a resumed run continues its rounds where they stopped rather than
-    drawing new ones. Selected cells the recorded order lacks (the file changed since) go last."""
+def ordered_cells(
+    campaign: Campaign, cells: list[Cell], manifest: dict, seed: int | None = None
+) -> list[Cell]:
+    """``cells`` in the run's order: the one recorded in the manifest, else the campaign's drawn
+    from ``seed`` (default: the campaign's), which is then recorded, so that a resumed run
+    continues its rounds where they stopped rather than drawing new ones. Selected cells the
+    recorded order lacks (the file changed since) go last."""
     if "run_order" in manifest:
         order = RunOrder.from_dict(manifest["run_order"])
     else:
-        order = campaign.run_order()
+        order = campaign.run_order(seed)
         if order.rounds:
             manifest["run_order"] = order.as_dict()
     by_key = {c.key: c for c in cells}
@@ -461,6 +467,47 @@ def _duet_groups(order: RunOrder, todo: list[Cell]) -> list[list[Cell]]:
     return groups
 
 
+@dataclass
+class RunOutcome:
+    """One run of a series, as ``run_series`` hands it to its caller."""
+
+    run_dir: Path
+    results: dict[str, CellResult]
+    invocation: int  # 1-based place of the run in its series
+    invocations: int  # how many runs the series was asked for when this one started
+    series_id: str
+
+
+def series_of(manifest: dict) -> tuple[str, int]:
+    """A run's series id and its place in it; a run made before series existed is a series of
+    one, named after itself."""
+    return manifest.get("series_id") or manifest["run_id"], int(manifest.get("invocation") or 1)
+
+
+def series_runs(out: Path, campaign: str, series_id: str) -> list[Path]:
+    """The run folders of ``campaign`` under ``out`` that belong to ``series_id``."""
+    root = out / campaign
+    found = []
+    for path in sorted(root.glob("*/manifest.json")) if root.is_dir() else []:
+        try:
+            manifest = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if series_of(manifest)[0] == series_id:
+            found.append(path.parent)
+    return found
+
+
+def series_left(out: Path, campaign: str, invocations: int) -> tuple[Path | None, dict | None, int]:
+    """For ``--resume``: the latest run (to finish), its manifest and how many new runs of its
+    series are left to reach ``invocations``; (None, None, invocations) when there is no run."""
+    run_dir, manifest = resumable_run(out, campaign)
+    if run_dir is None:
+        return None, None, invocations
+    series_id, _ = series_of(manifest)
+    return run_dir, manifest, max(0, invocations - len(series_runs(out, campaign, series_id)))
+
+
 def run_campaign(
     campaign: Campaign,
     out: Path,
@@ -471,10 +518,47 @@ def run_campaign(
     show_progress: bool = True,
     slurm=None,
 ) -> tuple[Path, dict[str, CellResult]]:
-    """Execute the selected cells; returns the run folder and each cell's result by key.
+    """Execute the selected cells as one run (the latest, with ``resume``); returns the run
+    folder and each cell's result by key. ``run_series`` makes the campaign's ``invocations``.
 
     ``slurm``: a ``pipeline.slurm.SlurmSettings`` to run the cells as Slurm jobs (checked here,
     before anything is written) instead of in kernels of this process."""
+    outcomes = run_series(
+        campaign,
+        out,
+        invocations=1,
+        resume=resume,
+        only=only,
+        timeout=timeout,
+        show_progress=show_progress,
+        slurm=slurm,
+    )
+    return outcomes[-1].run_dir, outcomes[-1].results
+
+
+def run_series(
+    campaign: Campaign,
+    out: Path,
+    *,
+    invocations: int | None = None,
+    resume: bool = False,
+    only: str | None = None,
+    timeout: float | None = None,
+    show_progress: bool = True,
+    slurm=None,
+    after_run=None,
+) -> list[RunOutcome]:
+    """Run the campaign ``invocations`` times (default: the campaign's ``invocations``), each a
+    run of its own with its own folder and manifest, as that many ``fwbench run`` calls would.
+
+    With ``resume`` the latest run is finished first, and only the runs its series still lacks
+    follow (a series stopped in its second of three runs ends with that run finished and one new
+    one). ``after_run(outcome)`` is called as each run ends, with the output lock still held
+    (the CLI ingests there, so that a series stopped half-way leaves its finished runs indexed).
+    Each new run draws its rounds from the campaign's seed plus its place in the series less
+    one: the first run's order is a single run's, and no position in a round falls on the same
+    arm in every run."""
+    wanted = campaign.invocations if invocations is None else invocations
     if campaign.order == "duet":
         if slurm is not None:
             raise CampaignError(
@@ -488,79 +572,129 @@ def run_campaign(
 
         node_cpus = check_slurm(slurm)
     cells = campaign.select(only)
-    with output_lock(out):
-        run_dir, manifest = resumable_run(out, campaign.name) if resume else (None, None)
-        if run_dir is None:
-            run_id = new_run_id()
-            run_dir = out / campaign.name / run_id
-            while run_dir.exists():  # two runs started within one second
-                time.sleep(1)
-                run_id = new_run_id()
-                run_dir = out / campaign.name / run_id
-            run_dir.mkdir(parents=True)
-            manifest = {
-                "campaign": campaign.name,
-                "run_id": run_id,
-                "campaign_file": str(campaign.path),
-                "campaign_spec": campaign.raw,
-                "started_at": environment.now_iso(),
-                "finished_at": None,
-                "environment": environment.capture(campaign.path.parent, frameworks=False),
-                "cells": {},
-            }
-        run_id = manifest["run_id"]
-        context = {"run_id": run_id, "campaign": campaign.name}
-        done = done_cells(run_dir, manifest)
-        todo = [c for c in ordered_cells(campaign, cells, manifest) if c.key not in done]
-        for c in todo:
-            manifest["cells"][c.key] = manifest_entry(c)
-        write_json_atomic(run_dir / "manifest.json", manifest)
-        results: dict[str, CellResult] = {}
-        order = RunOrder.from_dict(manifest["run_order"]) if "run_order" in manifest else None
-        duet = order is not None and order.order == "duet"
-        bar = tqdm(
-            total=len(todo),
-            desc=f"{campaign.name} {run_id}",
-            unit="cell",
-            disable=not show_progress,
-        )
-        if slurm is not None:
-            from fwbench.pipeline.slurm import SlurmExecutor, slurm_groups
+    outcomes: list[RunOutcome] = []
 
-            executor = SlurmExecutor(slurm, run_dir, node_cpus)
-            groups = slurm_groups(order, todo)
-        else:
-            groups = _duet_groups(order, todo) if duet else [[c] for c in todo]
-        for group in groups:
-            bar.set_postfix_str(" + ".join(c.key for c in group[:2]))
-            if slurm is not None:
-                # a generator: each result is recorded in the manifest as its job ends
-                outcomes = (
-                    result
-                    for _, result in executor.run(
-                        group, run_dir, context, timeout, campaign.rerun_shared
-                    )
+    def finish(run_dir: Path, manifest: dict) -> None:
+        outcomes.append(
+            _finish_run(
+                campaign, cells, run_dir, manifest, timeout, show_progress, slurm, node_cpus
+            )
+        )
+        if after_run is not None:
+            after_run(outcomes[-1])
+
+    with output_lock(out):
+        series_id, last, left = None, 0, wanted
+        if resume:
+            run_dir, manifest, left = series_left(out, campaign.name, wanted)
+            if run_dir is not None:
+                finish(run_dir, manifest)
+                series_id, last = series_of(manifest)
+        for invocation in range(last + 1, last + 1 + left):
+            run_dir, manifest = _new_run(campaign, out, series_id, invocation, wanted)
+            series_id = manifest["series_id"]
+            finish(run_dir, manifest)
+    return outcomes
+
+
+def _new_run(
+    campaign: Campaign, out: Path, series_id: str | None, invocation: int, invocations: int
+) -> tuple[Path, dict]:
+    run_id = new_run_id()
+    run_dir = out / campaign.name / run_id
+    while run_dir.exists():  # two runs started within one second
+        time.sleep(1)
+        run_id = new_run_id()
+        run_dir = out / campaign.name / run_id
+    run_dir.mkdir(parents=True)
+    manifest = {
+        "campaign": campaign.name,
+        "run_id": run_id,
+        "series_id": series_id or run_id,
+        "invocation": invocation,
+        "invocations": invocations,
+        "campaign_file": str(campaign.path),
+        "campaign_spec": campaign.raw,
+        "started_at": environment.now_iso(),
+        "finished_at": None,
+        "environment": environment.capture(
+            campaign.path.parent,
+            frameworks=False,
+            notebooks={c.notebook: c.notebook_path for c in campaign.cells},
+        ),
+        "cells": {},
+    }
+    # drawn from this run's own seed and recorded, so the run and any resume of it follow it
+    ordered_cells(campaign, campaign.cells, manifest, campaign.seed + invocation - 1)
+    write_json_atomic(run_dir / "manifest.json", manifest)
+    return run_dir, manifest
+
+
+def _finish_run(
+    campaign: Campaign,
+    cells: list[Cell],
+    run_dir: Path,
+    manifest: dict,
+    timeout: float | None,
+    show_progress: bool,
+    slurm,
+    node_cpus,
+) -> RunOutcome:
+    """Run the cells of ``cells`` that the run in ``run_dir`` has no ok result for."""
+    run_id = manifest["run_id"]
+    series_id, invocation = series_of(manifest)
+    invocations = int(manifest.get("invocations") or 1)
+    context = {"run_id": run_id, "campaign": campaign.name}
+    done = done_cells(run_dir, manifest)
+    todo = [c for c in ordered_cells(campaign, cells, manifest) if c.key not in done]
+    for c in todo:
+        manifest["cells"][c.key] = manifest_entry(c)
+    write_json_atomic(run_dir / "manifest.json", manifest)
+    results: dict[str, CellResult] = {}
+    order = RunOrder.from_dict(manifest["run_order"]) if "run_order" in manifest else None
+    duet = order is not None and order.order == "duet"
+    place = f" ({invocation} of {invocations})" if invocations > 1 else ""
+    bar = tqdm(
+        total=len(todo),
+        desc=f"{campaign.name} {run_id}{place}",
+        unit="cell",
+        disable=not show_progress,
+    )
+    if slurm is not None:
+        from fwbench.pipeline.slurm import SlurmExecutor, slurm_groups
+
+        executor = SlurmExecutor(slurm, run_dir, node_cpus)
+        groups = slurm_groups(order, todo)
+    else:
+        groups = _duet_groups(order, todo) if duet else [[c] for c in todo]
+    for group in groups:
+        bar.set_postfix_str(" + ".join(c.key for c in group[:2]))
+        if slurm is not None:
+            # a generator: each result is recorded in the manifest as its job ends
+            outcomes = (
+                result
+                for _, result in executor.run(
+                    group, run_dir, context, timeout, campaign.rerun_shared
                 )
-            elif duet and group[0].interleaved:
-                # both arms at once: a re-run for contention would have to re-run the pair
-                outcomes = run_duet(group, run_dir, context, timeout)
-            else:
-                cell = group[0]
-                outcomes = [
-                    run_trial(
-                        cell, run_dir, context, cell.timeout or timeout, campaign.rerun_shared
-                    )
-                ]
-            for cell, result in zip(group, outcomes, strict=True):
-                results[cell.key] = result
-                manifest = record_in_manifest(run_dir, cell, result)
-                if result.status != "ok":
-                    error = (result.error or "").strip()[-300:]
-                    tqdm.write(f"  {cell.key}: {result.status}: {error}")
-                if _shared(result):
-                    tqdm.write(f"  {cell.key}: {shared_machine_warning(result.contention)}")
-                bar.update(1)
-        bar.close()
-        manifest["finished_at"] = environment.now_iso()
-        write_json_atomic(run_dir / "manifest.json", manifest)
-    return run_dir, results
+            )
+        elif duet and group[0].interleaved:
+            # both arms at once: a re-run for contention would have to re-run the pair
+            outcomes = run_duet(group, run_dir, context, timeout)
+        else:
+            cell = group[0]
+            outcomes = [
+                run_trial(cell, run_dir, context, cell.timeout or timeout, campaign.rerun_shared)
+            ]
+        for cell, result in zip(group, outcomes, strict=True):
+            results[cell.key] = result
+            manifest = record_in_manifest(run_dir, cell, result)
+            if result.status != "ok":
+                error = (result.error or "").strip()[-300:]
+                tqdm.write(f"  {cell.key}: {result.status}: {error}")
+            if _shared(result):
+                tqdm.write(f"  {cell.key}: {shared_machine_warning(result.contention)}")
+            bar.update(1)
+    bar.close()
+    manifest["finished_at"] = environment.now_iso()
+    write_json_atomic(run_dir / "manifest.json", manifest)
+    return RunOutcome(run_dir, results, invocation, invocations, series_id)
