@@ -16,8 +16,8 @@ def _write_report(root, name, table, run_id):
 
 
 def _reports(tmp_path):
-    """Two reports of one cell: one whose rounds put the time model 10% off, one whose rounds
-    spread both ways so far that its interval straddles the 5% bar."""
+    """Two reports of one cell: one whose trials put the time model 10% off, one whose trials
+    (rounds spread both ways) are too few for their interval to stay inside the 5% bar."""
     root = tmp_path / "report"
     beyond = memory_curve.curve_table(_timed_meas(1.1, {1: [100.0] * 3, 2: [100.0] * 3}))
     spread = memory_curve.curve_table(
@@ -39,7 +39,10 @@ def test_the_index_gives_each_report_its_own_verdicts(tmp_path):
         text = " ".join(memory_curve.sentences(table))
         assert f"each within 5%: {rows.loc[name, 'time_bar']}." in text
     assert rows.loc["b_rounds", "time_bar"] == "no"
-    assert rows.loc["b_rounds", "time_worst"] == "+10.0% [+10.0, +10.0] at mu_two@0.5, 6 rounds"
+    # +10% in each of its two quiet trials: the interval over trials has no width
+    assert rows.loc["b_rounds", "time_worst"] == (
+        "+10.0% [+10.0%, +10.0%] at mu_two@0.5 over 2 trials (+10.0%, +10.0%)"
+    )
     assert rows.loc["a_spread", "time_bar"] == "not shown"
     # within +33%: our plan at 0.5 (+10%, 60% saved); every checkpointing point costs more
     assert rows.loc["a_spread", "ours"].startswith("60.0% at +10.0%")

@@ -1,6 +1,7 @@
 """The seed's scale in small: BERT with its mask through the whole-step tracer, swap on a graph
 whose timings are set by hand, the checkpointing baselines and the budget curve."""
 
+import json
 import math
 import mmap
 
@@ -323,7 +324,8 @@ def test_curve_table_pairs_trials_and_states_the_goal_and_the_curves():
     text = " ".join(memory_curve.sentences(table.reset_index()))
     assert "our plan saves 60.0% of the activation memory at +10.0%" in text
     assert "meets the 50% goal" in text
-    assert "torch.utils.checkpoint: no point within +33% time" in text  # +40% and +35%
+    # +40% and +35%, each with a zero-width interval over the trials: both shown beyond +33%
+    assert "torch.utils.checkpoint: every point's time interval lies above +33%" in text
     # checkpoint_every_4 (800 MiB, 135 ms): our plan reaches 700 MiB in 110 ms -> below it; the
     # trials' shared noise cancels trial by trial, so the paired interval has no width
     assert (
@@ -354,21 +356,26 @@ def test_the_curves_meet_where_the_paired_trials_cannot_tell_them_apart():
         "(ours/its 0." in text
     )
     assert "over 3 paired trials): the trials do not tell the two apart, so the curves" in text
-    # one trial: no interval, and the point estimates say where the curve lies
+    # one trial: no interval, and two point estimates of one process decide nothing
     one = memory_curve.curve_table(_curve_meas().query("trial == 1"))
     text = " ".join(memory_curve.sentences(one))
     assert (
-        "our plan takes 110 ms against its 135 ms (one trial in common, no interval): our curve "
-        "lies on or below it" in text
+        "our plan takes 110 ms against its 135 ms (one trial in common, no interval): one trial "
+        "does not place our curve against it" in text
     )
+    assert "our curve lies" not in text
     # a kind that did not run is said to be not run, not to have missed the time goal; one
     # trial's overhead (the notebook's own record) is said to have no interval
     alone = _curve_meas().query("trial == 1 and not mode.str.startswith('checkpoint')")
     extra = {"method": "mu_two", "budget": 0.5}
     alone.loc[len(alone)] = _record("mu_two@0.5", 1, "overhead_pct", 10.0, extra)
     text = " ".join(memory_curve.sentences(memory_curve.curve_table(alone)))
-    assert "torch.utils.checkpoint: not run." in text and "no point within" not in text
-    assert "at +10.0% time (one trial: no interval) (mu_two@0.5;" in text
+    assert "torch.utils.checkpoint: not run." in text and "lies above +33%" not in text
+    # +10% in one trial, 60% saved: without an interval the goal stays undecided
+    assert (
+        "at +10.0% time (one trial: no interval) (mu_two@0.5; the 50% goal undecided: no "
+        "interval on its time)" in text
+    )
 
 
 def test_the_overhead_counts_a_trial_without_a_contention_reading_as_quiet():
@@ -600,9 +607,15 @@ def test_curve_table_checks_the_time_model_on_quiet_trials_only():
     assert row.sim_time_error_pct == pytest.approx(-0.5)  # median of 2 and -3; 40 was shared
     assert row.sim_time_worst_pct == pytest.approx(3.0)
     assert row.quiet_time_trials == 2
+    # the two quiet trials are the unit: +2% and -3% give -0.5% with a t-interval on one degree
+    # of freedom, far wider than the 5% bar, however small each trial's error
+    assert row.time_error_mean_pct == pytest.approx(-0.5)
+    assert row.time_error_high_pct == pytest.approx(-0.5 + 12.7062 * 2.5, abs=1e-3)
+    assert json.loads(row.time_trial_errors_pct) == [2.0, -3.0]
     text = " ".join(memory_curve.sentences(table.reset_index()))
     assert "multiple of the unplanned graph's" in text
-    assert "3.0% in the worst single trial); each within 5%: yes" in text
+    assert "-0.5% [-32.3%, +31.3%] at mu_two@0.5 over 2 trials (+2.0%, -3.0%)" in text
+    assert "0 of 1 graphs have their interval inside ±5%; each within 5%: not shown" in text
 
 
 def test_one_trial_without_rounds_leaves_the_time_bar_undecided():
@@ -617,7 +630,7 @@ def test_one_trial_without_rounds_leaves_the_time_bar_undecided():
     meas = pd.concat([_curve_meas(), pd.DataFrame(rows)], ignore_index=True)
     text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
     assert "17.0% in the worst single trial)" in text
-    assert "1 of 1 graphs have one quiet trial and no interleaved rounds" in text
+    assert "1 of 1 graphs have one quiet trial: no interval" in text
     assert "each within 5%: not shown" in text and "each within 5%: no." not in text
 
 
@@ -715,26 +728,30 @@ def _timed_meas(predicted: float, plan_rounds: dict[int, list[float]]):
     return pd.concat([meas, pd.DataFrame(rows)], ignore_index=True)
 
 
-def test_the_time_error_pools_the_quiet_trials_rounds_with_an_interval():
+def test_the_time_error_takes_one_value_per_quiet_trial_with_an_interval_over_trials():
     from fwbench.report import memory_curve
 
-    # every round 100 ms against the graph's 100: measured 1.0, predicted 1.1, exactly +10%;
+    # every round 100 ms against the graph's 100: measured 1.0, predicted 1.1, +10% in each of
+    # the two quiet trials, so the interval over trials has no width and lies beyond the bar;
     # the shared trial's slow rounds are left out
     meas = _timed_meas(1.1, {1: [100.0] * 3, 2: [100.0] * 3, 3: [200.0] * 3})
     row = memory_curve.curve_table(meas).set_index("method").loc["mu_two@0.5"]
-    assert row.time_error_pooled_pct == pytest.approx(10.0)
+    assert row.time_error_mean_pct == pytest.approx(10.0)
     assert row.time_error_low_pct == pytest.approx(10.0)
-    assert row.time_rounds_pooled == 6
+    assert row.time_error_trials == 2
+    assert "time_error_pooled_pct" not in row.index and "time_rounds_pooled" not in row.index
     text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
-    assert "the largest error is +10.0% at mu_two@0.5" in text
+    assert "the interval reaching farthest is +10.0% [+10.0%, +10.0%] at mu_two@0.5" in text
     assert "each within 5%: no" in text
     assert "the steps' malloc: jemalloc" in text
 
-    # rounds spread both ways around the prediction: the errors are small, the interval is not
+    # rounds spread both ways: each trial's median is close to the prediction (errors 0% and
+    # -1.0%), but two trials give a t-interval on one degree of freedom: [-6.8%, +5.8%]
     meas = _timed_meas(1.0, {1: [92.0, 100.0, 108.0], 2: [95.0, 104.0, 101.0]})
     row = memory_curve.curve_table(meas).set_index("method").loc["mu_two@0.5"]
-    assert abs(row.time_error_pooled_pct) < 2
-    assert row.time_error_low_pct < -5 or row.time_error_high_pct > 5
+    assert json.loads(row.time_trial_errors_pct) == pytest.approx([0.0, -0.9901], abs=1e-4)
+    assert row.time_error_low_pct == pytest.approx(-6.785, abs=1e-3)
+    assert row.time_error_high_pct == pytest.approx(5.795, abs=1e-3)
     text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
     assert "0 of 1 graphs have their interval inside ±5%; each within 5%: not shown" in text
 
@@ -751,20 +768,24 @@ def test_trials_on_two_allocators_name_each_allocator_once():
     assert "the steps' malloc: glibc and jemalloc." in text
 
 
-def test_a_round_the_machine_was_shared_in_is_left_out_of_the_pooled_error():
+def test_a_round_the_machine_was_shared_in_is_left_out_of_its_trials_error():
     from fwbench.report import memory_curve
 
-    # one round of the quiet trial 1 ran beside a burst of stolen time: 300 ms against 100
-    meas = _timed_meas(1.1, {1: [100.0, 300.0, 100.0], 2: [100.0] * 3})
+    # two rounds of the quiet trial 1 ran beside a burst of stolen time: 300 ms against 100, so
+    # the trial's median round reads the plan three times the graph
+    meas = _timed_meas(1.1, {1: [100.0, 300.0, 300.0], 2: [100.0] * 3})
     row = memory_curve.curve_table(meas).set_index("method").loc["mu_two@0.5"]
-    assert row.time_error_pooled_pct < 0  # the slow round counts while nothing marks it
+    assert json.loads(row.time_trial_errors_pct)[0] == pytest.approx(100 * (1.1 / 3 - 1))
     first = meas[(meas.trial == 1) & (meas.metric == "measured_multiple")].index[0]
-    meas.at[first, "extra"] = {**meas.at[first, "extra"], "round_shared": [False, True, False]}
+    meas.at[first, "extra"] = {**meas.at[first, "extra"], "round_shared": [False, True, True]}
     row = memory_curve.curve_table(meas).set_index("method").loc["mu_two@0.5"]
-    assert row.time_error_pooled_pct == pytest.approx(10.0)
-    assert (row.time_rounds_pooled, row.time_rounds_shared) == (5, 1)
+    assert json.loads(row.time_trial_errors_pct) == pytest.approx([10.0, 10.0])
+    assert (row.time_error_trials, row.time_rounds_shared) == (2, 2)
     text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
-    assert "(5 or more a graph; 1 rounds on a shared machine left out)" in text
+    assert (
+        "(each quiet trial's error from its own rounds, 2 rounds on a shared machine left out;"
+        in text
+    )
 
 
 def test_a_baseline_below_our_whole_curve_is_called_above_it_with_the_plans_reasons():
@@ -782,6 +803,7 @@ def test_a_baseline_below_our_whole_curve_is_called_above_it_with_the_plans_reas
             {
                 "predicted_multiple": 1.50,
                 "measured_multiple": 1.52,
+                "sim_time_error_pct": None,  # per trial, below
                 "replay_ms": 4000.0,
                 "replay_repeat_pct": 45.0,
             },
@@ -789,6 +811,14 @@ def test_a_baseline_below_our_whole_curve_is_called_above_it_with_the_plans_reas
         "checkpoint_every_1": ("checkpoint", None, 550, 130.0, {}),
         "checkpoint_every_4": ("checkpoint", None, 580, 170.0, {}),
     }
+
+    def sentences_with(errors):
+        """The cell's sentences with the time model's error in each trial."""
+        for row in rows:
+            if row["metric"] == "sim_time_error_pct":
+                row["value"] = errors[row["trial"] - 1]
+        return " ".join(memory_curve.sentences(memory_curve.curve_table(pd.DataFrame(rows))))
+
     for trial, noise in ((1, 1.00), (2, 1.05), (3, 1 / 1.05)):
         for mode, (kind, budget, peak, ms, metrics) in methods.items():
             extra = {"method": kind} | ({"budget": budget} if budget is not None else {})
@@ -798,22 +828,26 @@ def test_a_baseline_below_our_whole_curve_is_called_above_it_with_the_plans_reas
                 "activation_saved_pct": 100.0 * (1000 - peak) / 500,
             } | metrics
             rows += [_record(mode, trial, m, v, extra) for m, v in values.items()]
-    text = " ".join(memory_curve.sentences(memory_curve.curve_table(pd.DataFrame(rows))))
+    # -1.0, -1.5 and -2.0% over three trials: [-2.7%, -0.3%], inside the bar
+    text = sentences_with([-1.0, -1.5, -2.0])
     assert (
         "checkpoint_every_1 reaches 550 MiB in 130 ms: less memory than our plan's lowest point "
         "(mu_two@0.2: 600 MiB in 160 ms), in less time (ours/its 1.231 [1.231, 1.231] over 3 "
-        "paired trials): our curve lies above it; why: the time model foresaw mu_two@0.2's cost "
-        "(1.50× the unplanned graph predicted, 1.52× measured)" in text
+        "paired trials): our curve lies above it; why: the time model foresaw the cost (1.50× "
+        "the unplanned graph predicted for mu_two@0.2, 1.52× measured; its error over trials "
+        "-1.5% [-2.7%, -0.3%] over 3 trials (-1.0%, -1.5%, -2.0%), inside ±5%)" in text
     )
     assert "mu_two@0.2 replays 4,000 ms of profiled forward nodes, 45% of it on nodes" in text
     # slower than our lowest point as well: the curves do not meet, and no reason is owed
     assert "checkpoint_every_4 reaches 580 MiB, below every peak our plan reached" in text
-    # a model that missed: the cost lies partly outside it
-    for row in rows:
-        if row["metric"] == "predicted_multiple":
-            row["value"] = 1.20
-    text = " ".join(memory_curve.sentences(memory_curve.curve_table(pd.DataFrame(rows))))
-    assert "predicted 1.20× the unplanned graph for mu_two@0.2 where 1.52× was measured" in text
+    # a model that missed in every trial: the cost lies partly outside it
+    text = sentences_with([-21.0, -20.5, -21.5])
+    assert "why: part of the cost lies outside the time model (" in text
+    assert "[-22.2%, -19.8%] over 3 trials (-21.0%, -20.5%, -21.5%), beyond ±5%)" in text
+    # small errors on average, but one trial far off: the trials cannot tell
+    text = sentences_with([-5.95, 1.64, -0.41])
+    assert "why: the trials do not show whether the time model foresaw the cost" in text
+    assert "why: the time model foresaw" not in text and "outside the time model" not in text
 
 
 def test_a_compiled_plan_is_read_against_the_traced_step_compiled_whole():

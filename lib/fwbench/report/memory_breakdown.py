@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from fwbench.pipeline.campaign import slug_settings
-from fwbench.report.memory_curve import MODEL_WORDS, memory_rows
+from fwbench.report.memory_curve import FLOOR_WORDS, MODEL_WORDS, memory_rows
 
 METRIC = "peak_part_bytes"
 PARTS = ["params", "gradients", "optimizer state", "activations", "other"]
@@ -118,8 +118,9 @@ def parts_chart(table: pd.DataFrame) -> alt.FacetChart:
 
 def breakdown_sentences(table: pd.DataFrame) -> list[str]:
     """Per model (and cell): the activations' share of the unplanned peak at the smallest and
-    the largest batch size, and what our tightest plan leaves at the largest (read from
-    ``peak_shares``, the table the report shows beside them)."""
+    the largest batch size, and what our tightest plan leaves at the largest, labelled as on
+    Adam's floor where no activation is left at its peak (read from ``peak_shares``, the table
+    the report shows beside them)."""
     if table.empty:
         return []
     trials = table.groupby(["label", "device_name"]).trials.max()
@@ -142,6 +143,10 @@ def breakdown_sentences(table: pd.DataFrame) -> list[str]:
                 f"; at batch {top} our tightest plan ({plan.method}) peaks at "
                 f"{plan.peak_MiB:,.0f} MiB, {plan.activations:,.0f} MiB of it activations"
             )
+            if plan.activations <= 0:
+                # no activation alive at the peak: it is the optimizer update's, which no plan
+                # lowers, so a tighter budget would save nothing more
+                words += f" ({FLOOR_WORDS}: the peak is the optimizer update's)"
         n = trials[(label, device)]
         out.append(
             f"{words} (the simulator's parts at its peak; {n} trial{'s' if n != 1 else ''})."

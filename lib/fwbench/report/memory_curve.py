@@ -6,6 +6,12 @@ A method's kind and budget live in the records' ``extra`` (``{"method": "mu_two"
 0.5}``); its full name is the ``mode``. Times are paired by trial with the plain eager step
 (``none``) of the same trial, so a trial's overhead cancels what the machine did while that
 process ran; trials on a shared machine are dropped when enough clean ones remain.
+
+Every verdict here takes the trial as its unit of replication: a trial is a fresh process with
+its own profile, so its prediction and its rounds share whatever that process was, and rounds
+pooled across trials would count one trial's bias as many independent readings. A verdict is
+given only where the interval over trials decides it; with one trial there is no interval and
+the verdict stays open.
 """
 
 from __future__ import annotations
@@ -16,12 +22,13 @@ from types import SimpleNamespace
 import altair as alt
 import numpy as np
 import pandas as pd
+from scipy import stats as scipy_stats
 
 from fwbench.measure.stats import paired_ratio_interval
 from fwbench.pipeline.campaign import slug_without_trial
 from fwbench.report.tables import extra_columns, on_shared_machine, paired_rounds
+from fwbench.vocab import CONFIDENCE, MEMORY_COMPILED_KINDS
 from fwbench.vocab import MEMORY_ACTIVATION_GOAL_PCT as ACTIVATION_GOAL_PCT
-from fwbench.vocab import MEMORY_COMPILED_KINDS
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
 from fwbench.vocab import MEMORY_SIM_ERROR_BAR_PCT as SIM_BAR_PCT
 
@@ -81,42 +88,72 @@ def shares_a_model(table: pd.DataFrame) -> pd.Series:
     return table.groupby(KEYS[:-1]).variant.transform("nunique") > 1
 
 
-def pooled_time_error(quiet: pd.DataFrame) -> dict:
-    """The time model's error for one planned graph over the interleaved rounds of ``quiet``,
-    its records from quiet trials.
+def trial_time_errors(quiet: pd.DataFrame) -> tuple[dict[int, float], int]:
+    """The time model's error for one planned graph, one value per quiet trial of ``quiet``
+    (its records from quiet trials), and how many rounds were left out as shared.
 
-    Each round gives the plan's step over the graph's; each trial predicts that multiple from
-    its own profile. The rounds of every trial are pooled: the error is the predicted multiple
-    over each round's measured one, a geometric mean with a t-interval over all the rounds. With
-    three rounds a trial, one trial's interval is about ±10% on this VM, too wide to say whether
-    a 5% bar holds; nine rounds from three trials narrow it. A round whose own contention
-    reading says the machine was shared is left out, like a shared trial."""
-    timed = quiet[quiet.metric == "measured_multiple"]
+    A trial's error is its predicted multiple over the median of its own rounds' plan ÷ graph,
+    as 12_memory records it. The trial, not the round, is the unit: each trial predicts from its
+    own profile and runs its rounds in one process, so its rounds share that trial's bias and
+    pooling them across trials would count one trial's reading thirty times. A round whose own
+    contention reading says the machine was shared is left out of its trial's median; a trial
+    without rounds (runs before them, or ``time_rounds: 0``) gives its recorded error."""
+    recorded = quiet[quiet.metric == "sim_time_error_pct"].set_index("trial").value
     predicted = quiet[quiet.metric == "predicted_multiple"].set_index("trial").value
-    plan_scaled, graph, dropped = [], [], 0
-    for row in timed.itertuples():
-        rounds, graph_rounds = row.extra.get("round_ms"), row.extra.get("graph_round_ms")
-        if not rounds or not graph_rounds or row.trial not in predicted.index:
+    timed = quiet[quiet.metric == "measured_multiple"].set_index("trial").extra
+    errors, dropped = {}, 0
+    for trial, error in recorded.items():
+        extra = timed.get(trial)
+        extra = extra if isinstance(extra, dict) else {}
+        rounds, graph_rounds = extra.get("round_ms"), extra.get("graph_round_ms")
+        shared = extra.get("round_shared") or []
+        if not rounds or not graph_rounds or not any(shared) or trial not in predicted.index:
+            # the record's error came from the unrounded rounds; the extras keep them to
+            # 0.1 ms, so it is recomputed only where a round has to be left out
+            errors[int(trial)] = float(error)
             continue
-        # runs before the per-round reading have none: every round counts
-        shared = row.extra.get("round_shared") or [False] * len(rounds)
-        for plan_ms, graph_ms, busy in zip(rounds, graph_rounds, shared, strict=True):
-            if busy:
-                dropped += 1
-                continue
-            # predicted / (plan / graph) per round, as the paired ratio graph / (plan / predicted)
-            plan_scaled.append(plan_ms / predicted[row.trial])
-            graph.append(graph_ms)
-    if len(graph) < 2:
+        kept = [
+            plan_ms / graph_ms
+            for plan_ms, graph_ms, busy in zip(rounds, graph_rounds, shared, strict=True)
+            if not busy
+        ]
+        dropped += len(rounds) - len(kept)
+        if kept:
+            errors[int(trial)] = 100 * (predicted[trial] / float(np.median(kept)) - 1)
+    return errors, dropped
+
+
+def time_error_over_trials(quiet: pd.DataFrame) -> dict:
+    """The mean of one planned graph's per-trial errors (``trial_time_errors``) with its
+    Student-t interval over the trials (trials − 1 degrees of freedom); one trial gives the
+    error without an interval. Empty where no quiet trial timed the graph."""
+    by_trial, dropped = trial_time_errors(quiet)
+    if not by_trial:
         return {}
-    pooled = paired_ratio_interval(plan_scaled, graph)
+    errors = np.array([by_trial[t] for t in sorted(by_trial)])
+    mean, low, high = mean_interval(errors)
     return {
-        "time_error_pooled_pct": 100 * (pooled.ratio - 1),
-        "time_error_low_pct": 100 * (pooled.low - 1),
-        "time_error_high_pct": 100 * (pooled.high - 1),
-        "time_rounds_pooled": len(graph),
+        "time_error_mean_pct": mean,
+        "time_error_low_pct": low,
+        "time_error_high_pct": high,
+        "time_error_trials": len(errors),
+        # four decimals, so that the words' one decimal is not a rounding of a rounding
+        "time_trial_errors_pct": json.dumps([round(float(e), 4) for e in errors]),
         "time_rounds_shared": dropped,
     }
+
+
+def mean_interval(values) -> tuple[float, float, float]:
+    """Mean and Student-t interval (``CONFIDENCE``); NaN bounds for fewer than two values. The
+    time model's bar is on its error itself, a few percent either side of zero, so the errors
+    are averaged as they are, not as logs of ratios."""
+    values = np.asarray(values, dtype=float)
+    mean = float(values.mean())
+    if len(values) < 2:
+        return mean, np.nan, np.nan
+    half = scipy_stats.t.ppf((1 + CONFIDENCE) / 2, len(values) - 1) * values.std(ddof=1)
+    half /= np.sqrt(len(values))
+    return mean, mean - half, mean + half
 
 
 def _trial_interval(values: list[float]) -> tuple[float, float, float]:
@@ -128,8 +165,10 @@ def _trial_interval(values: list[float]) -> tuple[float, float, float]:
 
 def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
     """One row per model, batch size and method: the medians of its point metrics over trials,
-    its iteration time (geometric mean over trials, t-interval) and its overhead against the
-    eager step paired by trial (t-interval), and how many trials ran on a shared machine."""
+    its iteration time (geometric mean over trials, t-interval), its overhead against the eager
+    step paired by trial (t-interval), the time model's error over quiet trials (mean of one
+    error a trial, t-interval), whether its peak is Adam's floor, its verdict on the activation
+    goal, and how many trials ran on a shared machine."""
     rows = memory_rows(meas)
     if rows.empty:
         return pd.DataFrame()
@@ -157,6 +196,7 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
                 source = quiet_part if metric in QUIET_METRICS else part
                 values = source[source.metric == metric].value
                 row[metric] = float(values.median()) if not values.empty else np.nan
+            row["activations_at_peak_bytes"] = _activations_at_peak(part)
             row["sim_time_worst_pct"] = (
                 float(quiet.value.abs().max()) if not quiet.empty else np.nan
             )
@@ -164,7 +204,7 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
             # runs before the interleaved rounds compared the profiled step itself with the
             # measured time, so the two windows' difference counted as the model's error
             row["time_anchored"] = bool(timed.timed_by.notna().any()) if not timed.empty else None
-            row |= pooled_time_error(quiet_part)
+            row |= time_error_over_trials(quiet_part)
             # only a compilation with Inductor's reorder_for_locality pass off records the pass
             row["inductor_locality"] = not part.inductor_locality.eq(False).any()
             # runs before the allocator was recorded leave it empty
@@ -198,6 +238,11 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame(out)
     table["mode_group"] = [
         "compiled" if k in MEMORY_COMPILED_KINDS else "eager" for k in table.kind
+    ]
+    table = _floor_columns(table)
+    table["activation_goal"] = [
+        goal_verdict(row) if row.measured and row.kind in GOAL_KINDS else None
+        for _, row in table.iterrows()
     ]
     return table.sort_values([*KEYS, "mode_group", "kind", "budget", "method"], ignore_index=True)
 
@@ -248,10 +293,11 @@ GOAL_KINDS = ("mu_two", "checkpoint")  # the eager methods the activation goal i
 
 def best_within(table: pd.DataFrame, overhead_pct: float = OVERHEAD_GOAL_PCT) -> dict[str, object]:
     """Per goal kind (our plan, checkpointing), the measured row that saves the most activation
-    memory within ``overhead_pct`` of added time, or None where no row of that kind stays within
-    it. Simulated rows (swap) never count: their saving was not measured. ``table``: one model
-    and batch size, with ``kind``, ``measured``, ``overhead_pct`` and ``activation_saved_pct``
-    (``curve_table``'s rows, or 12_memory's summary of one trial)."""
+    memory within ``overhead_pct`` of added time by its point estimate, or None where no row of
+    that kind stays within it. Simulated rows (swap) never count: their saving was not measured.
+    12_memory reads its one trial this way; the report's verdicts, over trials, are
+    ``goal_points``'. ``table``: one model and batch size, with ``kind``, ``measured``,
+    ``overhead_pct`` and ``activation_saved_pct``."""
     best = {}
     for kind in GOAL_KINDS:
         rows = table[
@@ -263,23 +309,177 @@ def best_within(table: pd.DataFrame, overhead_pct: float = OVERHEAD_GOAL_PCT) ->
     return best
 
 
-# goal_points' verdict where a kind ran but every point cost more than the time goal
+def time_goal(row, overhead_pct: float = OVERHEAD_GOAL_PCT) -> str:
+    """Where one method's overhead lies against the time goal, by its interval over trials:
+    ``within`` where the whole interval lies at or below ``overhead_pct``, ``beyond`` where it
+    lies wholly above, ``undecided`` where it holds the goal or one trial gave no interval."""
+    low, high = row.get("overhead_low", np.nan), row.get("overhead_high", np.nan)
+    if pd.notna(high) and high <= overhead_pct:
+        return "within"
+    if pd.notna(low) and low > overhead_pct:
+        return "beyond"
+    return "undecided"
+
+
+def goal_verdict(row) -> str:
+    """One measured method against the activation goal (at least 50% of the activation memory
+    saved within +33% time): ``meets`` where it saves enough and its time is shown within,
+    ``misses`` where it saves too little or its time is shown beyond, ``undecided`` otherwise.
+    The saving needs no interval: a peak is bytes, the same in every trial."""
+    if not row.activation_saved_pct >= ACTIVATION_GOAL_PCT:
+        return "misses"
+    return {"within": "meets", "beyond": "misses", "undecided": "undecided"}[time_goal(row)]
+
+
+# goal_points' verdict where a kind ran but every point's time interval lies above the goal
 NONE_WITHIN = f"none within +{OVERHEAD_GOAL_PCT:g}%"
 
 
 def goal_points(group: pd.DataFrame) -> dict[str, tuple[object, str]]:
-    """Per goal kind, its row that saves the most within the time goal (``best_within``) and its
-    verdict against the activation goal: ``meets`` or ``misses``; without such a row, None and
-    ``NONE_WITHIN`` where the kind ran, ``not run`` where it did not."""
+    """Per goal kind, the verdict of its best point and the point: ``meets`` with the point that
+    saves the most among those that meet; else ``undecided`` with the most saving undecided
+    point; else ``misses`` with the most saving point whose time is not shown beyond the goal;
+    None and ``NONE_WITHIN`` where every point's time is shown beyond it, ``not run`` where the
+    kind did not run (``no overhead measured`` where no point has an overhead). ``group``: one
+    cell's ``curve_table`` rows."""
     points = {}
-    for kind, best in best_within(group).items():
-        if best is not None:
-            met = best.activation_saved_pct >= ACTIVATION_GOAL_PCT
-            points[kind] = (best, "meets" if met else "misses")
+    for kind in GOAL_KINDS:
+        rows = group[group.measured.astype(bool) & (group.kind == kind)]
+        if rows.empty:
+            points[kind] = (None, "not run")
+            continue
+        # a point without an overhead (its records lack the eager step's) says nothing on time
+        rows = rows[rows.overhead_pct.notna()]
+        if rows.empty:
+            points[kind] = (None, "no overhead measured")
+            continue
+        verdicts = rows.apply(goal_verdict, axis=1)
+        for verdict in ("meets", "undecided"):
+            found = rows[verdicts == verdict]
+            if not found.empty:
+                points[kind] = (found.loc[found.activation_saved_pct.idxmax()], verdict)
+                break
         else:
-            ran = (group.measured.astype(bool) & (group.kind == kind)).any()
-            points[kind] = (None, NONE_WITHIN if ran else "not run")
+            open_time = rows[rows.apply(time_goal, axis=1) != "beyond"]
+            points[kind] = (
+                (open_time.loc[open_time.activation_saved_pct.idxmax()], "misses")
+                if not open_time.empty
+                else (None, NONE_WITHIN)
+            )
     return points
+
+
+def goal_words(best, verdict: str) -> str:
+    """A goal point's verdict in words, with why where it is undecided and the floor's label
+    where its peak is Adam's (``goal_points``)."""
+    if verdict == "undecided":
+        why = (
+            "no interval on its time"
+            if pd.isna(best.get("overhead_low", np.nan))
+            else f"its time's interval holds +{OVERHEAD_GOAL_PCT:g}%"
+        )
+        words = f"the {ACTIVATION_GOAL_PCT:g}% goal undecided: {why}"
+    else:
+        words = f"{verdict} the {ACTIVATION_GOAL_PCT:g}% goal"
+    if is_on_floor(best):
+        words += f"; {FLOOR_WORDS}: every method that reaches it saves the same"
+    return words
+
+
+def _saves_more_undecided(group: pd.DataFrame, best) -> str:
+    """Where a kind meets the goal, the point of that kind that saves more but whose time the
+    trials leave undecided: the most the goal may allow, which the trials do not show."""
+    same = group[group.measured.astype(bool) & (group.kind == best.kind)]
+    more = same[
+        (same.activation_saved_pct > best.activation_saved_pct)
+        & (same.apply(goal_verdict, axis=1) == "undecided")
+    ]
+    if more.empty:
+        return ""
+    top = more.loc[more.activation_saved_pct.idxmax()]
+    return (
+        f"; {top.method} saves more, {top.activation_saved_pct:.1f}%, at {overhead_words(top)}: "
+        "undecided"
+    )
+
+
+# --- the optimizer's floor -------------------------------------------------------------------
+
+FLOOR_WORDS = "on Adam's floor"
+# the allocator's peak at the floor differs between methods by a few kilobytes of its own
+# bookkeeping, where a method above it still holds activations at its peak: megabytes
+FLOOR_TOLERANCE = 1e-4
+# the unplanned step, eager and traced: the two always share a peak, so their agreeing never
+# shows a floor
+UNPLANNED = (REFERENCE, "graph")
+
+
+def _activations_at_peak(part: pd.DataFrame) -> float:
+    """One method's activation bytes at its simulated peak (its ``peak_part_bytes`` records,
+    median over trials); NaN where the run recorded no parts (before them, or a baseline the
+    simulator does not model)."""
+    parts = part[part.metric == "peak_part_bytes"]
+    acts = [
+        v for v, e in zip(parts.value, parts.extra, strict=True) if e.get("part") == "activations"
+    ]
+    return float(np.median(acts)) if acts else np.nan
+
+
+def optimizer_floor(cell: pd.DataFrame) -> float:
+    """The peak of one cell's optimizer update (parameters, gradients and Adam's moments, no
+    activation alive), where every method's saving stops; NaN where no method reached it.
+
+    Where the simulator's parts at the peak were recorded, a method whose peak holds no
+    activation is on the floor and its measured peak is the floor. Runs before the parts only
+    show it by its effect: two methods that keep different activations, our plan at two budgets
+    or a plan and a checkpointing segmentation, measure the same lowest peak, which no activation
+    can then be setting."""
+    eager = cell[cell.measured.astype(bool) & (cell.mode_group == "eager")]
+    with_parts = eager[eager.activations_at_peak_bytes.notna()]
+    if not with_parts.empty:
+        empty = with_parts[with_parts.activations_at_peak_bytes <= 0]
+        return float(empty.peak_mem_bytes.min()) if not empty.empty else np.nan
+    planned = eager[~eager.kind.isin(UNPLANNED)]
+    if planned.empty:
+        return np.nan
+    lowest = eager.peak_mem_bytes.min()
+    at_lowest = planned[planned.peak_mem_bytes <= lowest * (1 + FLOOR_TOLERANCE)]
+    return float(lowest) if len(at_lowest) >= 2 else np.nan
+
+
+def is_on_floor(row) -> bool:
+    """Whether a ``curve_table`` row's peak is Adam's floor (False where the table predates the
+    column)."""
+    found = row.get("on_floor", False)
+    return bool(pd.notna(found) and found)
+
+
+def _floor_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with each cell's ``optimizer_floor_bytes`` and, per measured method, whether its
+    peak is that floor (``on_floor``)."""
+    floor = pd.Series(np.nan, index=table.index)
+    for _, cell in table.groupby(KEYS, sort=False):
+        floor[cell.index] = optimizer_floor(cell)
+    on_floor = table.measured.astype(bool) & (table.peak_mem_bytes <= floor * (1 + FLOOR_TOLERANCE))
+    return table.assign(optimizer_floor_bytes=floor, on_floor=on_floor)
+
+
+def floor_sentence(name: str, group: pd.DataFrame) -> str | None:
+    """Which of one cell's methods end on Adam's floor and what that does to their savings;
+    None where none does."""
+    on = group[group.on_floor.astype(bool)]
+    if on.empty:
+        return None
+    floor = on.optimizer_floor_bytes.iloc[0]
+    saved = on.activation_saved_pct.median()
+    verb = "ends" if len(on) == 1 else "end"
+    return (
+        f"{name}: {', '.join(on.method)} {verb} on Adam's floor, a peak of "
+        f"{floor / 2**20:.0f} MiB in the optimizer update (parameters, gradients and Adam's "
+        "moments, no activation alive): no method can save more than the floor's "
+        f"{saved:.1f}% of the activation memory, so there the saving measures the floor, not "
+        "the method."
+    )
 
 
 def _point_at_peak(points: pd.DataFrame, peak: float):
@@ -334,13 +534,11 @@ def _against(ours: pd.DataFrame, row) -> str:
     mib = row.peak_mem_bytes / 2**20
     if point is not None:
         verdict, paired = _paired(point, row)
-        if verdict is None:  # one trial: the point estimates alone
-            verdict = "on or below" if point.iter_time_ms <= row.iter_time_ms else "above"
-        where = (
-            "the trials do not tell the two apart, so the curves meet there"
-            if verdict == "tied"
-            else f"our curve lies {verdict} it"
-        )
+        where = {
+            "tied": "the trials do not tell the two apart, so the curves meet there",
+            # two point estimates of one process are not a comparison of the methods
+            None: "one trial does not place our curve against it",
+        }.get(verdict, f"our curve lies {verdict} it")
         words = (
             f"at {row.method}'s peak of {mib:.0f} MiB our plan takes {point.iter_time_ms:.0f} ms "
             f"against its {row.iter_time_ms:.0f} ms ({paired}): {where}"
@@ -351,7 +549,10 @@ def _against(ours: pd.DataFrame, row) -> str:
     if row.peak_mem_bytes < lo and lowest.iter_time_ms > row.iter_time_ms:
         # less memory than our smallest plan, and no more time: the baseline beats our curve
         verdict, paired = _paired(lowest, row)
-        time_words = "a time the trials do not tell apart" if verdict == "tied" else "less time"
+        time_words = {
+            "tied": "a time the trials do not tell apart",
+            None: "a time one trial cannot compare",
+        }.get(verdict, "less time")
         return (
             f"{row.method} reaches {mib:.0f} MiB in {row.iter_time_ms:.0f} ms: less memory than "
             f"our plan's lowest point ({lowest.method}: {lo / 2**20:.0f} MiB in "
@@ -367,23 +568,39 @@ def _against(ours: pd.DataFrame, row) -> str:
 
 def _why_slower(plan) -> str:
     """Why a plan point costs more than checkpointing, from its own records: whether the time
-    model foresaw the cost (then it is the planner's choice, not the machine), and how much of
+    model foresaw the cost (its error's interval over trials inside ±5%: then it is the
+    planner's choice, not the machine; wholly beyond: the machine's; else the trials cannot
+    tell), and how much of
     its replay runs a node more than once (each recomputed activation replays its own closure,
     where checkpointing replays a block's forward once for all the activations in it)."""
     parts = []
     predicted, measured = plan.get("predicted_multiple"), plan.get("measured_multiple")
     if pd.notna(predicted) and pd.notna(measured):
-        if 100 * abs(predicted / measured - 1) <= SIM_BAR_PCT:
+        multiples = (
+            f"{predicted:.2f}× the unplanned graph predicted for {plan.method}, {measured:.2f}× "
+            "measured"
+        )
+        bar = time_bar(plan)
+        over_trials = (
+            "one trial: no interval"
+            if pd.isna(plan.get("time_error_low_pct", np.nan))
+            else f"its error over trials {interval_words(plan, name_the_graph=False)}"
+        )
+        if bar == "inside":
             parts.append(
-                f"the time model foresaw {plan.method}'s cost ({predicted:.2f}× the unplanned "
-                f"graph predicted, {measured:.2f}× measured), so it is the plan's choice of "
-                "what to replay, not the machine"
+                f"the time model foresaw the cost ({multiples}; {over_trials}, inside "
+                f"±{SIM_BAR_PCT:g}%), so it is the plan's choice of what to replay, not the "
+                "machine"
+            )
+        elif bar == "beyond":
+            parts.append(
+                f"part of the cost lies outside the time model ({multiples}; {over_trials}, "
+                f"beyond ±{SIM_BAR_PCT:g}%)"
             )
         else:
             parts.append(
-                f"the time model predicted {predicted:.2f}× the unplanned graph for "
-                f"{plan.method} where {measured:.2f}× was measured, so part of its cost lies "
-                "outside the model"
+                f"the trials do not show whether the time model foresaw the cost ({multiples}; "
+                f"{over_trials})"
             )
     repeat, replay = plan.get("replay_repeat_pct"), plan.get("replay_ms")
     if pd.notna(repeat) and pd.notna(replay):
@@ -407,9 +624,10 @@ def overhead_words(row) -> str:
 
 
 def sentences(table: pd.DataFrame) -> list[str]:
-    """Per model and batch size: the activation memory saved within +33% time by our plan and
-    by the checkpointing baselines against the >= 50% goal, where our curve lies against each
-    baseline at equal peak memory, the simulator's errors and the float64 proof."""
+    """Per model and batch size: the activation memory our plan and the checkpointing baselines
+    save against the goal (>= 50% within +33% time, decided by the overhead's interval over
+    trials), the methods that end on Adam's floor, where our curve lies against each baseline at
+    equal peak memory, the simulator's errors over trials and the float64 proof."""
     if table.empty:
         return []
     out = []
@@ -425,17 +643,20 @@ def sentences(table: pd.DataFrame) -> list[str]:
             best, verdict = points[kind]
             if best is None:
                 goal.append(
-                    f"{words}: no point within +{OVERHEAD_GOAL_PCT:g}% time"
+                    f"{words}: every point's time interval lies above +{OVERHEAD_GOAL_PCT:g}%"
                     if verdict == NONE_WITHIN
                     else f"{words}: {verdict}"
                 )
                 continue
             goal.append(
                 f"{words} saves {best.activation_saved_pct:.1f}% of the activation memory at "
-                f"{overhead_words(best)} ({best.method}; {verdict} the "
-                f"{ACTIVATION_GOAL_PCT:g}% goal)"
+                f"{overhead_words(best)} ({best.method}; {goal_words(best, verdict)}"
+                f"{_saves_more_undecided(group, best) if verdict == 'meets' else ''})"
             )
         out.append(f"{name}: " + "; ".join(goal) + ".")
+        floor = floor_sentence(name, measured)
+        if floor:
+            out.append(floor)
         for group_name in ("eager", "compiled"):
             ours = measured[measured.kind == OURS[group_name]]
             if ours.empty:
@@ -496,19 +717,48 @@ def simulator_bars(group: pd.DataFrame) -> dict:
     }
 
 
-def has_pooled_rounds(timed: pd.DataFrame) -> bool:
-    """Whether every timed graph has a pooled error over interleaved rounds: then the pooled
-    intervals decide the time bar, else the trials do (``_time_words``)."""
-    return "time_error_pooled_pct" in timed and timed.time_error_pooled_pct.notna().all()
+def time_bar(row) -> str:
+    """One planned graph's time error against the 5% bar, by its interval over trials:
+    ``inside`` where the whole interval lies within ±5%, ``beyond`` where it lies wholly outside,
+    ``undecided`` where it straddles the bar or one trial gave no interval."""
+    low, high = row.get("time_error_low_pct", np.nan), row.get("time_error_high_pct", np.nan)
+    if pd.isna(low) or pd.isna(high):
+        return "undecided"
+    if -SIM_BAR_PCT <= low and high <= SIM_BAR_PCT:
+        return "inside"
+    if low > SIM_BAR_PCT or high < -SIM_BAR_PCT:
+        return "beyond"
+    return "undecided"
+
+
+def widest_time_interval(timed: pd.DataFrame):
+    """The planned graph whose time error interval reaches farthest from zero, the one that
+    decides the bar (the largest error may lie inside while another's interval straddles it);
+    None where no graph has an interval."""
+    spread = timed.dropna(subset=["time_error_low_pct", "time_error_high_pct"])
+    if spread.empty:
+        return None
+    reach = pd.concat([spread.time_error_low_pct.abs(), spread.time_error_high_pct.abs()], axis=1)
+    return spread.loc[reach.max(axis=1).idxmax()]
+
+
+def interval_words(row, name_the_graph: bool = True) -> str:
+    """A graph's time error over trials: mean, interval and the per-trial errors it comes from."""
+    errors = ", ".join(f"{e:+.1f}%" for e in json.loads(row.time_trial_errors_pct))
+    where = f" at {row.method}" if name_the_graph else ""
+    return (
+        f"{row.time_error_mean_pct:+.1f}% [{row.time_error_low_pct:+.1f}%, "
+        f"{row.time_error_high_pct:+.1f}%]{where} over {int(row.time_error_trials)} trials "
+        f"({errors})"
+    )
 
 
 def _time_words(timed: pd.DataFrame) -> tuple[str, str]:
     """The time model's error over planned graphs, and whether the 5% bar holds: ``yes`` where
-    every pooled interval lies within ±5%, ``no`` where one lies wholly beyond it, ``not shown``
-    otherwise (an interval straddles the bar: the rounds cannot tell). Without pooled rounds the
-    trials decide, and a graph with one quiet trial decides nothing: one reading has no interval
-    (in one trial of memory_breakdown, the traced and the eager step, one computation, differed
-    by up to 27%)."""
+    every graph's interval over trials lies inside ±5%, ``no`` where one lies wholly beyond it,
+    ``not shown`` otherwise (an interval straddles the bar, or a graph has one quiet trial and
+    so no interval: in one trial of memory_breakdown, the traced and the eager step, one
+    computation, differed by up to 27%)."""
     worst_time = timed.sim_time_worst_pct.max()
     what = (
         "the plan's time as a multiple of the unplanned graph's"
@@ -526,30 +776,21 @@ def _time_words(timed: pd.DataFrame) -> tuple[str, str]:
     allocators = sorted({a for joined in named for a in joined.split(", ")})
     if allocators:
         words += f"; the steps' malloc: {' and '.join(allocators)}"
-    if not has_pooled_rounds(timed):
-        decided = timed[timed.quiet_time_trials >= 2]
-        undecided = len(timed) - len(decided)
-        if undecided:
-            words += (
-                f"; {undecided} of {len(timed)} graphs have one quiet trial and no interleaved "
-                "rounds, so no interval"
-            )
-        if (decided.sim_time_worst_pct > SIM_BAR_PCT).any():
-            return words, "no"
-        return words, "not shown" if undecided else "yes"
-    worst = timed.loc[timed.time_error_pooled_pct.abs().idxmax()]
-    low, high = timed.time_error_low_pct, timed.time_error_high_pct
-    inside = ((low >= -SIM_BAR_PCT) & (high <= SIM_BAR_PCT)).sum()
-    beyond = ((low > SIM_BAR_PCT) | (high < -SIM_BAR_PCT)).sum()
-    shared = int(timed.get("time_rounds_shared", pd.Series(dtype=float)).fillna(0).sum())
-    left_out = f"; {shared} rounds on a shared machine left out" if shared else ""
-    words += (
-        f". Pooled over the quiet trials' interleaved rounds "
-        f"({int(timed.time_rounds_pooled.min())} or more a graph{left_out}), the largest error is "
-        f"{worst.time_error_pooled_pct:+.1f}% at {worst.method} (95% interval "
-        f"{worst.time_error_low_pct:+.1f}% to {worst.time_error_high_pct:+.1f}%), and "
-        f"{inside} of {len(timed)} graphs have their interval inside ±{SIM_BAR_PCT:g}%"
-    )
+    bars = timed.apply(time_bar, axis=1)
+    inside, beyond = int((bars == "inside").sum()), int((bars == "beyond").sum())
+    alone = int((~(timed.time_error_trials >= 2)).sum())
+    widest = widest_time_interval(timed)
+    if widest is not None:
+        shared = int(timed.time_rounds_shared.fillna(0).sum())
+        left_out = f", {shared} rounds on a shared machine left out" if shared else ""
+        words += (
+            ". With the trial as the unit (each quiet trial's error from its own rounds"
+            f"{left_out}; a 95% t-interval over the trials), the interval reaching farthest is "
+            f"{interval_words(widest)}, and {inside} of {len(timed)} graphs have their interval "
+            f"inside ±{SIM_BAR_PCT:g}%"
+        )
+    if alone:
+        words += f"; {alone} of {len(timed)} graphs have one quiet trial: no interval"
     return words, "no" if beyond else ("yes" if inside == len(timed) else "not shown")
 
 

@@ -4,8 +4,9 @@ Each campaign's report (``fwbench report CAMPAIGN``) holds its memory-time curve
 ``tables/memory_curve.csv``; a cell (model, batch size, CPU and settings) can appear in several
 campaigns, each answering another question (memory_timecheck reruns a memory_batches cell with
 more interleaved rounds). This index puts them side by side with the verdicts each report's
-sentences give: the most activation memory our plan and ``torch.utils.checkpoint`` save within
-+33% time, the simulator's peak and time bars, and the float64 proof. It computes nothing the
+sentences give: the point that decides our plan's and ``torch.utils.checkpoint``'s verdict on
+the activation goal (50% saved within +33% time, by the overhead's interval over trials), the
+simulator's peak bar and its time bar over trials, and the float64 proof. It computes nothing the
 reports do not: the verdicts come from ``memory_curve``, the same functions the reports use.
 """
 
@@ -49,33 +50,30 @@ class MemoryIndexError(ValueError):
 
 
 def _goal_words(point: tuple[object, str]) -> str:
-    """The most activation memory a kind saves within +33% time and its verdict, as the report's
-    sentence has it (``memory_curve.goal_points``)."""
+    """The point that decides a kind's verdict on the activation goal and the verdict, as the
+    report's sentence has it (``memory_curve.goal_points``), with the floor's label where the
+    point's peak is Adam's."""
     best, verdict = point
     if best is None:
         return verdict
+    floor = f"; {memory_curve.FLOOR_WORDS}" if memory_curve.is_on_floor(best) else ""
     return (
         f"{best.activation_saved_pct:.1f}% at {memory_curve.overhead_words(best)} "
-        f"({best.method}; {verdict})"
+        f"({best.method}; {verdict}{floor})"
     )
 
 
 def _worst_interval(timed: pd.DataFrame) -> str:
-    """The pooled time error whose 95% interval reaches farthest from zero, the graph that
-    decides the bar (the report's sentence names the largest error, which may lie inside while
-    another's interval straddles it), or why there is none."""
+    """The time error over trials whose 95% interval reaches farthest from zero, the graph that
+    decides the bar, or why there is none."""
     if timed.empty:
         return "no quiet trial"
-    if not memory_curve.has_pooled_rounds(timed):
+    widest = memory_curve.widest_time_interval(timed)
+    if widest is None:
         trials = int(timed.quiet_time_trials.min())
         where = "its one trial" if trials == 1 else f"the worst of {trials} or more trials"
-        return f"{timed.sim_time_worst_pct.max():.1f}% in {where}, no rounds"
-    reach = pd.concat([timed.time_error_low_pct.abs(), timed.time_error_high_pct.abs()], axis=1)
-    row = timed.loc[reach.max(axis=1).idxmax()]
-    return (
-        f"{row.time_error_pooled_pct:+.1f}% [{row.time_error_low_pct:+.1f}, "
-        f"{row.time_error_high_pct:+.1f}] at {row.method}, {int(row.time_rounds_pooled)} rounds"
-    )
+        return f"{timed.sim_time_worst_pct.max():.1f}% in {where}: no interval"
+    return memory_curve.interval_words(widest)
 
 
 def _settings(slug: str) -> dict[str, str]:
@@ -161,11 +159,11 @@ def markdown(frame: pd.DataFrame, link_root: str = "report") -> str:
         "report (run)",
         "CPU",
         "trials",
-        f"our plan: activations saved within +{OVERHEAD_GOAL_PCT:g}%",
+        f"our plan: activations saved, time, goal (within +{OVERHEAD_GOAL_PCT:g}%)",
         "torch.utils.checkpoint: the same",
         "peak error",
         f"time within {SIM_BAR_PCT:g}%",
-        "time error reaching farthest",
+        "time error over trials, reaching farthest",
         "float64",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
