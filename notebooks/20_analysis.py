@@ -3,14 +3,16 @@
 #
 # **Purpose.** Turn one run of a campaign into the study's answer. Reading only the DuckDB index
 # (tables `runs`, `cells`, `measurements`), it builds the JAX ÷ PyTorch throughput matrix with 95%
-# intervals (best modes and defaults), throughput scaling, latency percentiles, memory, compile
+# intervals and verdicts (best modes and defaults; every run of the campaign on the same CPU model
+# and notebook sources pooled through `fwbench.measure.verdicts`), throughput scaling, latency percentiles, memory, compile
 # time and its break-even, energy, the roofline with measured ceilings, CNN vs Transformer, the
 # training / memory / validation families when present, the trust checks (trials paired by round,
-# an A/A control, stability against the previous run, the regression detector scored on this
-# run's noise), the campaign's history through that detector, and the failures. It saves figures
+# an A/A control on duplicate arms, calibration against the earlier pooled runs, the regression
+# detector scored on this run's noise), the campaign's history through that detector, and the failures. It saves figures
 # under `figures/<campaign>/`, tables under `report/<campaign>/tables/` and a `content.json` from
-# which `fwbench report` writes report.md and report.html. It computes MFU here, from the run's calibration (else the latest of the same device
-# in the index), and emits it as records of its own (metric `mfu`, with the measured row's family
+# which `fwbench report` writes report.md and report.html. It computes MFU here, against the
+# device's ceiling (the best peak any framework's calibration reached: this run's, else the
+# latest in the index), and emits it as records of its own (metric `mfu`, with the measured row's family
 # and columns), which the index takes in with this notebook. The sections, in order, with their
 # figures, tables, captions and the note each shows when its data is absent, are
 # `fwbench.report.outline.SECTIONS`; the computations live in `fwbench.report.tables`,
@@ -80,9 +82,10 @@ outline.build(content, analysis, show)
 
 # %% [markdown]
 # ## MFU records
-# MFU = achieved TFLOP/s ÷ the peak matmul TFLOP/s that 02_calibrate measured through the same
-# framework on the same device and precision (this run's, else the latest in the index). Emitting
-# it as records puts it in the index beside the rows it was computed from.
+# MFU = achieved TFLOP/s ÷ the device's ceiling: the best peak matmul TFLOP/s 02_calibrate measured
+# through any framework on the same device, precision and threads (this run's, else the latest in
+# the index); each framework's own ceiling gives its framework efficiency, in `extra`. Emitting it
+# as records puts it in the index beside the rows it was computed from.
 
 # %%
 mfu_records = Recorder("analysis")
@@ -91,11 +94,10 @@ mfu_records.emit()
 
 # %% [markdown]
 # ## Trust records
-# The A/A false-winner rate, the stability against the baseline run, and the regression
-# detector's scores on histories resampled from this run's trials (section "Trust" above), as
-# records of family `analysis`: `aa_false_winner_rate`, `stability_kendall_tau`,
-# `stability_max_ratio_change`, `regression_recall_10pct`, `regression_false_alerts_per_100`.
-# A campaign of single trials has none of them.
+# The A/A false-winner rate, the calibration of this run against the earlier pooled runs, and the
+# regression detector's scores (section "Trust" above), as records of family `analysis`:
+# `aa_false_winner_rate`, `calibration_inside_share`, `regression_recall_10pct`,
+# `regression_false_alerts_per_100`. A campaign of one run has no A/A rate and no calibration.
 
 # %%
 trust_records = Recorder("analysis")
@@ -103,7 +105,7 @@ trust.add_records(
     trust_records,
     analysis.aa,
     analysis.stability_summary,
-    analysis.baseline_run_id,
+    analysis.run_id,
     *analysis.regression_evaluation,
 )
 trust_records.emit()

@@ -114,8 +114,9 @@ ENTRY %main.20 (Arg_0.1: f32[8,32,14,14]) -> f32[8,10] {
 
 def test_hlo_instructions_take_the_category_of_what_they_are_built_around():
     got = hlo_categories(HLO)
-    # a convolution fused with its BatchNorm and ReLU stays a convolution
-    assert got["fusion.1"] == CONV
+    # a convolution fused with what follows it is one kernel, named by all it holds, the
+    # convolution first (the max under the batch_norm scope is the BatchNorm's)
+    assert got["fusion.1"] == f"{CONV} + {NORM}"
     assert got["fusion.2"] == DEPTHWISE  # feature_group_count=64
     assert got["dot.18"] == MATMUL
     assert got["fusion.3"] == ATTENTION  # the Flax twin's named scope
@@ -123,6 +124,43 @@ def test_hlo_instructions_take_the_category_of_what_they_are_built_around():
     assert got["fusion.5"] == ELEMENTWISE
     assert got["reduce-window.16"] == POOL
     assert got["transpose.13"] == MOVE and got["reshape.17"] == MOVE
+
+
+# Library calls on a GPU carry the activation they fuse in their backend config, not as ops
+GPU_HLO = """
+ENTRY %main (p0: f32[8,14,14,32], p1: f32[3,3,32,64], p2: f32[8,768], p3: f32[768,3072]) -> f32[8,64] {
+  %p0 = f32[8,14,14,32]{3,2,1,0} parameter(0)
+  %p1 = f32[3,3,32,64]{3,2,1,0} parameter(1)
+  %p2 = f32[8,768]{1,0} parameter(2)
+  %p3 = f32[768,3072]{1,0} parameter(3)
+  %custom-call.1 = (f32[8,14,14,64]{3,2,1,0}, u8[0]{0}) custom-call(%p0, %p1), custom_call_target="__cudnn$convBiasActivationForward", backend_config={"conv_result_scale":1,"activation_mode":"kRelu","side_input_scale":0}
+  %custom-call.2 = (f32[8,14,14,64]{3,2,1,0}, u8[0]{0}) custom-call(%p0, %p1), custom_call_target="__cudnn$convForward", backend_config={"conv_result_scale":1,"activation_mode":"kNone","side_input_scale":0}
+  %custom-call.3 = (f32[8,3072]{1,0}, s8[0]{0}) custom-call(%p2, %p3), custom_call_target="__cublas$lt$matmul", backend_config={"gemm_backend_config":{"alpha_real":1,"epilogue":"BIAS_GELU"}}
+  ROOT %custom-call.4 = (f32[8,3072]{1,0}, s8[0]{0}) custom-call(%p2, %p3), custom_call_target="__cublas$lt$matmul", backend_config={"gemm_backend_config":{"alpha_real":1,"epilogue":"BIAS"}}
+}
+"""
+
+
+def test_a_library_call_that_fuses_an_activation_is_named_with_it():
+    got = hlo_categories(GPU_HLO)
+    assert got["custom-call.1"] == f"{CONV} + {ELEMENTWISE}"
+    assert got["custom-call.2"] == CONV
+    assert got["custom-call.3"] == f"{MATMUL} + {ELEMENTWISE}"
+    assert got["custom-call.4"] == MATMUL  # a bias is part of the layer on both sides
+
+
+def test_a_profiles_rows_put_a_fused_category_after_the_one_it_goes_to_first():
+    fused = f"{CONV} + {NORM} + {ELEMENTWISE}"
+    times = {NORM: 1.0, fused: 3.0, CONV: 5.0, f"{NORM} + {ELEMENTWISE}": 2.0, MOVE: 0.5}
+    profile = OpProfile(pd.DataFrame(), times, wall_ms=12.0, busy_ms=11.0, trace_path=None)
+    assert [c for c, _ in profile.rows()] == [
+        CONV,
+        fused,
+        NORM,
+        f"{NORM} + {ELEMENTWISE}",
+        MOVE,
+        OVERHEAD,
+    ]
 
 
 def test_the_busy_time_is_the_union_of_intervals_not_their_sum():
@@ -254,7 +292,9 @@ def test_jax_profiles_of_known_programs(index, tmp_path, monkeypatch):
     assert 0 < profile.busy_ms <= profile.wall_ms
 
 
-def _breakdown_rows(framework, variant, values, batch_size=8):
+def _breakdown_rows(framework, variant, values, wall=None, unnamed=False):
+    """``why.breakdown``'s rows of one side; ``wall``: its profiled wall time (default: the
+    rows' sum); ``unnamed``: a JAX profile that does not name what its fusions hold."""
     return [
         {
             "model": "efficientnet_b0",
@@ -262,67 +302,209 @@ def _breakdown_rows(framework, variant, values, batch_size=8):
             "device_name": "Test CPU",
             "precision": "fp32",
             "threads": 2,
-            "batch_size": batch_size,
+            "batch_size": 8,
             "framework": framework,
             "variant": variant,
             "category": category,
             "ms": ms,
+            "wall_ms": sum(values.values()) if wall is None else wall,
+            "fusions_unnamed": unnamed,
         }
         for category, ms in values.items()
     ]
 
 
-def test_the_why_sentence_names_the_categories_that_make_up_most_of_the_gap():
-    table = pd.DataFrame(
-        _breakdown_rows("jax", "jit", {CONV: 3.0, DEPTHWISE: 8.1, ELEMENTWISE: 2.0, OVERHEAD: 0.4})
-        + _breakdown_rows(
-            "torch", "eager", {CONV: 3.2, DEPTHWISE: 1.0, ELEMENTWISE: 1.3, OVERHEAD: 0.5}
-        )
-    )
-    matrix = pd.DataFrame(
+def _matrix(winner, ratio, model="efficientnet_b0", batch_size=8, device_name="Test CPU"):
+    return pd.DataFrame(
         [
             {
-                "model": "efficientnet_b0",
+                "model": model,
                 "device": "cpu",
-                "device_name": "Test CPU",
+                "device_name": device_name,
                 "precision": "fp32",
                 "threads": 2,
-                "batch_size": 8,
+                "batch_size": batch_size,
                 "comparison": "defaults",
                 "jax_variant": "jit",
                 "torch_variant": "eager",
-                "winner": "torch",
+                "ratio": ratio,
+                "winner": winner,
             }
         ]
     )
-    gaps = why.gaps(matrix, table)
-    assert gaps.gap_ms.sum() == pytest.approx(13.5 - 6.0)
-    named = why.explaining(gaps)
-    # 7.1 of the 7.8 ms of positive gap is depthwise (91% >= 80%): one category is enough
-    assert named.category.tolist() == [DEPTHWISE]
+
+
+JAX_SIDE = {CONV: 3.0, DEPTHWISE: 8.1, ELEMENTWISE: 2.0, OVERHEAD: 0.4}
+TORCH_SIDE = {CONV: 3.2, DEPTHWISE: 1.0, ELEMENTWISE: 1.3, OVERHEAD: 0.5}
+
+
+def _sentence(jax=JAX_SIDE, torch=TORCH_SIDE, **jax_options):
+    table = pd.DataFrame(
+        _breakdown_rows("jax", "jit", jax, **jax_options) + _breakdown_rows("torch", "eager", torch)
+    )
+    gaps = why.gaps(_matrix("torch", 0.45), table)
     (sentence,) = why.why_sentences(gaps)
-    assert sentence.startswith(
-        "JAX jit on EfficientNet-B0 at batch 8 in fp32 with 2 threads spends 7.10 of its"
+    return gaps, sentence
+
+
+def test_the_why_sentence_lists_every_part_of_the_gap_with_its_sign():
+    gaps, sentence = _sentence()
+    assert gaps.gap_ms.sum() == pytest.approx(13.5 - 6.0)
+    # 7.1 of the 7.8 ms of positive parts is depthwise (91% >= 80%): it leads
+    assert why.explaining(gaps).category.tolist() == [DEPTHWISE]
+    assert sentence == (
+        "JAX jit on EfficientNet-B0 at batch 8 in fp32 with 2 threads is 7.50 ms per profiled "
+        "call slower than PyTorch eager (13.50 against 6.00 ms): depthwise/grouped convolution "
+        "+7.10 ms, elementwise/activation +0.70 ms, unattributed (time outside the profiled ops) "
+        "-0.10 ms, convolution -0.20 ms."
     )
+    # where the time outside every op is most of the gap, the sentence says the profile cannot
+    # attribute it
+    _, sentence = _sentence(jax={**JAX_SIDE, OVERHEAD: 30.0})
+    assert "most of the gap lies outside every profiled op" in sentence
+    # a comparison that calls no winner and has no measured gap has no sentence
+    table = pd.DataFrame(_breakdown_rows("jax", "jit", JAX_SIDE))
+    assert why.gaps(_matrix("equivalent", 1.01), table).empty
+
+
+def test_op_time_that_ran_on_several_threads_at_once_is_a_part_of_its_own():
+    # the JAX rows sum to 13.5 ms, but its ops overlapped: the wall clock read 12.5
+    gaps, sentence = _sentence(wall=12.5)
+    assert gaps.gap_ms.sum() == pytest.approx(12.5 - 6.0)
+    assert gaps.slower_ms.sum() == pytest.approx(12.5) and gaps.faster_ms.sum() == 6.0
+    assert "is 6.50 ms per profiled call slower" in sentence
+    assert sentence.endswith("ops overlapping on several threads -1.00 ms.")
+
+
+def test_what_one_side_fused_is_one_block_on_both_sides():
+    fused = f"{CONV} + {NORM} + {ELEMENTWISE}"
+    jax = {CONV: 1.0, fused: 4.0, DEPTHWISE: 8.1, OVERHEAD: 0.4}
+    torch = {CONV: 3.2, NORM: 0.8, ELEMENTWISE: 1.3, DEPTHWISE: 1.0, OVERHEAD: 0.5}
+    gaps, sentence = _sentence(jax, torch)
+    block = gaps[gaps.kind == "ops"].set_index("category")
+    label = "convolution with its fused normalisation and elementwise/activation"
+    # PyTorch's separate BatchNorm and activation join its convolutions against the JAX kernel
+    assert block.loc[label, "slower_ms"] == pytest.approx(5.0)
+    assert block.loc[label, "faster_ms"] == pytest.approx(3.2 + 0.8 + 1.3)
+    assert block.loc[label, "merged"] == f"{CONV}; {fused}; {NORM}; {ELEMENTWISE}"
+    assert not block.assumed.any() and set(block.index) == {label, DEPTHWISE}
+    assert f"{label} -0.30 ms" in sentence and "does not name what XLA fused" not in sentence
+
+
+def test_a_jax_profile_that_does_not_name_its_fusions_is_compared_in_one_block():
+    gaps, sentence = _sentence(unnamed=True)
+    label = "convolution and depthwise/grouped convolution with their fused elementwise/activation"
+    assert gaps[gaps.kind == "ops"].category.tolist() == [label]
+    assert gaps.assumed.any() and f"{label} +7.60 ms (one block on both sides" in sentence
+    assert "since the JAX profile does not name what XLA fused" in sentence
+    # what the profiles recorded is still said, category by category
     assert (
-        "7.50 extra ms per call" in sentence
-        and "depthwise/grouped convolution (7.10 ms)" in sentence
+        "as each side recorded it: depthwise/grouped convolution +7.10 ms, elementwise/activation "
+        "+0.70 ms, convolution -0.20 ms)" in sentence
     )
-    # where the overhead is most of the gap, the sentence says the profile cannot attribute it
-    table.loc[(table.framework == "jax") & (table.category == OVERHEAD), "ms"] = 30.0
-    (sentence,) = why.why_sentences(why.gaps(matrix, table))
-    assert "most of the gap is framework overhead" in sentence
-    # where the slower side also saves time, the sentence says where
-    table.loc[(table.framework == "jax") & (table.category == OVERHEAD), "ms"] = 0.4
-    table.loc[(table.framework == "torch") & (table.category == CONV), "ms"] = 6.0
-    (sentence,) = why.why_sentences(why.gaps(matrix, table))
-    assert sentence.startswith(
-        "JAX jit on EfficientNet-B0 at batch 8 in fp32 with 2 threads is 4.70 ms per call"
+
+
+def _profile_records(framework, variant, profile):
+    """``profile``'s records as 10_inference writes them, with the columns the report reads."""
+    return [
+        {
+            "family": "profile",
+            "metric": "op_time_ms",
+            "status": "ok",
+            "value": ms,
+            "trial": 0,
+            "model": "resnet50",
+            "device": "cpu",
+            "device_name": "Test CPU",
+            "precision": "fp32",
+            "threads": 2,
+            "batch_size": 4,
+            "framework": framework,
+            "variant": variant,
+            "extra": {
+                "category": category,
+                "wall_ms": profile.wall_ms,
+                "busy_ms": profile.busy_ms,
+                "calls": profile.calls,
+            },
+        }
+        for category, ms in profile.rows()
+    ]
+
+
+def test_the_parts_of_a_gap_add_up_to_it_on_real_profiles(tmp_path, monkeypatch):
+    """Two convolutions with BatchNorm and ReLU and a global pool, profiled in both frameworks:
+    XLA runs them as one kernel, PyTorch as seven ops."""
+    import re
+
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    monkeypatch.setenv("FWBENCH_EXECUTED_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    nn = torch.nn
+    block = nn.Sequential(
+        nn.Conv2d(16, 32, 3, padding=1, bias=False),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.Conv2d(32, 32, 3, padding=1, bias=False),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+    ).eval()
+    x = torch.randn(4, 16, 28, 28)
+    with torch.no_grad():
+        block(x)  # oneDNN builds its kernels on the first call
+        torch_profile = profile_torch(_TorchSide(block), x, calls=3)
+
+    kernels = [jnp.asarray(block[i].weight.detach().numpy().transpose(2, 3, 1, 0)) for i in (0, 3)]
+    dims = ("NHWC", "HWIO", "NHWC")
+
+    def forward(h):
+        for kernel in kernels:
+            h = jax.lax.conv_general_dilated(h, kernel, (1, 1), "SAME", dimension_numbers=dims)
+            with jax.named_scope("batch_norm"):  # as the Flax twins name it
+                h = h * jax.lax.rsqrt(1.0 + 1e-5)
+            h = jax.nn.relu(h)
+        return h.mean(axis=(1, 2))
+
+    xj = jnp.asarray(x.numpy().transpose(0, 2, 3, 1))
+    side = _JaxSide(forward, xj)
+    side.sync(side(xj))
+    jax_profile = profile_jax(side, xj, calls=3)
+    assert any(" + " in c for c in jax_profile.category_ms), jax_profile.category_ms
+
+    meas = pd.DataFrame(
+        _profile_records("torch", "eager", torch_profile)
+        + _profile_records("jax", "jit", jax_profile)
     )
-    assert (
-        "it spends 7.10 ms more in depthwise/grouped convolution, and 3.10 ms less elsewhere"
-        in sentence
+    table = why.breakdown(meas)
+    walls = table.groupby("framework").wall_ms.first()
+    assert walls.to_dict() == pytest.approx(
+        {"torch": torch_profile.wall_ms, "jax": jax_profile.wall_ms}
     )
-    assert "(most in convolution, 3.00 ms)" in sentence
-    # a tie has no sentence
-    assert why.gaps(matrix.assign(winner="tie"), table).empty
+    ratio = walls["torch"] / walls["jax"]  # JAX ÷ PyTorch throughput
+    matrix = _matrix("jax" if ratio > 1 else "torch", ratio, "resnet50", 4)
+    gaps = why.gaps(matrix, table)
+    slower, faster = gaps.slower.iloc[0], gaps.faster.iloc[0]
+    total = walls[slower] - walls[faster]
+    # the parts and the residuals add up to the whole gap, and each side's to its wall time
+    assert gaps.gap_ms.sum() == pytest.approx(total, abs=1e-9)
+    assert gaps.slower_ms.sum() == pytest.approx(walls[slower], abs=1e-9)
+    assert gaps.faster_ms.sum() == pytest.approx(walls[faster], abs=1e-9)
+    # like for like: PyTorch's BatchNorm, ReLU and pooling sit in the JAX kernel's block
+    ops = gaps[gaps.kind == "ops"]
+    assert not {NORM, ELEMENTWISE, POOL} & set(ops.category)
+    (label,) = [c for c in ops.category if c.startswith("convolution with its fused")]
+    for category in (NORM, ELEMENTWISE, POOL):
+        assert category in label
+    assert (gaps.kind == "residual").any() and not gaps.assumed.any()
+    # the sentence lists every part with its sign; rounded, they add up to its total
+    (sentence,) = why.why_sentences(gaps)
+    stated = float(re.search(r"is (\d+\.\d+) ms per profiled call slower", sentence).group(1))
+    listed = [float(v) for v in re.findall(r" ([+-]\d+\.\d+) ms", sentence)]
+    assert stated == pytest.approx(total, abs=0.005)
+    assert sum(listed) == pytest.approx(total, abs=0.005 * (len(listed) + 1))
+    shown = gaps[gaps.gap_ms.abs() >= why.SHOWN_MS]
+    assert len(listed) == len(shown) and f"{label} " in sentence

@@ -241,6 +241,22 @@ def test_histories_hold_one_point_per_run_in_run_order(index):
     assert torch.value.to_numpy() == pytest.approx(STEP)
 
 
+def test_histories_carry_each_points_spread_and_the_run_sd_follows_from_it(index):
+    dbp, _ids = index
+    histories = regressions.load_histories(dbp, "demo")
+    trials = np.log([0.99, 1.01])  # each run's two trials around its point
+    assert (histories.n_values == 2).all()
+    torch = histories[histories.framework == "torch"]
+    assert torch.log_mean.to_numpy() == pytest.approx(np.log(STEP) + trials.mean())
+    assert torch.log_var.to_numpy() == pytest.approx(np.full(len(STEP), trials.var(ddof=1)))
+    # one-way random effects over both configurations' 8 runs: the spread of the runs' means
+    # less what two trials explain (the step counts as run noise: it is no flat history)
+    between = [np.var(np.log(h), ddof=1) - trials.var(ddof=1) / 2 for h in (STEADY, STEP)]
+    noise = regressions.run_noise(histories, metric="latency_p50_ms")
+    assert noise.sd == pytest.approx(np.sqrt(np.mean(between)))
+    assert noise.describe().startswith("estimated from 8 runs (2 configurations")
+
+
 def test_the_command_prints_the_run_where_the_level_moved(index):
     dbp, ids = index
     proc = run_cli("regressions", "--campaign", "demo", "--db", dbp)

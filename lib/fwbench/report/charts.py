@@ -129,8 +129,10 @@ def _plain(frame: pd.DataFrame) -> pd.DataFrame:
 
 def ratio_heatmap(matrix: pd.DataFrame) -> alt.FacetChart:
     data = _plain(labelled(matrix))
+    marks = {"equivalent": "≈", "inconclusive": "?", "within one run": "(1 run)"}
     data["label"] = [
-        "tie" if w == "tie" else f"{r:.2f}×" for w, r in zip(data.winner, data.ratio, strict=True)
+        f"{r:.2f}× {marks[w]}" if w in marks else f"{r:.2f}×"
+        for w, r in zip(data.winner, data.ratio, strict=True)
     ]
     data["log2_ratio"] = np.log2(data.ratio)
     extent = max(1.0, float(np.nanmax(np.abs(data.log2_ratio)))) if len(data) else 1.0

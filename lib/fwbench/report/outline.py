@@ -14,7 +14,7 @@ Captions, intros and notes are ``str.format`` templates over the analysis's attr
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import pandas as pd
@@ -50,6 +50,10 @@ class Analysis:
     kinds: dict[str, str]  # model -> "cnn" or "transformer"; the report may not import the models
     # every metric's per-run history in this campaign, up to and including this run
     histories: pd.DataFrame
+    # throughput samples of every run the verdicts pool (column run_id): this campaign's runs up
+    # to this one on the same CPU model and notebook sources
+    pool_samples: pd.DataFrame = field(default_factory=pd.DataFrame)
+    imported: object = None  # verdicts.Between a single run borrows, or None
 
     def sources(self, rows: pd.DataFrame) -> list[str]:
         return tables.source_paths(rows, self.cells)
@@ -71,7 +75,8 @@ class Analysis:
 
     @cached_property
     def matrix(self) -> pd.DataFrame:
-        return tables.comparison_matrix(self.samples)
+        pool = self.pool_samples if not self.pool_samples.empty else self.samples
+        return tables.comparison_matrix(pool, self.run_id, self.imported)
 
     @cached_property
     def latency(self) -> pd.DataFrame:
@@ -236,7 +241,7 @@ class Analysis:
 
     @cached_property
     def aa(self) -> pd.DataFrame:
-        return trust.aa_control(self.samples)
+        return trust.aa_control(self.pool_samples)
 
     @cached_property
     def baseline_matrix(self) -> pd.DataFrame:
@@ -244,11 +249,11 @@ class Analysis:
 
     @cached_property
     def stability(self) -> pd.DataFrame:
-        return trust.stability_table(self.matrix, self.baseline_matrix)
+        return trust.calibration(self.pool_samples, self.run_id)
 
     @cached_property
     def stability_summary(self) -> dict:
-        return trust.stability_summary(self.stability)
+        return trust.calibration_summary(self.stability)
 
     @cached_property
     def trust_lines(self) -> list[str]:
@@ -256,12 +261,12 @@ class Analysis:
 
     @cached_property
     def trust_summary(self) -> list[str]:
-        """The A/A and stability sentences the executive summary carries, where trials exist."""
+        """The A/A and calibration sentences the executive summary carries, where trials exist."""
         if self.trials.empty:
             return []
         return [
             *self.trust_lines[1:],
-            sentences.stability_sentence(self.stability_summary, self.baseline_run_id),
+            sentences.stability_sentence(self.stability_summary, self.run_id),
         ]
 
     @cached_property
@@ -269,7 +274,7 @@ class Analysis:
         pool = trust.noise_pool(self.samples)
         if pool.size == 0:
             return pd.DataFrame(), None
-        return trust.regression_scores(pool)
+        return trust.regression_scores(pool, self.histories)
 
     @cached_property
     def failures(self) -> pd.DataFrame:
@@ -284,31 +289,26 @@ class Analysis:
         return tables.shared_machine_table(self.cells)
 
 
-def _with_cell_readings(meas: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
-    """Each record with its cell's contention verdict and re-run count, which the trial
-    comparisons drop and count by."""
-    keys = ["notebook", "cell", "trial"]
-    readings = [c for c in ("shared_machine", "reruns") if c in cells]
-    if meas.empty or not readings:
-        return meas
-    return meas.merge(cells[keys + readings], how="left", on=keys)
-
-
 def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> Analysis:
     """The run to analyse (default: the campaign's latest) and its baseline (default: the run
     before it), read from an open index."""
     run_id, baseline_run_id = tables.resolve_runs(con, campaign, run_id, baseline_run_id)
     cells = tables.load_cells(con, campaign, run_id)
-    meas = _with_cell_readings(tables.load_measurements(con, campaign, run_id), cells)
+    meas = tables.with_cell_readings(tables.load_measurements(con, campaign, run_id), cells)
     baseline = meas.iloc[0:0]
     if baseline_run_id:
-        baseline = _with_cell_readings(
+        baseline = tables.with_cell_readings(
             tables.load_measurements(con, campaign, baseline_run_id),
             tables.load_cells(con, campaign, baseline_run_id),
         )
     sql, params = regressions.histories_query(campaign)
     histories = con.execute(sql, params).df()
     run = tables.load_run(con, campaign, run_id)
+    pool = tables.pooled_run_ids(con, campaign, run_id)
+    pool_samples = tables.pooled_samples(con, campaign, pool)
+    with_rounds = pool_samples.trials.notna() if not pool_samples.empty else []
+    runs_with_rounds = pool_samples[with_rounds].run_id.nunique() if len(with_rounds) else 0
+    imported = tables.imported_between(con, run["environment"]) if runs_with_rounds == 1 else None
     # the history as it stood when this run finished: a report rebuilt later says the same
     this_order = histories.loc[histories.run_id == run_id, "run_order"]
     if not this_order.empty:
@@ -324,6 +324,8 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
         index_calibration=tables.load_calibration(con),
         kinds=kinds,
         histories=histories.reset_index(drop=True),
+        pool_samples=pool_samples,
+        imported=imported,
     )
 
 
@@ -431,13 +433,14 @@ def _no_trials_note(analysis: Analysis) -> str:
     if trials.fillna(0).max() > 1:
         return (
             "This run's trials are not inference measurements, so there is no JAX-vs-PyTorch "
-            "ratio to pair by round, no A/A control and no stability check here; each family "
-            "that ran trials pairs them in its own section."
+            "ratio to pair by round, no A/A control and no calibration check here; each family "
+            "that ran trials judges them in its own section."
         )
     return (
         "This campaign ran one trial per cell, so there is nothing to pair by round, no A/A "
-        "control and no stability check: its ratios carry no between-run interval. A "
-        "campaign with `trials` ≥ 3 and `order: interleaved` has them (params/trust.yaml)."
+        "control and no calibration check: its ratios are within one run and call no winner. "
+        "A campaign of interleaved trials repeated as runs, with duplicate arms, has them "
+        "(params/headline.yaml)."
     )
 
 
@@ -459,8 +462,8 @@ def _rooflines(analysis: Analysis) -> list:
                 literal(
                     f"Achieved FLOP/s (FLOPs per image from the frameworks' counters × median "
                     f"throughput) against arithmetic intensity (XLA cost analysis FLOPs ÷ bytes) "
-                    f"on {device_name}; lines are min(measured peak matmul, measured copy "
-                    f"bandwidth × intensity) per precision."
+                    f"on {device_name}; lines are min(peak matmul, copy bandwidth × intensity) "
+                    "per precision and thread count, each the best any framework measured there."
                 ),
                 lambda _a, on_device=on_device, curve=curve: charts.roofline_chart(
                     on_device, curve
@@ -472,21 +475,23 @@ def _rooflines(analysis: Analysis) -> list:
 
 def _why_figures(analysis: Analysis) -> list:
     items = []
-    order = list(why.ORDER)
     for model in sorted(analysis.breakdown.model.unique()):
         rows = analysis.breakdown[analysis.breakdown.model == model]
+        order = why.category_order(rows.category)
         items.append(
             Figure(
                 f"why_{model}",
                 f"Where the time goes: {model}",
                 literal(
-                    f"Profiled ms per call of {model} by op category, per framework variant and "
-                    f"batch size, on {analysis.devices}: fused kernels count under the "
-                    "convolution or dot they are built around (else their first op); framework "
-                    "overhead is wall time outside every op, to which an eager framework's "
-                    "profiler adds its own cost per op."
+                    f"Profiled ms per call of {model} by op category (mean over trials), per "
+                    f"framework variant and batch size, on {analysis.devices}: an XLA fusion "
+                    "whose ops span several categories is one kernel and counts under all of "
+                    "them joined (convolution + normalisation); framework overhead is wall time "
+                    "outside every op, to which an eager framework's profiler adds its own cost "
+                    "per op. Where XLA ran ops on several threads at once, the bars add up to "
+                    "more than the wall time."
                 ),
-                lambda _a, rows=rows: charts.breakdown_chart(rows, order),
+                lambda _a, rows=rows, order=order: charts.breakdown_chart(rows, order),
             )
         )
     return items
@@ -497,7 +502,10 @@ def _web_audio_notes(analysis: Analysis) -> list:
 
 
 def _mfu_notes(analysis: Analysis) -> list:
-    return [Note(literal(text)) for text in roofline.mfu_notes(analysis.mfu, analysis.run_id)]
+    # the run's CPU's vector extensions say why a framework's kernel path is slow on it
+    isa = ((analysis.run.get("environment") or {}).get("cpu") or {}).get("isa")
+    notes = roofline.mfu_notes(analysis.mfu, analysis.run_id, isa)
+    return [Note(literal(text)) for text in notes]
 
 
 def _energy_note(analysis: Analysis) -> str:
@@ -525,17 +533,19 @@ SECTIONS: tuple[Section, ...] = (
             Figure(
                 "ratio_matrix",
                 "JAX ÷ PyTorch throughput",
-                "JAX images/s ÷ PyTorch's on {devices} (the geometric mean of the rounds' "
-                "ratios where trials pair by round, else the ratio of medians); best modes (each "
-                "framework's fastest variant) and defaults (PyTorch eager vs JAX jit). Colour is "
-                "log₂ of the ratio; 'tie' marks a 95% interval that contains 1.",
+                "JAX images/s ÷ PyTorch's on {devices} (the estimated ratio over rounds paired by "
+                "trial and pooled runs, else the ratio of medians); best modes (each framework's "
+                "fastest variant) and defaults (PyTorch eager vs JAX jit). Colour is log₂ of the "
+                "ratio; ≈ marks equivalent within ±5%, ? inconclusive, (1 run) within one run.",
                 _ratio_heatmap("matrix"),
             ),
             Table(
                 "ratio_matrix",
-                "JAX ÷ PyTorch throughput ratio with 95% interval and the winner (tie when the "
-                "interval contains 1); `interval` says whether it pairs trials by round, "
-                "`rounds` how many, `dropped_shared` how many were left out for contention.",
+                "JAX ÷ PyTorch throughput ratio with 95% and 90% intervals and the verdict "
+                "(`winner`: jax, torch, equivalent, inconclusive or within one run); `design` the "
+                "runs × rounds behind it, `between_term` where its between-run term came from, "
+                "`p_holm` the Holm-adjusted p-value, `runs_to_decide` roughly how many runs would "
+                "decide an inconclusive one, `dropped_shared` rounds left out for contention.",
                 lambda a: a.matrix,
                 records("inference", ["throughput_img_s"]),
                 drop=("device",),
@@ -545,10 +555,10 @@ SECTIONS: tuple[Section, ...] = (
         empty_note="No configuration was measured with both frameworks in this run.",
     ),
     Section(
-        "Trust: trials, A/A control and stability",
-        "Whether these ratios would come out the same again: the trials behind them, the same "
-        "method applied to a configuration against itself, and the agreement with the "
-        "campaign's previous run.",
+        "Trust: trials, A/A control and calibration",
+        "Whether these ratios would come out the same again: the trials behind them, duplicate "
+        "arms (the same configuration as two cells) judged by the verdicts' own estimator, and "
+        "whether this run lands where the campaign's earlier runs predicted.",
         (
             Each(lambda a: [Note(literal(t)) for t in a.trust_lines]),
             Table(
@@ -561,29 +571,20 @@ SECTIONS: tuple[Section, ...] = (
             ),
             Table(
                 "aa_control",
-                "A/A control per arm: splits of its rounds into two halves compared with the "
-                "report's method, the winners it wrongly called, and the median relative width "
-                "of those intervals.",
+                "A/A control per duplicate arm and run: the copy ÷ the original, its 95% interval "
+                "with the between-run term fitted on every pooled run's A/A rounds, and whether "
+                "it wrongly calls a winner.",
                 lambda a: a.aa,
                 records("inference", ["throughput_img_s"]),
                 drop=("device",),
                 when=_nonempty("aa"),
             ),
-            Note(lambda a: sentences.stability_sentence(a.stability_summary, a.baseline_run_id)),
-            Figure(
-                "stability",
-                "Stability between two runs",
-                "JAX ÷ PyTorch throughput in run {run_id} against run {baseline_run_id}, with "
-                "this run's 95% interval; the dashed diagonal is perfect agreement, the band "
-                f"±{trust.STABLE_CHANGE:.0%}.",
-                lambda a: charts.stability_chart(a.stability, trust.STABLE_CHANGE),
-                when=_nonempty("stability"),
-            ),
+            Note(lambda a: sentences.stability_sentence(a.stability_summary, a.run_id)),
             Table(
-                "stability",
-                "Each comparison in both runs: ratio, winner, change of the ratio, whether the "
-                "runs name opposite winners, and whether the ratios agree within "
-                f"{trust.STABLE_CHANGE:.0%}.",
+                "calibration",
+                "Each best-mode comparison: the 95% prediction interval the earlier pooled runs "
+                "give a new run's ratio, this run's ratio, whether it lies inside, and the "
+                "verdict before and after this run is pooled in.",
                 lambda a: a.stability,
                 records("inference", ["throughput_img_s"]),
                 drop=("device",),
@@ -593,8 +594,11 @@ SECTIONS: tuple[Section, ...] = (
             Table(
                 "regression_evaluation",
                 "The regression detector and two baselines on seeded synthetic 10-run histories "
-                "drawn from this run's trials (200 per slowdown size and 200 unchanged): recall "
-                "per size, false alerts per 100 unchanged histories, runs to detection, F1.",
+                "whose points are medians of this run's trials times a run effect at the "
+                "campaign's between-run SD (200 per slowdown size and 200 unchanged): recall per "
+                "size, false alerts per 100 unchanged histories, runs to detection, F1; "
+                "`scenario` says whether a row is the current design, more trials or more runs "
+                "per point, or the same without run noise.",
                 lambda a: a.regression_evaluation[0],
                 records("inference", ["throughput_img_s"]),
                 when=lambda a: not a.regression_evaluation[0].empty,
@@ -606,8 +610,11 @@ SECTIONS: tuple[Section, ...] = (
     ),
     Section(
         "Why",
-        "Where each framework's time goes, per op category, and which categories make up the gap "
-        "in every comparison with a winner (10_inference with `profile: true`).",
+        "Where each framework's time goes, per op category, and the parts that add up to the gap "
+        "in every comparison with a measured one (10_inference with `profile: true`): each "
+        "category with its sign, categories that either side ran fused in one kernel counted as "
+        "one block on both sides, the time outside every profiled op, and, where XLA ran ops on "
+        "several threads at once, the op time the wall clock counted once.",
         (
             Each(lambda a: [Note(literal(t)) for t in a.why_lines]),
             Note(
@@ -617,16 +624,20 @@ SECTIONS: tuple[Section, ...] = (
             Each(_why_figures),
             Table(
                 "op_breakdown",
-                "Profiled ms per call by op category (median over trials) and its share of the "
-                "profiled wall time.",
+                "Profiled ms per call by op category (mean over trials, so that the parts of a "
+                "gap add up), its share of the side's summed profiled time, the profiled wall "
+                "time per call, and whether a JAX profile leaves unnamed what XLA fused (one "
+                "recorded before fusions were named).",
                 lambda a: a.breakdown,
                 records("profile", ["op_time_ms"]),
                 drop=("device",),
             ),
             Table(
                 "gaps",
-                "Per comparison with a winner: each category's ms per call on the slower and the "
-                "faster side, and the difference.",
+                "Per comparison with a measured gap: each part's ms per call on the slower and "
+                "the faster side and the difference, which add up to the two sides' profiled "
+                "wall times and their gap; `merged` lists the categories a block holds, "
+                "`assumed` marks a block merged because a JAX profile does not name its fusions.",
                 lambda a: a.gaps,
                 records("profile", ["op_time_ms"]),
                 drop=("device",),
@@ -782,8 +793,10 @@ SECTIONS: tuple[Section, ...] = (
             Each(_rooflines),
             Table(
                 "roofline",
-                "Achieved TFLOP/s, MFU (achieved ÷ the framework's measured matmul peak), "
-                "intensity and the regime each configuration falls in.",
+                "Achieved TFLOP/s, MFU (achieved ÷ the device's ceiling: the best peak matmul "
+                "any framework measured at that precision and thread count), framework "
+                "efficiency (achieved ÷ the framework's own measured peak), intensity and the "
+                "regime each configuration falls in.",
                 lambda a: a.points,
                 records(None, ["achieved_tflops", "peak_matmul_tflops", "copy_bandwidth_gbs"]),
                 drop=("device",),
@@ -804,18 +817,30 @@ SECTIONS: tuple[Section, ...] = (
     Section(
         "MFU",
         "Model FLOP utilisation of every configuration with a FLOP count, inference and "
-        "training: achieved TFLOP/s ÷ the peak matmul TFLOP/s that 02_calibrate measured through "
-        "the same framework on the same device and precision (and, on a CPU, thread count).",
+        "training: achieved TFLOP/s ÷ the device's ceiling, the best peak matmul TFLOP/s that "
+        "02_calibrate measured through any framework on the same device and precision (and, on "
+        "a CPU, thread count), one ceiling for both frameworks. Framework efficiency divides by "
+        "the framework's own measured peak instead: where that is far below the device's, the "
+        "framework's kernel path at that precision is slow there, and a note says so.",
         (
             Each(_mfu_notes),
             Table(
                 "mfu",
-                "MFU per configuration: median achieved TFLOP/s over trials ÷ the peak matmul "
-                "TFLOP/s of the same framework, device, precision and threads, measured in the run "
-                "named.",
+                "MFU per configuration: median achieved TFLOP/s over trials ÷ the device's "
+                "ceiling at that precision and thread count (the framework that reached it, and "
+                "the run it was measured in); framework efficiency: the same ÷ the framework's "
+                "own peak there.",
                 lambda a: a.mfu.dropna(subset=["mfu"]),
                 records(None, ["achieved_tflops", "peak_matmul_tflops"]),
-                drop=("mode", "device", "ceiling_campaign", "ceiling_cell", "channels_last"),
+                drop=(
+                    "mode",
+                    "device",
+                    "ceiling_campaign",
+                    "ceiling_cell",
+                    "framework_ceiling_campaign",
+                    "ceiling_shared",
+                    "channels_last",
+                ),
                 when=lambda a: a.mfu.mfu.notna().any(),
             ),
             Note(
@@ -839,7 +864,7 @@ SECTIONS: tuple[Section, ...] = (
             ),
             Table(
                 "by_architecture",
-                "Wins, ties and geometric-mean JAX ÷ PyTorch ratio per architecture.",
+                "Wins, equivalences, undecided ratios and the geometric-mean JAX ÷ PyTorch ratio per architecture.",
                 lambda a: a.kind_table,
                 records("inference", ["throughput_img_s"]),
             ),
@@ -859,7 +884,8 @@ SECTIONS: tuple[Section, ...] = (
                 "JAX ÷ PyTorch training throughput",
                 "Median training images/s of JAX divided by PyTorch's (batch size over the synced "
                 "step time), on {devices}; 95% bootstrap interval over steps (or trials, with "
-                "three or more); 'tie' marks an interval that contains 1.",
+                "three or more); ≈ marks equivalent within ±5%, ? inconclusive, (1 run) within "
+                "one run.",
                 _ratio_heatmap("train_matrix"),
                 when=_nonempty("train_matrix"),
             ),

@@ -19,7 +19,6 @@ import pandas as pd
 
 from fwbench.pipeline import environment
 from fwbench.report import sections
-from fwbench.report.tables import PAIRED_INTERVAL
 from fwbench.vocab import (
     PREDICTION_ERROR_METRICS,
     PREDICTION_GOALS,
@@ -59,9 +58,22 @@ def _markdown(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+VERDICT_NOTES = {
+    "equivalent": "equivalent within ±5%",
+    "inconclusive": "inconclusive",
+    "within one run": "within one run",
+}
+
+
 def ratio_cell(r) -> str:
+    """A ratio with its interval and, unless a framework is faster, the verdict's words. A table
+    from a report built before verdicts pooled runs has no ``between_term`` column: its intervals are
+    within one run, and say so."""
     text = f"{r.ratio:.2f}× [{r.ci_low:.2f}, {r.ci_high:.2f}]"
-    return f"{text} (tie)" if r.winner == "tie" else text
+    if not isinstance(getattr(r, "between_term", None), str):
+        return f"{text} (within one run)"
+    note = VERDICT_NOTES.get(r.winner)
+    return f"{text} ({note})" if note else text
 
 
 def modes_label(r) -> str:
@@ -99,10 +111,14 @@ def interval_words(matrix: pd.DataFrame) -> str:
     paired = matrix[matrix.interval == "paired"] if "interval" in matrix else matrix.iloc[0:0]
     rounds = sorted({int(r) for r in paired.rounds}) if not paired.empty else []
     span = f"{rounds[0]}" if len(rounds) == 1 else f"{rounds[0]}-{rounds[-1]}" if rounds else ""
+    if "design" in matrix:
+        designs = ", ".join(sorted(set(matrix.design)))
+        return f"95% intervals, design {designs}"
     words = {
-        "paired": f"{PAIRED_INTERVAL}, 95%, over {span} interleaved rounds",
+        "paired": f"the geometric mean of rounds paired by trial, 95%, over {span} interleaved "
+        "rounds of one run (within one run: no between-run term)",
         "within-run": "the ratio of median images/s with a 95% bootstrap interval over samples "
-        "from one run (no between-run spread)",
+        "from one run (no between-run term)",
     }
     return "; where no trials pair, ".join(words[k] for k in ("paired", "within-run") if k in kinds)
 
@@ -112,7 +128,8 @@ def inference_part(matrix: pd.DataFrame, report_link: str) -> list[str]:
         return ["No inference configuration was measured with both frameworks in this run."]
     parts = [
         f"Inference: JAX ÷ PyTorch images/s, {interval_words(matrix)}; below 1, PyTorch is faster; "
-        f"(tie): the interval contains 1 ([comparison matrix]({report_link}#comparison-matrix))."
+        f"a ratio with no faster framework carries its verdict's words "
+        f"([comparison matrix]({report_link}#comparison-matrix))."
     ]
     for setting, label, rows in _comparison_groups(matrix):
         pairs = rows[["jax_variant", "torch_variant"]].drop_duplicates()
@@ -190,8 +207,9 @@ def mfu_part(mfu: pd.DataFrame, section: dict | None, run_id: str, report_link: 
         )
     header = ["family", "model", "framework · mode", "setting", *(f"batch {b}" for b in batches)]
     return [
-        "MFU: achieved FLOP/s ÷ the peak matmul FLOP/s that 02_calibrate measured through the same "
-        f"framework on the same device and precision, ceilings from {where} {link}:",
+        "MFU: achieved FLOP/s ÷ the device's ceiling, the best peak matmul FLOP/s any framework's "
+        f"02_calibrate reached on the same device, precision and threads, ceilings from {where} "
+        f"{link}:",
         _markdown(header, body),
         *notes,
     ]

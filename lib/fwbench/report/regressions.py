@@ -15,7 +15,10 @@ the first choice, but every release pins numpy < 2 (the newest also setuptools <
 Python 3.11 only), which jax, pandas and torch here cannot share.
 
 ``evaluate`` measures the detector and two baselines on synthetic histories whose points are
-medians of trials resampled from a measured sample pool, so that the noise is the machine's.
+medians of trials resampled from a measured sample pool, each shifted by a run effect, so that the
+noise is the machine's at both levels: a run shares one level across its trials, which no number
+of trials averages away. ``run_noise`` estimates that run effect's size from the campaign's own
+history.
 """
 
 from __future__ import annotations
@@ -36,6 +39,22 @@ from fwbench.results import db
 # the whole history and each split is the best of several, so the p-value alone is optimistic;
 # the minimum effect is what keeps flat histories quiet, and the threshold what keeps 10% steps
 # found within two or three runs. A stricter threshold (0.001) missed 1 in 5 10% steps at 5 trials.
+#
+# Neither is derived from the run-level SD, by simulation (``evaluate``, 200 histories a size,
+# seed 0, 5 trials, one run per point, run SD 0.035; false alerts per 100 / recall at 10%, on
+# the test suite's 2-core pool, the cpu_study and the trust campaigns' pools):
+#   this rule (p < 0.01, >= 6%)          15.0 / 70.0%   7.5 / 68.5%   18.0 / 53.5%
+#   minimum move max(6%, 3 x run SD)      2.0 / 57.5%   0.5 / 52.0%    5.0 / 45.5%
+#   p < 0.001, >= 6%                      0.5 / 29.5%   0.5 / 26.5%    1.0 / 11.5%
+# (2 and 2.5 x run SD: 11.5 / 69.0% and 5.5 / 67.0% on the first pool.) No setting reaches both
+# goals at one run per point. Points of 3, 4 and 8 runs reach them with this rule, where
+# 3 x run SD / sqrt(runs) is 6.1% at most and the derived move changes next to nothing (3 runs,
+# the first pool: 1.0 / 94.0% either way); at the run SD this project's history shows (0.016,
+# trust's 6 runs) 3 x run SD is under 6% too. And the command would have to estimate the run SD
+# from the history it tests, where a real shift counts as run noise: 12 configurations x 6 runs
+# at 0.02 with a 10% step at the fourth run estimate 0.055, a minimum move of 16% that hides the
+# very step. So the rule stays, and the evaluation says how many runs per point this machine's
+# noise needs.
 ALPHA = 0.01
 MIN_CHANGE = 0.06
 # Two points a side is the least a variance can be estimated from; it is also what makes a
@@ -167,7 +186,10 @@ def histories_query(campaign: str | None = None) -> tuple[str, list]:
 
     One point per run, configuration and metric: the median of the run's ok values. Histories
     stay within a campaign, whose stop rules and grids are its own. Runs are ordered by start time
-    (the run id, a UTC timestamp, where a manifest had none).
+    (the run id, a UTC timestamp, where a manifest had none). Each point also carries the spread
+    of the values behind it (``n_values``, and where all are positive the mean and sample variance
+    of their logs, ``log_mean`` and ``log_var``), from which ``run_noise`` separates the run
+    effect from the trial noise.
     """
     where = "m.status = 'ok' and m.value is not null and isfinite(m.value)"
     params: list = []
@@ -178,7 +200,9 @@ def histories_query(campaign: str | None = None) -> tuple[str, list]:
     sql = f"""
         with points as (
             select m.campaign, m.metric, {keys}, m.run_id, median(m.value) as value,
-                   any_value(m.unit) as unit
+                   any_value(m.unit) as unit, count(*) as n_values,
+                   case when min(m.value) > 0 then avg(ln(m.value)) end as log_mean,
+                   case when min(m.value) > 0 then var_samp(ln(m.value)) end as log_var
             from measurements m
             where {where}
             group by all
@@ -266,21 +290,29 @@ def synthetic_history(
     *,
     points: int = POINTS,
     change_at: int = CHANGE_AT,
+    run_sd: float = 0.0,
+    runs_per_point: int = 1,
 ) -> np.ndarray:
-    """``points`` medians of ``trials`` draws from ``pool``, slowed by ``slowdown`` from
-    ``change_at`` on.
+    """``points`` history points slowed by ``slowdown`` from ``change_at`` on. A run is the
+    median of ``trials`` draws from ``pool`` times its run effect, ``exp(N(0, run_sd))``; a point
+    is the mean of ``runs_per_point`` runs (one, as ``fwbench regressions`` reads a history).
 
     A smoothed bootstrap: each draw is jittered on a log scale by Silverman's bandwidth. Plain
     resampling of a pool of a few dozen timings makes medians that land on the same few order
     statistics, so two runs tie exactly, which real medians of timings never do and which a
-    t-test reads as no noise at all.
+    t-test reads as no noise at all. The run effect is drawn after the trials, so a history
+    without one is the same history with the same seed.
     """
     logs = np.log(pool)
     spread = min(logs.std(ddof=1), np.subtract(*np.percentile(logs, [75, 25])) / 1.34)
     bandwidth = 0.9 * spread * len(logs) ** -0.2
-    draws = rng.choice(pool, size=(points, trials), replace=True)
+    draws = rng.choice(pool, size=(points, runs_per_point, trials), replace=True)
     draws = draws * np.exp(rng.normal(0.0, bandwidth, size=draws.shape))
-    history = np.median(draws, axis=1)
+    runs = np.median(draws, axis=2)
+    if run_sd > 0:
+        # one level the whole run shares: the median of its trials carries it whole
+        runs = runs * np.exp(rng.normal(0.0, run_sd, size=runs.shape))
+    history = runs.mean(axis=1)
     history[change_at:] *= 1.0 + slowdown
     return history
 
@@ -332,17 +364,21 @@ def evaluate(
     sizes: Sequence[float] = SIZES,
     seed: int = 0,
     methods: dict[str, Callable[[np.ndarray], dict[int, int]]] | None = None,
+    run_sd: float = 0.0,
+    runs_per_point: int = 1,
 ) -> pd.DataFrame:
     """Score regression detectors on seeded synthetic histories, one row per method.
 
-    ``series`` histories per slowdown size and as many A/A histories (no change); every method
+    ``series`` histories per slowdown size and as many A/A histories (no change), their points
+    drawn by ``synthetic_history`` with ``trials``, ``run_sd`` and ``runs_per_point``; every method
     sees the same histories. A method re-reads the history as each run arrives (``METHODS``), so
     an alert is counted once, at the run it flags, when it is first raised. An alert on a slowed
     history counts as a detection when it flags the first slow run, the run before it or any
     later one (every later run is slow too); one that flags an earlier run is a false alert, as
     is every alert on an A/A history.
 
-    Columns: ``recall_<size>`` (share of slowed histories detected by their last point),
+    Columns: the design (``trials``, ``runs_per_point``, ``run_sd``), ``recall_<size>`` (share of
+    slowed histories detected by their last point),
     ``false_per_100`` (false alerts per 100 A/A histories), ``delay_median`` and
     ``within_3`` (slow runs seen when the detection came: median, and share of detections by the
     third), ``precision``, ``recall`` (all sizes) and ``f1``.
@@ -352,8 +388,11 @@ def evaluate(
     base = base / np.median(base)  # slowdowns are relative; the pool's own scale is irrelevant
     rng = np.random.default_rng(seed)
     kinds = [0.0, *sizes]
+    design = {"run_sd": run_sd, "runs_per_point": runs_per_point}
     histories = [
-        (size, synthetic_history(base, trials, size, rng)) for size in kinds for _ in range(series)
+        (size, synthetic_history(base, trials, size, rng, **design))
+        for size in kinds
+        for _ in range(series)
     ]
     rows = []
     for name, method in methods.items():
@@ -374,7 +413,7 @@ def evaluate(
         recall = true / (series * len(sizes))
         flagged = true + false_aa + false_slowed
         precision = true / flagged if flagged else 1.0
-        row = {"method": name, "trials": trials}
+        row = {"method": name, "trials": trials, "runs_per_point": runs_per_point, "run_sd": run_sd}
         row.update({f"recall_{size:g}": detected[size] / series for size in sizes})
         row.update(
             false_per_100=100.0 * false_aa / series,
@@ -394,30 +433,160 @@ GOAL_FALSE_PER_100 = 1.0
 GOAL_DELAY_RUNS = 3
 
 
-def meets_goals(scores: pd.DataFrame, method: str = "changepoint") -> bool:
+def meets_goals(
+    scores: pd.DataFrame, method: str = "changepoint", *, versus_baselines: bool = True
+) -> bool:
     """Whether ``method``'s row of ``evaluate`` reaches the goals: recall at a 10% slowdown,
-    false alerts per 100 A/A histories, median delay, and an F1 above every other method's."""
+    false alerts per 100 A/A histories, median delay, and (``versus_baselines``) an F1 above
+    every other method's.
+
+    The F1 goal compares methods, not noise levels: on quiet enough points a fixed 7% rule ties
+    the detector (the trust campaign's pool at 6 runs per point: the detector's F1 0.862 at 0
+    false alerts and 100% recall at 10%, the fixed rule's 0.880 from more 5% steps), so a search
+    for the points that reach the noise goals leaves it out."""
     by = scores.set_index("method")
     row = by.loc[method]
     return bool(
         row["recall_0.1"] >= GOAL_RECALL_10PCT
         and row.false_per_100 <= GOAL_FALSE_PER_100
         and row.delay_median <= GOAL_DELAY_RUNS
-        and (by.drop(index=method).f1 < row.f1).all()
+        and (not versus_baselines or (by.drop(index=method).f1 < row.f1).all())
     )
+
+
+def fewest_meeting_goals(
+    pool: Sequence[float],
+    designs: Sequence[dict],
+    *,
+    versus_baselines: bool = True,
+    **evaluate_options,
+) -> tuple[dict | None, pd.DataFrame]:
+    """The first of ``designs`` (``evaluate`` options, cheapest first) at which the detector
+    meets the goals (``meets_goals``) on histories drawn from ``pool``, and the scores of every
+    design tried (None: none did)."""
+    tried = []
+    for design in designs:
+        scores = evaluate(pool, **design, **evaluate_options)
+        tried.append(scores)
+        if meets_goals(scores, versus_baselines=versus_baselines):
+            return design, pd.concat(tried, ignore_index=True)
+    return None, pd.concat(tried, ignore_index=True) if tried else pd.DataFrame()
 
 
 def trials_needed(
     pool: Sequence[float],
     candidates: Sequence[int] = (5, 7, 10, 15, 20, 30),
+    *,
+    versus_baselines: bool = True,
     **evaluate_options,
 ) -> tuple[int | None, pd.DataFrame]:
     """The fewest trials per point, among ``candidates``, at which the detector meets the goals
-    on histories drawn from ``pool``, and the scores of every count tried (None: none did)."""
-    tried = []
-    for trials in candidates:
-        scores = evaluate(pool, trials=trials, **evaluate_options)
-        tried.append(scores)
-        if meets_goals(scores):
-            return trials, pd.concat(tried, ignore_index=True)
-    return None, pd.concat(tried, ignore_index=True)
+    on histories drawn from ``pool``, and the scores of every count tried (None: none did).
+
+    More trials shrink only the trial noise of a point: with a run effect in ``evaluate_options``
+    the point never gets quieter than the run effect itself."""
+    designs = [{"trials": t} for t in candidates]
+    found, tried = fewest_meeting_goals(
+        pool, designs, versus_baselines=versus_baselines, **evaluate_options
+    )
+    return (found["trials"] if found else None), tried
+
+
+def runs_needed(
+    pool: Sequence[float],
+    candidates: Sequence[int] = (2, 3, 4, 6, 8),
+    *,
+    trials: int = 5,
+    versus_baselines: bool = True,
+    **evaluate_options,
+) -> tuple[int | None, pd.DataFrame]:
+    """The fewest runs per point (a point being the mean of that many runs' medians of ``trials``
+    trials), among ``candidates``, at which the detector meets the goals, and the scores of every
+    count tried (None: none did). Runs divide both the run effect and the trial noise."""
+    designs = [{"trials": trials, "runs_per_point": m} for m in candidates]
+    found, tried = fewest_meeting_goals(
+        pool, designs, versus_baselines=versus_baselines, **evaluate_options
+    )
+    return (found["runs_per_point"] if found else None), tried
+
+
+# --------------------------------------------------------------------------- run noise
+
+# What the evaluation assumes when the history cannot say: the upper end of the between-run SD
+# (log scale) that six repeated runs of one campaign showed on this project's CPUs (0.02-0.035).
+DEFAULT_RUN_SD = 0.035
+# Two runs give a between-run variance one degree of freedom per configuration; three is the
+# least the estimate is quoted from.
+MIN_RUNS_FOR_RUN_SD = 3
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    """The between-run SD of one metric (log scale) and where it came from."""
+
+    sd: float
+    source: str  # "estimated" (from the history) or "default" (DEFAULT_RUN_SD)
+    runs: int = 0  # runs behind an estimate
+    configurations: int = 0  # configurations pooled into it
+    reason: str = ""  # why the default stands in
+
+    def describe(self) -> str:
+        if self.source == "estimated":
+            return (
+                f"estimated from {self.runs} runs ({self.configurations} configurations, "
+                "one-way random effects)"
+            )
+        return f"default ({self.reason})"
+
+
+def run_noise(
+    histories: pd.DataFrame | None,
+    metric: str = "throughput_img_s",
+    family: str | None = "inference",
+) -> RunNoise:
+    """The between-run SD of ``metric`` in ``histories`` (``load_histories``' frame): a one-way
+    random-effects estimate, pooled over configurations.
+
+    Per configuration with ``MIN_RUNS_FOR_RUN_SD`` runs or more that had two or more values
+    each, the variance of the runs' mean log values less what the trials explain (the mean of
+    each run's within-run variance over its count), pooled with weights runs - 1 and truncated at
+    zero. It reads the runs' means of logs, not the medians the history's points are: a run effect
+    shifts both alike, and the within-run share of a mean is exactly variance / count whatever
+    the trials' shape, whereas the median's has no such form. On heavy-tailed trials (those of
+    the trust campaign) medians less a normal-theory share from each run's MAD recovered 0.027
+    for a set 0.035, this one 0.035. A real level change in the history counts as run noise here,
+    which makes the evaluation stricter, never laxer. Fewer runs than that, or no within-run
+    spread (single-trial campaigns), give ``DEFAULT_RUN_SD`` with the reason.
+    """
+
+    def default(reason: str) -> RunNoise:
+        return RunNoise(DEFAULT_RUN_SD, "default", reason=reason)
+
+    if histories is None or histories.empty:
+        return default("no run history")
+    if not {"n_values", "log_mean", "log_var"} <= set(histories.columns):
+        return default("the history carries no within-run spread")
+    rows = histories[histories.metric == metric]
+    if family is not None and "family" in rows:
+        rows = rows[rows.family == family]
+    rows = rows[(rows.n_values >= 2) & rows.log_mean.notna() & rows.log_var.notna()]
+    keys = [k for k in ("campaign", *CONFIGURATION) if k in rows]
+    weighted = weights = 0.0
+    runs: set = set()
+    configurations = 0
+    for _key, group in rows.groupby(keys, dropna=False, sort=True):
+        if len(group) < MIN_RUNS_FOR_RUN_SD:
+            continue
+        explained = float((group.log_var / group.n_values).mean())
+        weighted += (len(group) - 1) * (float(group.log_mean.var(ddof=1)) - explained)
+        weights += len(group) - 1
+        runs.update(group.run_id)
+        configurations += 1
+    if not weights:
+        have = int(rows.run_id.nunique()) if not rows.empty else 0
+        return default(
+            f"fewer than {MIN_RUNS_FOR_RUN_SD} runs with 2 or more values of {metric} in any "
+            f"configuration; the history has {have} such runs"
+        )
+    sd = math.sqrt(max(weighted / weights, 0.0))
+    return RunNoise(sd, "estimated", len(runs), configurations)

@@ -1,9 +1,12 @@
 """Roofline placement, bound classification and MFU from measured ceilings (never datasheet peaks).
 
-A device's ceilings are the best 02_calibrate measured on it through either framework: peak matmul
-FLOP/s per precision and copy bandwidth. A configuration sits at arithmetic intensity
-I = FLOPs ÷ bytes moved per image (XLA's cost analysis) and achieved FLOP/s = FLOPs per image ×
-median throughput. MFU divides achieved FLOP/s by the peak measured through the same framework.
+A device's ceiling at a precision and (on a CPU) thread count is the best that 02_calibrate
+measured there through any framework: peak matmul FLOP/s and copy bandwidth. A configuration sits
+at arithmetic intensity I = FLOPs ÷ bytes moved per image (XLA's cost analysis) and achieved
+FLOP/s = FLOPs per image × median throughput. MFU divides achieved FLOP/s by the device's ceiling,
+the same for both frameworks, so that a framework whose own matmul is slow on a device is not
+flattered by dividing by its own shortfall. What it reaches of its own calibrated peak is a
+separate number, its framework efficiency.
 
 The ceilings come from the analysed run's own calibration; for a framework, device and precision
 the run did not calibrate, from the latest run in the index that did, and every table says which.
@@ -15,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from fwbench.report.tables import CONFIG, SERIES, metric_table, series_rows
+from fwbench.report.why import fused_parts
 from fwbench.vocab import framework_label, model_label, setting_words
 
 # Below this share of the roofline bound, time goes to something other than arithmetic or memory
@@ -35,6 +39,8 @@ CEILING_METRICS = ("peak_matmul_tflops", "copy_bandwidth_gbs")
 # A peak is measured per framework, device, precision and (on a CPU) thread count (DESIGN.md
 # section 5): one core's peak is not two cores'.
 CEILING_KEY = ["framework", "device_name", "precision", "threads"]
+# A device's ceiling is one per device, precision and thread count, whichever framework reached it
+DEVICE_KEY = ["device_name", "precision", "threads"]
 CEILING_COLUMNS = [
     "device_name",
     "precision",
@@ -63,14 +69,24 @@ MFU_COLUMNS = [
     *MFU_KEY,
     "batch_size",
     "achieved_tflops",
-    "peak_tflops",
+    "device_peak_tflops",
+    "device_peak_framework",
     "mfu",
+    "framework_peak_tflops",
+    "framework_efficiency",
     "n_trials",
     "ceiling_run_id",
     "ceiling_campaign",
     "ceiling_cell",
+    "framework_ceiling_run_id",
+    "framework_ceiling_campaign",
+    "ceiling_shared",
     "channels_last",
 ]
+# A framework whose own matmul peak is below this share of the device's ceiling runs a slow kernel
+# path at that precision there (PyTorch's bf16 on a CPU without AVX-512 BF16 reached about 1% of
+# JAX's); its MFU and any ratio against it at that precision say so.
+SLOW_PATH_SHARE = 0.25
 
 
 def _ceiling_rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -84,17 +100,20 @@ def _achieved_rows(meas: pd.DataFrame) -> pd.DataFrame:
 
 
 def calibration_with_fallback(meas: pd.DataFrame, index_calibration: pd.DataFrame) -> pd.DataFrame:
-    """The run's own ceiling records, plus, for each framework, device and precision it measured
-    FLOP/s on but did not calibrate, the ceilings of the latest run in the index that did.
+    """The run's own ceiling records, plus the ceilings of the latest run in the index that
+    calibrated each framework, device, precision and thread count the run measured FLOP/s at but
+    did not calibrate: every framework's, since a device's ceiling is the best of any of them.
 
     ``index_calibration`` is ``analysis.load_calibration``: ceilings of every run in the index.
     """
     own = _ceiling_rows(meas)
     calibrated = set(map(tuple, own[own.metric == "peak_matmul_tflops"][CEILING_KEY].values))
-    needed = set(map(tuple, _achieved_rows(meas)[CEILING_KEY].drop_duplicates().values))
-    parts = [own]
     index = _ceiling_rows(index_calibration)
-    for key in sorted(needed - calibrated):
+    devices = _achieved_rows(meas)[DEVICE_KEY].drop_duplicates()
+    frameworks = set(_achieved_rows(meas).framework) | set(index.framework)
+    needed = {(f, *d) for d in map(tuple, devices.values) for f in frameworks}
+    parts = [own]
+    for key in sorted(needed - calibrated, key=str):
         same = index[(index[CEILING_KEY] == pd.Series(key, index=CEILING_KEY)).all(axis=1)]
         peaks = same[same.metric == "peak_matmul_tflops"]
         if peaks.empty:
@@ -105,22 +124,64 @@ def calibration_with_fallback(meas: pd.DataFrame, index_calibration: pd.DataFram
     return pd.concat(parts, ignore_index=True) if len(parts) > 1 else own
 
 
+def framework_peaks(calibration: pd.DataFrame) -> pd.DataFrame:
+    """Per framework, device, precision and thread count: the best peak matmul TFLOP/s
+    02_calibrate measured (``framework_peak_tflops``) and where, and whether its cell ran on a
+    shared machine (read low, then)."""
+    cal = _ceiling_rows(calibration)
+    peak = cal[cal.metric == "peak_matmul_tflops"]
+    shared = peak["shared_machine"] if "shared_machine" in peak else pd.Series(False, peak.index)
+    peak = peak.assign(shared=shared.fillna(False).astype(bool))
+    columns = {
+        "value": "framework_peak_tflops",
+        "run_id": "framework_ceiling_run_id",
+        "campaign": "ceiling_campaign",
+        "cell": "ceiling_cell",
+        "shared": "ceiling_shared",
+    }
+    return (
+        peak.sort_values(["value", "run_id"], ascending=[False, False])
+        .groupby(CEILING_KEY, sort=True)
+        .head(1)[[*CEILING_KEY, *columns]]
+        .rename(columns=columns)
+        .reset_index(drop=True)
+    )
+
+
+def device_peaks(calibration: pd.DataFrame) -> pd.DataFrame:
+    """The device's ceiling per device, precision and thread count: the best peak matmul TFLOP/s
+    any framework reached there (``device_peak_tflops``), the framework that reached it and the
+    run it was measured in. The predictor places its rows against the same rule
+    (``families/prediction/dataset.ceilings``)."""
+    peaks = framework_peaks(calibration)
+    best = (
+        peaks.sort_values(["framework_peak_tflops", "framework"], ascending=[False, True])
+        .groupby(DEVICE_KEY, sort=True)
+        .head(1)
+    )
+    return best.rename(
+        columns={
+            "framework": "device_peak_framework",
+            "framework_peak_tflops": "device_peak_tflops",
+            "framework_ceiling_run_id": "ceiling_run_id",
+        }
+    ).reset_index(drop=True)
+
+
 def device_ceilings(calibration: pd.DataFrame) -> pd.DataFrame:
     """Per device and precision: the best measured matmul TFLOP/s and copy bandwidth, and the run
     each came from. ``calibration`` holds calibration records (a run's measurements, or
     ``calibration_with_fallback``); with none, the table is empty but has all its columns."""
     cal = _ceiling_rows(calibration)
-    peak = cal[cal.metric == "peak_matmul_tflops"]
     bandwidth = cal[cal.metric == "copy_bandwidth_gbs"]
-    if peak.empty or bandwidth.empty:
+    best_peak = device_peaks(calibration)
+    if best_peak.empty or bandwidth.empty:
         return pd.DataFrame(columns=CEILING_COLUMNS)
-    best_peak = (
-        peak.sort_values(["value", "framework"], ascending=[False, True])
-        .groupby(["device_name", "precision", "threads"], sort=True)
-        .head(1)[["device_name", "precision", "threads", "value", "framework", "run_id"]]
-        .rename(
-            columns={"value": "peak_tflops", "framework": "peak_framework", "run_id": "peak_run_id"}
-        )
+    best_peak = best_peak[[*DEVICE_KEY, "device_peak_tflops", "device_peak_framework"]].assign(
+        peak_run_id=best_peak.ceiling_run_id
+    )
+    best_peak = best_peak.rename(
+        columns={"device_peak_tflops": "peak_tflops", "device_peak_framework": "peak_framework"}
     )
     best_bw = (
         bandwidth.sort_values(["value", "framework"], ascending=[False, True])
@@ -136,17 +197,17 @@ def device_ceilings(calibration: pd.DataFrame) -> pd.DataFrame:
     )
     table = best_peak.merge(best_bw, on=["device_name", "threads"])
     table["ridge_flop_per_byte"] = table.peak_tflops * 1e12 / (table.bandwidth_gbs * 1e9)
-    order = ["device_name", "precision", "threads"]
-    return table[CEILING_COLUMNS].sort_values(order, ignore_index=True)
+    return table[CEILING_COLUMNS].sort_values(DEVICE_KEY, ignore_index=True)
 
 
 def mfu_table(meas: pd.DataFrame, calibration: pd.DataFrame) -> pd.DataFrame:
-    """MFU of every configuration of any family with achieved-FLOP/s records (inference, training).
+    """MFU and framework efficiency of every configuration of any family with achieved-FLOP/s
+    records (inference, training).
 
-    MFU = median achieved TFLOP/s over trials ÷ the best peak matmul TFLOP/s that 02_calibrate
-    measured through the same framework on the same device at the same precision, in
-    ``calibration`` (see ``calibration_with_fallback``). Without such a peak, MFU is NaN and the
-    ceiling columns are empty.
+    MFU = median achieved TFLOP/s over trials ÷ the device's ceiling at that precision and thread
+    count (``device_peaks``, from ``calibration``: see ``calibration_with_fallback``); framework
+    efficiency = the same ÷ the framework's own calibrated peak there. Without a ceiling, each is
+    NaN and its columns are empty.
     """
     achieved = _achieved_rows(meas)
     if achieved.empty:
@@ -161,71 +222,151 @@ def mfu_table(meas: pd.DataFrame, calibration: pd.DataFrame) -> pd.DataFrame:
         )
         .reset_index()
     )
-    cal = _ceiling_rows(calibration)
-    peaks = (
-        cal[cal.metric == "peak_matmul_tflops"]
-        .sort_values(["value", "run_id"], ascending=[False, False])
-        .groupby(CEILING_KEY, sort=True)
-        .head(1)[[*CEILING_KEY, "value", "run_id", "campaign", "cell"]]
-        .rename(
-            columns={
-                "value": "peak_tflops",
-                "run_id": "ceiling_run_id",
-                "campaign": "ceiling_campaign",
-                "cell": "ceiling_cell",
-            }
-        )
+    own = framework_peaks(calibration)
+    own = own[[*CEILING_KEY, "framework_peak_tflops", "framework_ceiling_run_id"]].assign(
+        framework_ceiling_campaign=own.ceiling_campaign
     )
-    table = table.merge(peaks, on=CEILING_KEY, how="left")
-    table["mfu"] = table.achieved_tflops / table.peak_tflops
+    table = table.merge(own, on=CEILING_KEY, how="left")
+    device = device_peaks(calibration)
+    table = table.merge(device, on=DEVICE_KEY, how="left")
+    table["mfu"] = table.achieved_tflops / table.device_peak_tflops
+    table["framework_efficiency"] = table.achieved_tflops / table.framework_peak_tflops
     return table[MFU_COLUMNS].sort_values([*MFU_KEY, "batch_size"], ignore_index=True)
 
 
-def mfu_notes(mfu: pd.DataFrame, run_id: str) -> list[str]:
-    """Why an MFU is missing, and which run each borrowed ceiling came from."""
+def _where(name: str, r) -> str:
+    return f"{name} on {r.device_name} at {setting_words(r.precision, r.threads)}"
+
+
+def mfu_notes(mfu: pd.DataFrame, run_id: str, cpu_isa: list[str] | None = None) -> list[str]:
+    """What the MFU table cannot say by itself: a missing ceiling, a borrowed one, a framework
+    whose own kernel path is slow at a precision (``SLOW_PATH_SHARE``), and the cause of every
+    ratio above 1. ``cpu_isa``: the run's CPU's vector extensions (the run environment's
+    ``cpu.isa``), which name why a CPU path is slow; None where the run did not record them."""
     notes = []
-    keys = mfu[CEILING_KEY + ["ceiling_run_id", "ceiling_campaign"]].drop_duplicates()
-    for r in keys.sort_values(CEILING_KEY).itertuples():
-        what = f"{r.framework} on {r.device_name} at {setting_words(r.precision, r.threads)}"
-        if pd.isna(r.ceiling_run_id):
+    per_framework = mfu.drop_duplicates(CEILING_KEY).sort_values(CEILING_KEY)
+    for r in per_framework.itertuples():
+        where = _where(r.framework, r)  # the record's own name, which queries of the index use
+        if pd.isna(r.device_peak_tflops):
             notes.append(
-                f"No MFU for {what}: neither this run nor any run in the index calibrated it "
-                "(02_calibrate measures the peak matmul FLOP/s MFU divides by)."
+                f"No MFU for {where}: neither this run nor any run in the index calibrated any "
+                "framework there (02_calibrate measures the peak matmul FLOP/s MFU divides by)."
             )
-        elif r.ceiling_run_id != run_id:
+        elif pd.isna(r.framework_peak_tflops):
+            reached = framework_label(r.device_peak_framework)
             notes.append(
-                f"This run did not calibrate {what}; its MFU divides by the peak that 02_calibrate "
-                f"measured in run {r.ceiling_run_id} of campaign {r.ceiling_campaign}, the latest "
-                "in the index."
+                f"No framework efficiency for {where}: no run calibrated it there; its MFU "
+                f"divides by the device's ceiling, which {reached} reached."
             )
-    above = mfu[mfu.mfu > 1].sort_values(["model", "framework", "batch_size"])
-    for r in above.itertuples():
-        # kept as measured rather than capped: the ceiling, not the model, is what is wrong
+        elif r.framework_ceiling_run_id != run_id:
+            device = r.device_peak_framework == r.framework
+            also = ", and is the device's ceiling every framework's MFU there divides by"
+            notes.append(
+                f"This run did not calibrate {where}; its peak there, "
+                f"{r.framework_peak_tflops:.3g} TFLOP/s, comes from run "
+                f"{r.framework_ceiling_run_id} of campaign {r.framework_ceiling_campaign}, the "
+                f"latest in the index{also if device else ''}."
+            )
+    for r in per_framework[per_framework.framework_peak_tflops.notna()].itertuples():
+        share = r.framework_peak_tflops / r.device_peak_tflops
+        if share < SLOW_PATH_SHARE:
+            notes.append(_slow_path_note(r, share, cpu_isa))
+    above = mfu[mfu.mfu > 1]
+    for _, group in above.groupby(DEVICE_KEY, sort=True):
+        notes.append(_above_one_note(group))
+    above = mfu[(mfu.framework_efficiency > 1) & ~(mfu.mfu > 1)]
+    for _, group in above.groupby(CEILING_KEY, sort=True):
+        r = group.iloc[0]
+        which = _configurations(group, "framework_efficiency")
+        where = _where(framework_label(r.framework), r)
         notes.append(
-            f"MFU above 1 ({r.mfu:.2f}) for {r.model} {r.framework} {r.variant} at batch "
-            f"{r.batch_size} in {setting_words(r.precision, r.threads)}: the model reached {r.achieved_tflops:.3f} TFLOP/s, more than the "
-            f"{r.peak_tflops:.3f} that 02_calibrate's square matmuls reached, so that ceiling "
-            "understates this framework's peak on this device."
+            f"Framework efficiency above 1 for {where} ({which}): "
+            f"its models ran faster than its own calibrated peak, {r.framework_peak_tflops:.3g} "
+            "TFLOP/s, so the calibration's square matmul took a slower path than the models' ops "
+            "and that peak is a lower bound of what the framework reaches there."
         )
     return notes
 
 
+def _configurations(group: pd.DataFrame, column: str) -> str:
+    return ", ".join(
+        f"{r.model} {r.variant} {r.family} at batch {int(r.batch_size)}: {getattr(r, column):.2f}"
+        for r in group.sort_values(["model", "variant", "family", "batch_size"]).itertuples()
+    )
+
+
+def _above_one_note(group: pd.DataFrame) -> str:
+    r = group.iloc[0]
+    where = f"{r.device_name} at {setting_words(r.precision, r.threads)}"
+    cause = (
+        "the calibration that set it ran on a shared machine, so it reads low"
+        if bool(r.ceiling_shared)
+        else "the calibration's matmul did not reach what the model did: the ceiling is a lower "
+        "bound of this device's peak"
+    )
+    return (
+        f"MFU above 1 on {where} ({_configurations(group, 'mfu')}): these models reached more "
+        f"than the device's ceiling, {r.device_peak_tflops:.3g} TFLOP/s "
+        f"({framework_label(r.device_peak_framework)}'s); {cause}. Kept as measured rather than "
+        "capped: the ceiling, not the model, is what is wrong."
+    )
+
+
+# The instruction a CPU needs for a precision's matmuls to run natively (the run environment's
+# ``cpu.isa`` names, from measure.device.ISA_FLAGS)
+NATIVE_ISA = {"bf16": ("avx512_bf16", "AVX-512 BF16"), "fp16": ("avx512_fp16", "AVX-512 FP16")}
+
+
+def _slow_path_note(r, share: float, cpu_isa: list[str] | None) -> str:
+    name = framework_label(r.framework)
+    setting = setting_words(r.precision, r.threads)
+    text = (
+        f"{name}'s {r.precision} kernel path is slow on {r.device_name}: its peak matmul at "
+        f"{setting}, {r.framework_peak_tflops:.3g} TFLOP/s, is {share:.1%} of the device's "
+        f"ceiling there, {r.device_peak_tflops:.3g} ({framework_label(r.device_peak_framework)}'s)"
+    )
+    native = NATIVE_ISA.get(r.precision)
+    if r.device == "cpu" and native:
+        flag, words = native
+        if cpu_isa is None:
+            text += f" (this run did not record whether the CPU has {words})"
+        elif flag in cpu_isa:
+            text += f", although the CPU has {words}"
+        else:
+            isa = ", ".join(cpu_isa) or "none of those recorded"
+            text += f", on a CPU whose ISA list ({isa}) has no {words}"
+    return (
+        text + f". Its MFU at {r.precision} measures that path, and so does any JAX ÷ PyTorch "
+        f"ratio at {r.precision} on this device: it says how slow the path is, not how the "
+        "frameworks compare where both run a native kernel."
+    )
+
+
 def add_mfu_records(rec, mfu: pd.DataFrame) -> None:
     """One ``mfu`` record per configuration, with the family and descriptive columns of the rows
-    it was computed from, so that a query of the index finds it beside them."""
+    it was computed from, so that a query of the index finds it beside them. ``extra`` carries
+    the device's ceiling the value divides by (``device_peak_tflops``, which framework reached
+    it and the run it came from) and the framework efficiency against its own peak. Records
+    made before the device ceiling carry ``peak_matmul_tflops`` instead: the framework's own
+    peak, which their value divided by."""
     for r in mfu.itertuples():
-        found = not pd.isna(r.peak_tflops)
+        found = not pd.isna(r.device_peak_tflops)
+        own = not pd.isna(r.framework_peak_tflops)
         extra = {
             "achieved_tflops": float(r.achieved_tflops),
-            "peak_matmul_tflops": float(r.peak_tflops) if found else None,
+            "device_peak_tflops": float(r.device_peak_tflops) if found else None,
+            "device_peak_framework": r.device_peak_framework if found else None,
             "ceiling_run_id": r.ceiling_run_id if found else None,
             "ceiling_campaign": r.ceiling_campaign if found else None,
             "ceiling_cell": r.ceiling_cell if found else None,
+            "framework_peak_tflops": float(r.framework_peak_tflops) if own else None,
+            "framework_efficiency": float(r.framework_efficiency) if own else None,
+            "framework_ceiling_run_id": r.framework_ceiling_run_id if own else None,
             "channels_last": bool(r.channels_last),
         }
         if not found:
             extra["reason"] = (
-                f"no peak matmul TFLOP/s of {r.framework} on {r.device_name} at "
+                f"no peak matmul TFLOP/s of any framework on {r.device_name} at "
                 f"{setting_words(r.precision, r.threads)} in this run or in the index"
             )
         rec.add(
@@ -278,7 +419,7 @@ def roofline_points(meas: pd.DataFrame, calibration: pd.DataFrame | None = None)
     if table.empty:
         return table
     mfu = mfu_table(meas, calibration)
-    mfu = mfu[mfu.family == "inference"][CONFIG + SERIES + ["mfu"]]
+    mfu = mfu[mfu.family == "inference"][CONFIG + SERIES + ["mfu", "framework_efficiency"]]
     table = table.merge(mfu, on=CONFIG + SERIES, how="left")
     table = table.merge(_flop_counts(meas), on=CONFIG + SERIES, how="left")
     own = table.bytes_per_img.notna() & (table.bytes_per_img > 0)
@@ -316,6 +457,7 @@ def roofline_points(meas: pd.DataFrame, calibration: pd.DataFrame | None = None)
         + [
             "achieved_tflops",
             "mfu",
+            "framework_efficiency",
             "flops_per_img",
             "bytes_used",
             "intensity",
@@ -412,11 +554,13 @@ def _held_back(p, ops: pd.DataFrame) -> str:
     if ops.empty:
         return "No per-op profile of it was recorded, so nothing here says what holds it back."
     total = float(ops.ms.sum())
-    flop_ms = float(ops[ops.category.isin(FLOP_CATEGORIES)].ms.sum())
+    # a kernel XLA built around a convolution or dot counts whole, with what it fused after it
+    in_flops = ops.category.map(lambda c: fused_parts(c)[0] in FLOP_CATEGORIES).astype(bool)
+    flop_ms = float(ops[in_flops].ms.sum())
     if total <= 0 or flop_ms <= 0:
         return "Its profile holds no convolution or matmul time, so it cannot say more."
     fraction = flop_ms / total
-    others = ops[~ops.category.isin(FLOP_CATEGORIES)].sort_values("ms", ascending=False)
+    others = ops[~in_flops].sort_values("ms", ascending=False)
     others = others[others.ms > 0]
     outside = float(others.ms.sum())
     reached = others.ms.cumsum().shift(fill_value=0.0) < NAMED_SHARE * outside

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pandas as pd
 
 from fwbench import vocab
+from fwbench.measure import verdicts
 from fwbench.measure.meters.contention import SHARED_FRACTION
 from fwbench.report import regressions, trust
 from fwbench.report.tables import (
@@ -40,7 +40,7 @@ def interval(low: float, high: float) -> str:
 
 
 def ratio_sentence(row) -> str:
-    """One comparison-matrix row as a sentence; a ratio whose interval holds 1 is a tie."""
+    """One comparison-matrix row as a sentence, with its verdict and its design."""
     where = (
         f"on {model_label(row.model)} at batch {row.batch_size} in "
         f"{setting_words(row.precision, row.threads)} "
@@ -49,18 +49,33 @@ def ratio_sentence(row) -> str:
     label = "best modes" if row.comparison == "best" else "defaults"
     if (row.jax_variant, row.torch_variant) == (DEFAULT_MODE["jax"], DEFAULT_MODE["torch"]):
         label = "best modes and defaults" if row.comparison == "best" else label
-    modes = f"{label}: JAX {row.jax_variant} vs PyTorch {row.torch_variant}"
-    if row.winner == "tie":
+    modes = f"{label}: JAX {row.jax_variant} vs PyTorch {row.torch_variant}; {design_words(row)}"
+    ratio = f"JAX ÷ PyTorch throughput {times(row.ratio)} {interval(row.ci_low, row.ci_high)}"
+    if row.winner == verdicts.EQUIVALENT:
         return (
-            f"JAX and PyTorch are tied {where} ({modes}; JAX ÷ PyTorch throughput "
-            f"{times(row.ratio)} {interval(row.ci_low, row.ci_high)}, an interval that contains 1)."
+            f"JAX and PyTorch are equivalent within ±5% {where} ({modes}; {ratio}, its 90% "
+            f"interval {interval(row.ci90_low, row.ci90_high)} inside [0.95, 1.05])."
         )
+    if row.winner == verdicts.INCONCLUSIVE:
+        more = getattr(row, "runs_to_decide", float("nan"))
+        need = f"; about {more:.0f} runs of this size would decide it" if more == more else ""
+        return f"Inconclusive {where} ({modes}; {ratio}{need})."
+    if row.winner == verdicts.WITHIN_ONE_RUN:
+        return f"Within one run {where} ({modes}): {ratio}, no between-run term, so no winner."
     if row.winner == "jax":
         factor, low, high, fast, slow = row.ratio, row.ci_low, row.ci_high, "JAX", "PyTorch"
     else:
         factor, low, high = 1.0 / row.ratio, 1.0 / row.ci_high, 1.0 / row.ci_low
         fast, slow = "PyTorch", "JAX"
     return f"{fast} is {times(factor)} {interval(low, high)} faster than {slow} {where} ({modes})."
+
+
+def design_words(row) -> str:
+    """What the interval rests on: "3 runs × 8 rounds", and where the between-run term came from."""
+    between = getattr(row, "between_term", "none")
+    if between == "imported":
+        return f"{row.design}, the between-run term imported from this CPU's repeated runs"
+    return row.design
 
 
 def headline_rows(matrix: pd.DataFrame) -> pd.DataFrame:
@@ -95,11 +110,16 @@ def tally_sentence(matrix: pd.DataFrame, comparison: str) -> str:
     rows = matrix[matrix.comparison == comparison]
     counts = rows.winner.value_counts()
     label = "best modes" if comparison == "best" else "defaults (PyTorch eager vs JAX jit)"
-    return (
+    text = (
         f"Over all {len(rows)} configurations compared with {label}, JAX is faster in "
-        f"{counts.get('jax', 0)}, PyTorch in {counts.get('torch', 0)}, and "
-        f"{counts.get('tie', 0)} are ties."
+        f"{counts.get('jax', 0)}, PyTorch in {counts.get('torch', 0)}, "
+        f"{counts.get(verdicts.EQUIVALENT, 0)} are equivalent within ±5% and "
+        f"{counts.get(verdicts.INCONCLUSIVE, 0)} are inconclusive"
     )
+    within = counts.get(verdicts.WITHIN_ONE_RUN, 0)
+    if within:
+        text += f"; {within} are within one run and call no winner"
+    return text + "."
 
 
 def kind_sentences(kinds: pd.DataFrame) -> list[str]:
@@ -110,7 +130,8 @@ def kind_sentences(kinds: pd.DataFrame) -> list[str]:
         out.append(
             f"On {kind_label(r.kind)}s (best modes), {lead} by a geometric mean of {times(factor)} "
             f"(JAX ÷ PyTorch from {times(r.min_ratio)} to {times(r.max_ratio)}; JAX wins "
-            f"{r.jax_wins}, PyTorch wins {r.torch_wins}, ties {r.ties})."
+            f"{r.jax_wins}, PyTorch wins {r.torch_wins}, equivalent {r.equivalent}, "
+            f"undecided {r.undecided})."
         )
     return out
 
@@ -159,28 +180,31 @@ def matrix_intro(matrix: pd.DataFrame) -> str:
     """The comparison section's opening, which says where the intervals come from."""
     text = (
         "JAX ÷ PyTorch throughput (images/s) for every model, device, precision and "
-        "batch size, with a 95% interval; > 1 means JAX is faster, and a winner is declared only "
-        "when the interval excludes 1."
+        "batch size, with a 95% interval; > 1 means JAX is faster. A framework is *faster* when "
+        "the interval excludes 1 after Holm's adjustment across the campaign's comparisons, "
+        "*equivalent within ±5%* when the 90% interval lies inside [0.95, 1.05], and otherwise "
+        "*inconclusive*."
     )
     if matrix.empty:
         return text
-    paired = int((matrix.interval == "paired").sum())
-    if paired == len(matrix):
-        return text + (
-            " Every ratio is the geometric mean of the ratios of the frameworks' trials of the "
-            "same round; its interval comes from the spread between rounds."
+    designs = ", ".join(sorted(set(matrix.design)))
+    fitted = int((matrix.between_term == "fitted").sum())
+    imported = int((matrix.between_term == "imported").sum())
+    within = len(matrix) - fitted - imported
+    parts = [f" Designs: {designs}."]
+    if fitted:
+        parts.append(f" {fitted} of {len(matrix)} ratios pool repeated runs: {PAIRED_INTERVAL}.")
+    if imported:
+        parts.append(
+            f" {imported} come from one run whose interval imports the between-run variance "
+            "this CPU model showed over three or more runs (its upper 80% bound)."
         )
-    single = (
-        " This campaign ran one trial per cell, so its ratios carry no between-run interval: "
-        "each interval is a bootstrap over samples within one process, which a neighbour "
-        "slowing one whole run does not widen. Read a winner here as a hint, not a finding."
-    )
-    if paired == 0:
-        return text + single
-    return text + (
-        f" {paired} of {len(matrix)} ratios pair trials by round (column `interval`); the "
-        "others have one trial per side and carry no between-run interval."
-    )
+    if within:
+        parts.append(
+            f" {within} are within one run: their intervals hold no between-run term (a run "
+            "shifts every ratio it measures by a few percent), so they call no winner."
+        )
+    return text + "".join(parts)
 
 
 def trust_sentences(
@@ -205,74 +229,84 @@ def trust_sentences(
     )
     if aa.empty:
         sentences.append(
-            f"No arm has the {trust.AA_MIN_ROUNDS} rounds an A/A split needs, so the "
-            "false-winner rate of the method is not measured in this run."
+            "No duplicate arm ran in two or more pooled runs, so the verdicts' false-winner "
+            "rate is not measured here (a campaign measures it with duplicate cells and "
+            "repeated runs: params/headline.yaml)."
         )
     else:
-        total = int(aa.splits.sum())
+        n = len(aa)
+        short = (
+            f" (the goal is read over at least {trust.AA_MIN_COMPARISONS} comparisons; these "
+            f"{n} are too few to show it)"
+            if n < trust.AA_MIN_COMPARISONS
+            else ""
+        )
         sentences.append(
-            f"A/A control: the same comparison on two halves of one arm's rounds (the same "
-            f"configuration against itself) called a winner in {int(aa.false_winners.sum())} of "
-            f"{total} splits over {len(aa)} arms: a false-winner rate of {aa_rate:.1%} (goal "
-            f"≤ {trust.AA_GOAL:.0%}; splits of one arm overlap, so they are not independent). "
-            f"The median A/A interval spans ±{aa.median_interval_width.median() / 2:.1%}."
+            f"A/A control: duplicate arms (the same configuration as two cells), each run's "
+            f"copy ÷ original judged with the verdicts' estimator, called a winner in "
+            f"{int(aa.false_winner.sum())} of {n} comparisons over {aa.run_id.nunique()} runs: "
+            f"a false-winner rate of {aa_rate:.1%} (goal ≤ {trust.AA_GOAL:.0%}){short}."
         )
     return sentences
 
 
-def stability_sentence(summary: dict, baseline_run_id: str) -> str:
+def stability_sentence(summary: dict, run_id: str) -> str:
+    """The calibration check in a sentence (``trust.calibration_summary``)."""
     if not summary["comparisons"]:
         return (
-            f"No comparison of this run was also made in run {baseline_run_id}, so stability "
-            "between runs is not measured."
-            if baseline_run_id
-            else "This is the campaign's first run: stability needs a second run to compare with."
+            "Calibration needs two or more earlier runs of this campaign on this CPU model "
+            "with the same notebook sources; there are fewer, so it is not checked here."
         )
-    n = summary["comparisons"]
-    tau = summary["kendall_tau"]
-    tau_text = (
-        f"Kendall's τ of the ratios {tau:.2f} (goal ≥ {trust.STABLE_TAU})"
-        if not np.isnan(tau)
-        else "too few comparisons for Kendall's τ"
+    n, inside = summary["comparisons"], summary["inside"]
+    allowed = summary.get("allowed_outside")
+    rule = (
+        f"at most {allowed} outside, what a stable machine stays within in simulation"
+        if allowed is not None
+        else "goal ≥ 90% inside"
     )
     return (
-        f"Against run {baseline_run_id}: {summary['contradictions']} of {n} comparisons name "
-        f"opposite winners (goal 0); {summary['within_10pct']} of {n} ratios agree within "
-        f"{trust.STABLE_CHANGE:.0%} (largest change {summary['max_change']:.1%}); {tau_text}. "
-        + (
-            "The two runs agree by every measure."
-            if summary["stable"]
-            else "The two runs do not meet every stability goal."
-        )
+        f"Calibration: {inside} of {n} best-mode ratios of run {run_id} lie inside the 95% "
+        f"prediction intervals of the {summary['earlier_runs']} earlier runs ({rule}); "
+        f"{summary['reversed']} decided verdicts reversed (goal 0). "
+        + ("The check passes." if summary["passes"] else "The check fails.")
     )
 
 
 def regression_evaluation_sentence(scores: pd.DataFrame, needed: int | None) -> str:
-    """The detector's scores on histories resampled from this run's trials."""
+    """The detector's scores on histories with this run's trial noise and the campaign's run
+    noise, and how many trials or runs per point would meet the goals where it misses them."""
     if scores.empty:
         return (
             f"No arm has the {trust.POINT_TRIALS} trials a history point is the median of, so "
             "the regression detector is not scored on this run's noise."
         )
-    first = scores[(scores.method == "changepoint") & (scores.trials == trust.POINT_TRIALS)]
-    row = first.iloc[0]
+    row = scores[(scores.method == "changepoint") & (scores.scenario == "current")].iloc[0]
+    needs = trust.regression_needs(scores)
+    source = (
+        "estimated from the campaign's runs"
+        if needs["run_sd_source"] == "estimated"
+        else ("a default, since the campaign has too few runs to estimate it")
+    )
     text = (
         f"On 10-run histories whose points are medians of {trust.POINT_TRIALS} trials resampled "
-        f"from this run's trials, with a slowdown from the sixth run on, the change-point "
+        f"from this run's trials, each run shifted by a run effect of SD {needs['run_sd']:.3f} "
+        f"on the log scale ({source}), with a slowdown from the sixth run on, the change-point "
         f"detector found {row['recall_0.05']:.0%}, {row['recall_0.1']:.0%} and "
         f"{row['recall_0.2']:.0%} of 5%, 10% and 20% slowdowns, raised "
         f"{row.false_per_100:.1f} false alerts per 100 unchanged histories, and detected a "
         f"median of {row.delay_median:.0f} runs after the change (goals: ≥ 90% at 10%, ≤ 1 per "
-        "100, within 3 runs, and a higher F1 than a fixed 7% rule and a plain t-test)"
+        "100, within 3 runs)"
     )
-    if needed == trust.POINT_TRIALS:
+    if bool(row.meets_goals):
         return text + "; it meets them all."
-    if needed is None:
-        return text + (
-            f"; it misses at least one, and still does at {max(trust.TRIAL_CANDIDATES)} trials "
-            "per point."
-        )
-    return text + f"; it misses at least one, and meets them all at {needed} trials per point."
+    more = []
+    if needs["trials_needed"] is not None:
+        more.append(f"{needs['trials_needed']} trials per point")
+    if needs["runs_needed"] is not None:
+        more.append(f"the mean of {needs['runs_needed']} runs per point")
+    if not more:
+        return text + "; it misses at least one, and no design tried here meets them all."
+    return text + f"; it misses at least one, and meets them all with {' or '.join(more)}."
 
 
 def failure_sentence(failures: pd.DataFrame, retries: pd.DataFrame) -> str:

@@ -12,7 +12,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from fwbench.measure.stats import bootstrap_ci, paired_ratio_interval, ratio_ci
+from fwbench.measure import verdicts
+from fwbench.measure.stats import bootstrap_ci, ratio_ci
 from fwbench.vocab import ANSI_RE, DEFAULT_MODE, kind_label, series_label
 
 # The ratio bootstrap is seeded so that a report rebuilt from the same data is identical.
@@ -39,9 +40,11 @@ MIN_TRIALS_AS_SAMPLES = 3
 # this many are left; with fewer it keeps them all and says so.
 MIN_CLEAN_ROUNDS = 3
 PAIRED_INTERVAL = (
-    "the geometric mean of the ratios of rounds paired by trial, with a t-interval on their logs "
-    "(between-run spread)"
+    "rounds paired by trial, their log ratios fitted with a random run effect and a run × "
+    "comparison effect (measure/verdicts.py), so the interval carries the between-run term"
 )
+# An A/A duplicate arm: the same configuration as a second cell (records with extra.aa_copy).
+COPY_SUFFIX = "#copy"
 
 
 # --------------------------------------------------------------------------- loading
@@ -144,9 +147,13 @@ def load_run(con, campaign: str, run_id: str) -> dict:
 
 
 def _variant(framework: str, mode: str, extra: dict) -> str:
+    variant = mode
     if framework == "torch" and extra.get("channels_last"):
-        return f"{mode}+channels_last"
-    return mode
+        variant = f"{mode}+channels_last"
+    # an A/A copy is its own arm, never pooled with the original it duplicates
+    if extra.get("aa_copy"):
+        variant = f"{variant}{COPY_SUFFIX}"
+    return variant
 
 
 def source_paths(rows: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
@@ -226,8 +233,8 @@ def _column(frame: pd.DataFrame, name: str, missing):
     return frame[name].astype(object).where(frame[name].notna(), missing)
 
 
-def _pick(group: pd.DataFrame, framework: str, comparison: str):
-    side = group[group.framework == framework]
+def pick_arm(group: pd.DataFrame, framework: str, comparison: str):
+    side = group[(group.framework == framework) & ~group.variant.str.endswith(COPY_SUFFIX)]
     if comparison == "defaults":
         side = side[side.variant == DEFAULT_MODE[framework]]
     if side.empty:
@@ -235,11 +242,13 @@ def _pick(group: pd.DataFrame, framework: str, comparison: str):
     return side.sort_values(["median", "variant"], ascending=[False, True]).iloc[0]
 
 
-def verdict(ratio: float, low: float, high: float) -> str:
-    """ "tie" when the interval holds 1 (or there is none), else the faster framework."""
-    if not (low > 1.0 or high < 1.0):
-        return "tie"
-    return "jax" if ratio > 1.0 else "torch"
+def winner_word(verdict: str) -> str:
+    """The matrix's ``winner``: the faster framework, or the verdict that names none."""
+    return {verdicts.FASTER_A: "torch", verdicts.FASTER_B: "jax"}.get(verdict, verdict)
+
+
+def decided(winner: str) -> bool:
+    return winner in ("jax", "torch")
 
 
 def kept_rounds(items: list, shared: list[bool]) -> list:
@@ -264,33 +273,181 @@ def paired_rounds(a, b) -> tuple[list[float], list[float], int] | None:
     return [a_by[t][0] for t in use], [b_by[t][0] for t in use], len(common) - len(use)
 
 
-def comparison_matrix(samples: pd.DataFrame) -> pd.DataFrame:
-    """JAX ÷ PyTorch throughput for each configuration, best modes and defaults, with 95% CIs.
+def _arm(frame: pd.DataFrame, key: dict, framework: str, variant: str):
+    rows = series_rows(frame, key, framework, variant)
+    return rows.iloc[0] if len(rows) == 1 else None
 
-    Where both arms ran in trials the ratio pairs them by round (``paired_rounds``) and its
-    interval comes from the spread between rounds (``paired_ratio_interval``); otherwise it is a
-    two-sample bootstrap of within-run samples, which says nothing about how a whole run moves.
+
+def log_ratio_rounds(samples: pd.DataFrame, key: dict, a: tuple, b: tuple, comparison) -> tuple:
+    """Every pooled run's rounds of arm ``b`` ÷ arm ``a`` (each a (framework, variant)) as the
+    estimator's long frame, and how many rounds were dropped for a shared machine."""
+    parts, dropped = [], 0
+    for run, frame in samples.groupby("run_id", sort=True):
+        arm_a, arm_b = _arm(frame, key, *a), _arm(frame, key, *b)
+        if arm_a is None or arm_b is None:
+            continue
+        paired = paired_rounds(arm_a, arm_b)
+        if paired is None:
+            continue
+        values_a, values_b, lost = paired
+        dropped += lost
+        y = np.log(np.asarray(values_b, dtype=float) / np.asarray(values_a, dtype=float))
+        parts.append(
+            pd.DataFrame(
+                {"comparison": [comparison] * len(y), "run": run, "round": range(len(y)), "y": y}
+            )
+        )
+    frame = (
+        pd.concat(parts, ignore_index=True)
+        if parts
+        else pd.DataFrame(columns=list(verdicts.COLUMNS))
+    )
+    return frame, dropped
+
+
+def best_rounds(samples: pd.DataFrame, run_id: str) -> pd.DataFrame:
+    """The rounds of every best-mode comparison ``run_id`` made, from every pooled run."""
+    this = samples[samples.run_id == run_id]
+    parts = []
+    for key, group in this.groupby(CONFIG, sort=True):
+        jax, torch = pick_arm(group, "jax", "best"), pick_arm(group, "torch", "best")
+        if jax is None or torch is None:
+            continue
+        key_dict = dict(zip(CONFIG, key, strict=True))
+        ident = (*key, jax.variant, torch.variant)
+        frame, _ = log_ratio_rounds(
+            samples, key_dict, ("torch", torch.variant), ("jax", jax.variant), ident
+        )
+        parts.append(frame)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def cpu_identity(environment: dict) -> tuple | None:
+    """The CPU a run measured on (vendor, family, model, stepping); None where the run did not
+    record them, so that it is pooled with no other run."""
+    cpu = environment.get("cpu") or {}
+    if cpu.get("family") is None:
+        return None
+    return (cpu.get("vendor"), cpu.get("family"), cpu.get("model"), cpu.get("stepping"))
+
+
+def pooled_run_ids(con, campaign: str, run_id: str) -> list[str]:
+    """The runs of ``campaign`` up to ``run_id`` made on its CPU model with the same notebook
+    sources (where both recorded them): the runs its verdicts pool."""
+    rows = con.execute(
+        "select run_id, environment from runs where campaign = ? and run_id <= ? order by run_id",
+        [campaign, run_id],
+    ).fetchall()
+    envs = {r: _parse_json(e) for r, e in rows}
+    mine = envs.get(run_id, {})
+    identity = cpu_identity(mine)
+    if identity is None:
+        return [run_id]
+    sources = mine.get("notebook_sources")
+    return [
+        r
+        for r, env in envs.items()
+        if cpu_identity(env) == identity
+        and (not sources or not env.get("notebook_sources") or env["notebook_sources"] == sources)
+    ]
+
+
+def pooled_samples(con, campaign: str, run_ids: list[str], family: str = "inference"):
+    """``throughput_samples`` of each run, with its cells' contention readings, in one frame with
+    a ``run_id`` column."""
+    frames = []
+    for rid in run_ids:
+        meas = with_cell_readings(
+            load_measurements(con, campaign, rid), load_cells(con, campaign, rid)
+        )
+        frames.append(throughput_samples(meas, family).assign(run_id=rid))
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def imported_between(con, environment: dict) -> verdicts.Between | None:
+    """The between-run variance a single run may import: fitted on the campaign of this CPU
+    model with the most runs (three or more), at its upper 80% bound; None where no campaign
+    has repeated runs here."""
+    identity = cpu_identity(environment)
+    if identity is None:
+        return None
+    rows = con.execute("select campaign, run_id, environment from runs order by run_id").fetchall()
+    by_campaign: dict[str, list[str]] = {}
+    for campaign, rid, env in rows:
+        if cpu_identity(_parse_json(env)) == identity:
+            by_campaign.setdefault(campaign, []).append(rid)
+    best = None
+    for campaign, ids in sorted(by_campaign.items()):
+        if len(ids) < verdicts.MIN_RUNS_TO_LEND:
+            continue
+        samples = pooled_samples(con, campaign, ids)
+        rounds = best_rounds(samples, ids[-1]) if not samples.empty else pd.DataFrame()
+        if rounds.empty or rounds.run.nunique() < verdicts.MIN_RUNS_TO_LEND:
+            continue
+        between = verdicts.fit(rounds).between
+        if best is None or between.runs > best.runs:
+            best = between
+    return best.upper() if best is not None and best.df > 0 else None
+
+
+def with_cell_readings(meas: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """Each record with its cell's contention verdict and re-run count, which the trial
+    comparisons drop and count by."""
+    keys = ["notebook", "cell", "trial"]
+    readings = [c for c in ("shared_machine", "reruns") if c in cells]
+    if meas.empty or not readings:
+        return meas
+    return meas.merge(cells[keys + readings], how="left", on=keys)
+
+
+def estimated(rounds: pd.DataFrame, imported: verdicts.Between | None) -> dict:
+    """Each comparison's estimate and verdict from the pooled rounds of one group, the variance
+    components fitted on the group (a single run takes ``imported`` or none)."""
+    if rounds.empty:
+        return {}
+    runs = rounds.run.nunique()
+    components = verdicts.fit(rounds, imported=imported if runs < 2 else None)
+    found = verdicts.estimate(rounds, components)
+    return {e.comparison: (e, v) for e, v in zip(found, verdicts.decide(found), strict=True)}
+
+
+def comparison_matrix(
+    samples: pd.DataFrame, run_id: str = "", imported: verdicts.Between | None = None
+) -> pd.DataFrame:
+    """JAX ÷ PyTorch throughput for each configuration, best modes and defaults, with verdicts.
+
+    ``samples`` holds ``throughput_samples`` rows of one run, or of several runs of a campaign
+    (column ``run_id``) made on one CPU model with the same notebook sources. The arms are picked
+    in ``run_id`` (default: the latest); their rounds are paired by trial in every run and go
+    through ``verdicts``: intervals with the between-run term, the design stated, and *faster*,
+    *equivalent* or *inconclusive*. One run without ``imported`` calls no winner ("within one
+    run"); arms without trials fall back to a two-sample bootstrap of within-run samples, which
+    says nothing about how a whole run moves, and call no winner either.
     """
-    rows = []
     if samples.empty:
-        return pd.DataFrame(rows)
-    for key, group in samples.groupby(CONFIG, sort=True):
+        return pd.DataFrame()
+    if "run_id" not in samples:
+        samples = samples.assign(run_id=run_id or "run")
+    run_id = run_id or samples.run_id.max()
+    this = samples[samples.run_id == run_id]
+    rows, parts, dropped = [], [], {}
+    for key, group in this.groupby(CONFIG, sort=True):
+        key_dict = dict(zip(CONFIG, key, strict=True))
         for comparison in ("best", "defaults"):
-            jax, torch = _pick(group, "jax", comparison), _pick(group, "torch", comparison)
+            jax, torch = pick_arm(group, "jax", comparison), pick_arm(group, "torch", comparison)
             if jax is None or torch is None:
                 continue
-            paired = paired_rounds(torch, jax)
-            if paired is not None:
-                torch_values, jax_values, dropped = paired
-                result = paired_ratio_interval(torch_values, jax_values)
-                ratio, low, high, rounds = result.ratio, result.low, result.high, result.rounds
-                interval = "paired"
-            else:
-                ratio, low, high = ratio_ci(jax.samples, torch.samples, seed=RATIO_SEED)
-                rounds, dropped, interval = 1, 0, "within-run"
+            ident = (*key, jax.variant, torch.variant)
+            if ident not in dropped:
+                part, dropped[ident] = log_ratio_rounds(
+                    samples, key_dict, ("torch", torch.variant), ("jax", jax.variant), ident
+                )
+                parts.append(part)
+            ratio, low, high = ratio_ci(jax.samples, torch.samples, seed=RATIO_SEED)
             rows.append(
                 {
-                    **dict(zip(CONFIG, key, strict=True)),
+                    **key_dict,
                     "comparison": comparison,
                     "jax_variant": jax.variant,
                     "torch_variant": torch.variant,
@@ -299,16 +456,36 @@ def comparison_matrix(samples: pd.DataFrame) -> pd.DataFrame:
                     "ratio": ratio,
                     "ci_low": low,
                     "ci_high": high,
-                    "winner": verdict(ratio, low, high),
-                    "interval": interval,
-                    "rounds": rounds,
-                    "dropped_shared": dropped,
+                    "ci90_low": np.nan,
+                    "ci90_high": np.nan,
+                    "winner": verdicts.WITHIN_ONE_RUN,
+                    "interval": "within-run",
+                    "between_term": "none",
+                    "runs": 1,
+                    "rounds": 1,
+                    "design": "1 run, within-run samples",
+                    "p_holm": np.nan,
+                    "runs_to_decide": np.nan,
+                    "dropped_shared": dropped[ident],
+                    "ident": ident,
                     "sample_source": "trials"
                     if "trials" in (jax.sample_source, torch.sample_source)
                     else jax.sample_source,
                 }
             )
-    return pd.DataFrame(rows)
+    if not rows:
+        return pd.DataFrame(rows)
+    found = estimated(pd.concat(parts, ignore_index=True), imported)
+    for row in rows:
+        if row["ident"] not in found:
+            continue
+        e, v = found[row["ident"]]
+        row.update(
+            ratio=e.ratio, ci_low=e.low, ci_high=e.high, ci90_low=e.low90, ci90_high=e.high90,
+            winner=winner_word(v.verdict), interval="paired", between_term=e.between, runs=e.runs,
+            rounds=e.rounds, design=e.design, p_holm=v.p_holm, runs_to_decide=v.more_runs,
+        )  # fmt: skip
+    return pd.DataFrame(rows).drop(columns="ident")
 
 
 def metric_table(meas: pd.DataFrame, metrics: list[str], family: str = "inference") -> pd.DataFrame:
@@ -415,7 +592,8 @@ def energy_unavailable_reasons(meas: pd.DataFrame) -> list[str]:
 
 
 def kind_summary(matrix: pd.DataFrame, kinds: dict[str, str]) -> pd.DataFrame:
-    """Per model kind and comparison: wins, ties and the geometric mean of JAX ÷ PyTorch."""
+    """Per model kind and comparison: wins, equivalences, undecided ratios and the geometric mean
+    of JAX ÷ PyTorch."""
     if matrix.empty:
         return pd.DataFrame()
     frame = matrix.assign(kind=matrix.model.map(lambda m: kind_label(kinds.get(m, "unknown"))))
@@ -428,7 +606,10 @@ def kind_summary(matrix: pd.DataFrame, kinds: dict[str, str]) -> pd.DataFrame:
                 "configurations": len(group),
                 "jax_wins": int((group.winner == "jax").sum()),
                 "torch_wins": int((group.winner == "torch").sum()),
-                "ties": int((group.winner == "tie").sum()),
+                "equivalent": int((group.winner == verdicts.EQUIVALENT).sum()),
+                "undecided": int(
+                    (~group.winner.map(decided) & (group.winner != verdicts.EQUIVALENT)).sum()
+                ),
                 "geomean_ratio": float(np.exp(np.log(group.ratio).mean())),
                 "min_ratio": float(group.ratio.min()),
                 "max_ratio": float(group.ratio.max()),

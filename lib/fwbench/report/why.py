@@ -1,9 +1,19 @@
-"""Why one framework is faster: the per-op breakdowns of both sides subtracted, category by
-category, and the categories that make up most of the gap named in a sentence.
+"""Why one framework is faster: the per-op breakdowns of both sides subtracted, like for like, in
+parts that add up to the whole gap.
 
 The breakdowns are 10_inference's ``profile`` records (metric ``op_time_ms``, ms per call, one per
-category and one for the framework overhead; see ``families/inference/profiling``), median over
-trials. A gap is the slower side's profiled time per call minus the faster side's.
+category and one for the framework overhead, each with the profiled wall time per call; see
+``families/inference/profiling``), averaged over trials. A gap is the slower side's profiled wall
+time per call minus the faster side's, and its parts are:
+
+- each op category's difference, where categories that either side ran fused in one kernel are one
+  block on both sides (XLA's ResNet-50 runs convolutions with their BatchNorm, ReLU and pooling as
+  one kernel; PyTorch runs them as separate ops, which join the block);
+- the time outside every profiled op (framework overhead, and an eager profiler's own cost);
+- on a side whose ops ran on several threads at once, the op time the wall clock counted once.
+
+The three kinds add up to the gap exactly: a side's wall time is its op time, plus the time
+outside every op, minus the op time that overlapped.
 """
 
 from __future__ import annotations
@@ -14,84 +24,218 @@ from fwbench.report.tables import CONFIG, SERIES, series_rows
 from fwbench.vocab import OP_CATEGORIES, OVERHEAD, framework_label, model_label, setting_words
 
 METRIC = "op_time_ms"
-# A why-sentence names categories until they hold this share of the gap.
+# A why-sentence leads with the parts that hold this share of the gap's positive parts.
 EXPLAINED_SHARE = 0.80
 ORDER = (*OP_CATEGORIES, OVERHEAD)
+# How a profile names a fusion of ops of several categories; families/inference/op_categories
+# writes it (the report may not import families; tests/test_why_parts.py holds the two equal).
+FUSED_JOIN = " + "
+# What XLA builds a fusion around, and what it fuses after one. A JAX profile that does not name
+# its fusions' categories (one recorded before they were named) may hold any of the second in any
+# of the first, so for it they are one block.
+ANCHORS = ("convolution", "depthwise/grouped convolution", "matmul/linear")
+EPILOGUES = ("normalisation", "elementwise/activation", "pooling/reduction")
+# The residual parts' names in the gaps table and the sentences
+OUTSIDE = "unattributed (time outside the profiled ops)"
+OVERLAP = "ops overlapping on several threads"
+# A part smaller than this (ms) rounds to nothing in a sentence and is left out of it.
+SHOWN_MS = 0.005
+
+
+def fused_parts(category: str) -> tuple[str, ...]:
+    """The categories one profile category holds: "convolution + normalisation" holds two."""
+    return tuple(category.split(FUSED_JOIN))
+
+
+def category_order(categories) -> list[str]:
+    """The vocabulary's order, a fused category after the one it goes to first, the overhead
+    last (the order the charts stack them in)."""
+    rank = {c: i for i, c in enumerate(ORDER)}
+
+    def order(category: str):
+        parts = fused_parts(category)
+        return rank.get(parts[0], len(rank)), len(parts), category
+
+    return sorted(set(categories), key=order)
 
 
 def breakdown(meas: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration, framework variant and category: ms per call (median over
-    trials), and the category's share of that side's profiled wall time."""
-    columns = [*CONFIG, *SERIES, "category", "ms", "share"]
+    """One row per configuration, framework variant and category: ms per call, the category's
+    share of that side's summed profiled time, the side's profiled wall time per call, and
+    whether it is a JAX profile that does not name what its fusions hold.
+
+    Every number is the mean over trials (a category a trial did not record counts as 0 there):
+    unlike a median, a mean of sums is the sum of the means, so the parts of a gap still add up.
+    """
+    columns = [*CONFIG, *SERIES, "category", "ms", "share", "wall_ms", "fusions_unnamed"]
     rows = meas[(meas.family == "profile") & (meas.metric == METRIC) & (meas.status == "ok")]
     rows = rows[rows.value.notna()]
     if rows.empty:
         return pd.DataFrame(columns=columns)
-    rows = rows.assign(category=[e.get("category") for e in rows.extra])
-    table = (
-        rows.groupby([*CONFIG, *SERIES, "category"], dropna=False)
-        .value.median()
-        .rename("ms")
-        .reset_index()
+    side = [*CONFIG, *SERIES]
+    trial = rows["trial"].fillna(0) if "trial" in rows else 0
+    rows = rows.assign(
+        category=[e.get("category") for e in rows.extra],
+        wall=[e.get("wall_ms") for e in rows.extra],
+        named=[bool(e.get("fusions_recorded")) for e in rows.extra],
+        _trial=trial,
     )
-    wall = table.groupby([*CONFIG, *SERIES], dropna=False).ms.transform("sum")
-    table["share"] = table.ms / wall
-    order = {c: i for i, c in enumerate(ORDER)}
-    table["_order"] = table.category.map(order).fillna(len(order))
-    table = table.sort_values([*CONFIG, *SERIES, "_order"]).drop(columns="_order")
+    rows["wall"] = pd.to_numeric(rows.wall)
+    trials = rows.groupby(side, dropna=False)._trial.transform("nunique")
+    rows["_per_trial"] = rows.value / trials
+    table = (
+        rows.groupby([*side, "category"], dropna=False)._per_trial.sum().rename("ms").reset_index()
+    )
+    # records made before the wall time was kept: the summed rows are the whole call
+    per_trial = rows.groupby([*side, "_trial"], dropna=False).agg(
+        wall=("wall", "first"), summed=("value", "sum")
+    )
+    walls = per_trial.wall.fillna(per_trial.summed).groupby(side, dropna=False).mean()
+    table = table.merge(walls.rename("wall_ms").reset_index(), on=side, how="left")
+    table["share"] = table.ms / table.groupby(side, dropna=False).ms.transform("sum")
+    fused = rows.category.str.contains(FUSED_JOIN, regex=False) | rows.named
+    named = fused.groupby([rows[c] for c in side], dropna=False).any().rename("_named")
+    table = table.merge(named.reset_index(), on=side, how="left")
+    table["fusions_unnamed"] = (table.framework == "jax") & ~table._named.fillna(False).astype(bool)
+    rank = {c: i for i, c in enumerate(category_order(table.category))}
+    table = table.assign(_order=table.category.map(rank)).sort_values([*side, "_order"])
     return table.reset_index(drop=True)[columns]
 
 
-def _side(table: pd.DataFrame, key: dict, framework: str, variant: str) -> pd.Series:
-    return series_rows(table, key, framework, variant).set_index("category").ms
+def _blocks(categories, assume_fused: bool) -> dict[str, tuple[str, ...]]:
+    """Each profile category -> the block of plain categories it is compared in: the categories
+    a fused category holds are one block, and so, where ``assume_fused``, are every anchor and
+    epilogue present (see ``ANCHORS``)."""
+    plain = {p for c in categories for p in fused_parts(c)}
+    groups = [set(fused_parts(c)) for c in categories]
+    present = plain & {*ANCHORS, *EPILOGUES}
+    if assume_fused and present & set(ANCHORS):
+        groups.append(present)
+    merged: list[set] = []
+    for group in groups:
+        touching = [m for m in merged if m & group]
+        for m in touching:
+            merged.remove(m)
+            group = group | m
+        merged.append(group)
+    rank = {c: i for i, c in enumerate(ORDER)}
+    block = {p: tuple(sorted(m, key=lambda c: rank.get(c, len(rank)))) for m in merged for p in m}
+    return {c: block[fused_parts(c)[0]] for c in categories}
+
+
+def block_label(block: tuple[str, ...]) -> str:
+    """A block's name: "convolution with its fused normalisation and elementwise/activation"."""
+    if len(block) == 1:
+        return block[0]
+    head = [c for c in block if c in ANCHORS] or [block[0]]
+    rest = [c for c in block if c not in head]
+    its = "its" if len(head) == 1 else "their"
+    return f"{_and(head)} with {its} fused {_and(rest)}"
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def parts(slow: pd.DataFrame, fast: pd.DataFrame) -> list[dict]:
+    """One comparison's gap in parts (``breakdown`` rows of the slower and the faster side): each
+    block of op categories, the time outside every op, and the overlap where there is one. The
+    parts' ``slower_ms`` add up to the slower side's wall time, ``faster_ms`` to the faster's."""
+    sides = {"slower": slow.set_index("category").ms, "faster": fast.set_index("category").ms}
+    walls = {"slower": float(slow.wall_ms.iloc[0]), "faster": float(fast.wall_ms.iloc[0])}
+    categories = category_order((set(slow.category) | set(fast.category)) - {OVERHEAD})
+    assume = bool(slow.fusions_unnamed.any() or fast.fusions_unnamed.any())
+    blocks = _blocks(categories, assume)
+    named_only = _blocks(categories, False)
+    found = []
+    for block in dict.fromkeys(blocks[c] for c in categories):
+        members = [c for c in categories if blocks[c] == block]
+        # merged on the assumption, where no recorded fusion joins these categories
+        assumed = any(named_only[c] != block for c in members)
+        found.append(
+            {
+                "category": block_label(block),
+                "kind": "ops",
+                "merged": "; ".join(members) if len(block) > 1 else "",
+                "assumed": assumed,
+                "as_recorded": _as_recorded(members, sides) if assumed else "",
+                **{
+                    f"{s}_ms": float(v.reindex(members).fillna(0.0).sum()) for s, v in sides.items()
+                },
+            }
+        )
+    outside = {s: float(v.get(OVERHEAD, 0.0)) for s, v in sides.items()}
+    found.append(_residual(OUTSIDE, outside))
+    # the wall time minus every recorded row: minus the op time that ran on several threads at
+    # once (XLA's thread pool), which the rows count once per thread
+    overlap = {s: walls[s] - float(sides[s].sum()) for s in sides}
+    if any(abs(v) > 1e-9 * max(walls.values()) for v in overlap.values()):
+        found.append(_residual(OVERLAP, overlap))
+    for part in found:
+        part["gap_ms"] = part["slower_ms"] - part["faster_ms"]
+    return found
+
+
+def _as_recorded(members: list[str], sides: dict) -> str:
+    """An assumed block's difference category by category, as each side recorded it: not like
+    for like (fused time may hide in either side's convolution), but what the profiles say."""
+    slower, faster = (sides[s].reindex(members).fillna(0.0) for s in ("slower", "faster"))
+    gap = (slower - faster)[lambda g: g.abs() >= SHOWN_MS].sort_values(ascending=False)
+    return ", ".join(f"{c} {ms:+.2f} ms" for c, ms in gap.items())
+
+
+def _residual(name: str, ms: dict) -> dict:
+    return {
+        "category": name,
+        "kind": "residual",
+        "merged": "",
+        "assumed": False,
+        "as_recorded": "",
+        **{f"{s}_ms": v for s, v in ms.items()},
+    }
 
 
 def gaps(matrix: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
-    """For every comparison with a winner whose two sides were profiled: per category, the slower
-    side's ms per call, the faster side's, and the difference."""
+    """For every comparison with a measured gap whose two sides were profiled: its ``parts``,
+    each with the slower side's ms per call, the faster side's, and the difference. A
+    comparison's ``gap_ms`` add up to the difference of the two sides' profiled wall times."""
     columns = [*CONFIG, "comparison", "slower", "slower_variant", "faster", "faster_variant"]
-    columns += ["category", "slower_ms", "faster_ms", "gap_ms"]
+    columns += ["category", "kind", "merged", "assumed", "as_recorded"]
+    columns += ["slower_ms", "faster_ms", "gap_ms"]
     if matrix.empty or table.empty:
         return pd.DataFrame(columns=columns)
     rows = []
     seen = set()
-    for r in matrix[matrix.winner != "tie"].itertuples():
+    # a ratio within one run calls no winner, but its measured gap still has parts to show
+    shown = matrix.winner.isin(["jax", "torch", "within one run"])
+    for r in matrix[shown].itertuples():
         key = {c: getattr(r, c) for c in CONFIG}
-        faster = r.winner
+        faster = "jax" if r.ratio > 1 else "torch"
         slower = "torch" if faster == "jax" else "jax"
         variants = {"jax": r.jax_variant, "torch": r.torch_variant}
         ident = (*key.values(), variants["jax"], variants["torch"])
         if ident in seen:  # "best" and "defaults" are one comparison when the variants agree
             continue
         seen.add(ident)
-        slow = _side(table, key, slower, variants[slower])
-        fast = _side(table, key, faster, variants[faster])
+        slow = series_rows(table, key, slower, variants[slower])
+        fast = series_rows(table, key, faster, variants[faster])
         if slow.empty or fast.empty:
             continue
-        for category in ORDER:
-            if category not in slow.index and category not in fast.index:
-                continue
-            s, f = float(slow.get(category, 0.0)), float(fast.get(category, 0.0))
-            rows.append(
-                {
-                    **key,
-                    "comparison": r.comparison,
-                    "slower": slower,
-                    "slower_variant": variants[slower],
-                    "faster": faster,
-                    "faster_variant": variants[faster],
-                    "category": category,
-                    "slower_ms": s,
-                    "faster_ms": f,
-                    "gap_ms": s - f,
-                }
-            )
+        which = {
+            **key,
+            "comparison": r.comparison,
+            "slower": slower,
+            "slower_variant": variants[slower],
+            "faster": faster,
+            "faster_variant": variants[faster],
+        }
+        rows += [{**which, **part} for part in parts(slow, fast)]
     return pd.DataFrame(rows, columns=columns)
 
 
 def explaining(gap: pd.DataFrame, share: float = EXPLAINED_SHARE) -> pd.DataFrame:
-    """The categories, largest first, that add up to ``share`` of one comparison's gap (the sum
-    of its positive differences: where the faster side also spends more, it spends less elsewhere)."""
+    """The parts, largest first, that add up to ``share`` of one comparison's positive parts
+    (where the slower side also spends less somewhere, the positive parts exceed the gap)."""
     positive = gap[gap.gap_ms > 0].sort_values("gap_ms", ascending=False)
     total = positive.gap_ms.sum()
     if total <= 0:
@@ -101,42 +245,48 @@ def explaining(gap: pd.DataFrame, share: float = EXPLAINED_SHARE) -> pd.DataFram
 
 
 def why_sentence(gap: pd.DataFrame) -> str:
-    """One comparison's gap as a sentence, e.g. "JAX's EfficientNet-B0 at batch 8 spends 7.1 of
-    its 9.0 extra ms per call in depthwise/grouped convolution."."""
+    """One comparison's gap as a sentence, every part with its sign, e.g. "JAX jit on ResNet-50 at
+    batch 1 in fp32 with 2 threads is 26.46 ms per profiled call slower than PyTorch eager (89.72
+    against 63.25 ms): convolution with its fused normalisation +30.39 ms, …, unattributed (time
+    outside the profiled ops) -2.20 ms."."""
     first = gap.iloc[0]
-    extra = float(gap.slower_ms.sum() - gap.faster_ms.sum())
+    total = float(gap.gap_ms.sum())
+    slow_ms, fast_ms = float(gap.slower_ms.sum()), float(gap.faster_ms.sum())
     who = f"{framework_label(first.slower)} {first.slower_variant}"
     against = f"{framework_label(first.faster)} {first.faster_variant}"
     setting = setting_words(first.precision, first.threads)
     where = f"{model_label(first.model)} at batch {int(first.batch_size)} in {setting}"
     named = explaining(gap)
-    if named.empty or extra <= 0:
+    if named.empty or total <= 0:
         return (
             f"On {where}, {who} is slower than {against} in the timed runs, but its profiled "
-            "calls are not: the profile cannot explain this gap."
+            f"calls are not ({slow_ms:.2f} against {fast_ms:.2f} ms per call): the profile "
+            "cannot explain this gap."
         )
-    parts = ", ".join(f"{r.category} ({r.gap_ms:.2f} ms)" for r in named.itertuples())
-    explained = float(named.gap_ms.sum())
-    if explained <= extra:
-        text = (
-            f"{who} on {where} spends {explained:.2f} of its {extra:.2f} extra ms per call "
-            f"against {against} in {parts}"
-        )
-    else:
-        # the slower side also saves time somewhere: say where, or the numbers do not add up
-        saved = gap[gap.gap_ms < 0].sort_values("gap_ms")
-        where_more = named.iloc[0].category if len(named) == 1 else parts
-        text = (
-            f"{who} on {where} is {extra:.2f} ms per call slower than {against}: it spends "
-            f"{explained:.2f} ms more in {where_more}, and {-saved.gap_ms.sum():.2f} ms less "
-            f"elsewhere (most in {saved.iloc[0].category}, {-saved.iloc[0].gap_ms:.2f} ms)"
-        )
-    if named.iloc[0].category == OVERHEAD:
+    rest = gap.drop(index=named.index).sort_values("gap_ms", ascending=False)
+    shown = pd.concat([named, rest])
+    shown = shown[shown.gap_ms.abs() >= SHOWN_MS]
+    listed = ", ".join(_part_words(p) for p in shown.itertuples())
+    text = (
+        f"{who} on {where} is {total:.2f} ms per profiled call slower than {against} "
+        f"({slow_ms:.2f} against {fast_ms:.2f} ms): {listed}"
+    )
+    if named.iloc[0].category == OUTSIDE:
         text += (
-            "; most of the gap is framework overhead, time outside every op, which the profile "
-            "cannot attribute to an op"
+            "; most of the gap lies outside every profiled op (framework overhead, and an eager "
+            "framework's profiler cost per op), which the profile cannot attribute to an op"
         )
     return text + "."
+
+
+def _part_words(p) -> str:
+    words = f"{p.category} {p.gap_ms:+.2f} ms"
+    if p.assumed and p.as_recorded:
+        words += (
+            " (one block on both sides, since the JAX profile does not name what XLA fused into "
+            f"its convolutions and matmuls; as each side recorded it: {p.as_recorded})"
+        )
+    return words
 
 
 def why_sentences(all_gaps: pd.DataFrame) -> list[str]:

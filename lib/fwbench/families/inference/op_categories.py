@@ -7,10 +7,20 @@ depthwise/grouped when its input has more channels than its weight takes per gro
 
 XLA runs HLO instructions, most of them fusions. A fusion goes to the category of its most
 expensive constituent: the convolution or dot it is built around, else its first op that computes
-something (HLO text order, layout ops such as the broadcast of a constant skipped). Instructions that ran under a named scope of the Flax twins (``attention`` around the
-scaled-dot-product core, ``batch_norm`` and ``layer_norm`` around normalisation) take that scope's
-category first, as their PyTorch counterparts do: XLA fuses a BatchNorm into the convolution before
-it, and that fusion stays a convolution.
+something (HLO text order, layout ops such as the broadcast of a constant skipped). Instructions
+that ran under a named scope of the Flax twins (``attention`` around the scaled-dot-product core,
+``batch_norm`` and ``layer_norm`` around normalisation) take that scope's category first, as their
+PyTorch counterparts do.
+
+A fusion is one kernel, so its time cannot be split between the ops it fused. Where those ops span
+several categories (XLA on a CPU fuses a ResNet's last stage, convolutions with their BatchNorms,
+ReLUs and the global pooling, into one kernel; a BatchNorm with the ReLU after it into another),
+the instruction's category names them all, joined by ``FUSED_JOIN`` with the category it goes to
+first: "convolution + normalisation + elementwise/activation + pooling/reduction". The report
+merges those categories on both sides of a comparison, so that PyTorch's separate BatchNorm and
+ReLU are set against the JAX kernel that holds them. Layout ops inside a fusion are how it
+addresses memory and do not count, and an attention-scoped fusion is attention whole, as
+PyTorch's scaled-dot-product op is.
 """
 
 from __future__ import annotations
@@ -21,6 +31,9 @@ from fwbench.vocab import OP_CATEGORIES, OVERHEAD
 
 CONV, DEPTHWISE, MATMUL, ATTENTION, NORM, ELEMENTWISE, POOL, MOVE, OTHER = OP_CATEGORIES
 assert OVERHEAD not in OP_CATEGORIES
+# Joins the categories of a fusion's ops into one category name; report/why.py splits on the same
+# string (the report may not import families; tests/test_why_parts.py holds the two equal).
+FUSED_JOIN = " + "
 
 # Outermost aten op names, first match wins ("convert" is not a convolution, "addmm" is a matmul
 # before it is an add).
@@ -73,12 +86,23 @@ def _grouped(shapes: list | None) -> bool:
 
 # ---------------------------------------------------------------------------- XLA
 
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*\S+(?:\{[^}]*\})?\s+([\w\-]+)\(")
+# a shape is one token, or a tuple in parentheses (a library call on a GPU returns its scratch
+# buffer beside its result)
+_INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:\([^()]*\)|\S+)(?:\{[^}]*\})?\s+([\w\-]+)\("
+)
 _COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _GROUPS = re.compile(r"feature_group_count=(\d+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _CUSTOM_TARGET = re.compile(r'custom_call_target="([^"]*)"')
+# A library call that runs an activation after its convolution or matmul says so in its backend
+# config (cuDNN's fused convolution, cuBLASLt's epilogue); a bias alone is part of the layer on
+# both sides (aten::linear and conv2d add theirs too).
+_CALL_ACTIVATION = re.compile(
+    r'"activation_mode":"k(?!None)\w+"|"epilogue":"\w*(?:RELU|GELU|SILU|SWISH|SIGMOID|TANH)',
+    re.IGNORECASE,
+)
 
 _SCOPES = ((ATTENTION, "attention"), (NORM, "batch_norm"), (NORM, "layer_norm"))
 _MOVE_OPCODES = {
@@ -164,9 +188,7 @@ def _opcode_category(instr: dict) -> str:
     return ELEMENTWISE
 
 
-def instruction_category(instr: dict, computations: dict) -> str:
-    parts = [i for i in _constituents(instr, computations) if i["opcode"] not in _TRIVIAL]
-    parts = parts or [instr]
+def _lead_category(parts: list[dict]) -> str:
     for part in parts:
         if _scope(part) == ATTENTION:
             return ATTENTION
@@ -179,6 +201,26 @@ def instruction_category(instr: dict, computations: dict) -> str:
     computing = [p for p in parts if _opcode_category(p) != MOVE]
     first = (computing or parts)[0]
     return _scope(first) or _opcode_category(first)
+
+
+def instruction_category(instr: dict, computations: dict) -> str:
+    """The category an instruction's time goes to, joined with the categories of the other ops
+    it fused (see the module's note)."""
+    parts = [i for i in _constituents(instr, computations) if i["opcode"] not in _TRIVIAL]
+    parts = parts or [instr]
+    lead = _lead_category(parts)
+    if lead == ATTENTION:
+        return lead
+    fused = {_scope(p) or _opcode_category(p) for p in parts}
+    if any(p["opcode"] == "custom-call" and _CALL_ACTIVATION.search(p["line"]) for p in parts):
+        fused.add(ELEMENTWISE)
+    fused -= {lead, MOVE, OTHER}
+    return FUSED_JOIN.join([lead, *(c for c in OP_CATEGORIES if c in fused)])
+
+
+def fused_parts(category: str) -> tuple[str, ...]:
+    """The categories a (possibly fused) category name holds, the one it goes to first."""
+    return tuple(category.split(FUSED_JOIN))
 
 
 def hlo_categories(hlo_text: str) -> dict[str, str]:

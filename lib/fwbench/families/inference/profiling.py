@@ -5,7 +5,10 @@ torch: ``torch.profiler`` with shapes; each outermost aten op's interval, its ca
 name (and shapes); a container op (``CONTAINERS``) is opened into its aten children. On CUDA the categories are device time per aten op instead (self time).
 JAX: ``jax.profiler`` with a Perfetto trace; each event named after an HLO instruction of the
 compiled program (``fusion.12``), its category from the optimized HLO text. Runtime bookkeeping
-events name no instruction and are left out.
+events name no instruction and are left out. A fusion whose ops span several categories is
+recorded under all of them joined ("convolution + normalisation", ``op_categories.FUSED_JOIN``),
+so that the report can set it against the same ops on the other side; profiles recorded before
+that name such a fusion by the category it goes to first alone, and the report reads them so.
 
 Overhead is the wall time of the profiled calls minus the union of the op intervals (never their
 sum: XLA runs ops on several threads at once). The profiler itself adds to the overhead of an eager
@@ -28,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from fwbench import vocab
-from fwbench.families.inference.op_categories import hlo_categories, torch_category
+from fwbench.families.inference.op_categories import fused_parts, hlo_categories, torch_category
 from fwbench.results.records import INTERACTIVE
 
 PROFILED_CALLS = 3
@@ -62,14 +65,25 @@ class OpProfile:
     busy_ms: float  # the union of op intervals
     trace_path: str | None
     calls: int = PROFILED_CALLS
+    # whether a fusion's categories are all named (``op_categories.FUSED_JOIN``): true of every
+    # XLA profile made since; worth recording, since a program that fused nothing across
+    # categories looks the same in its rows as a profile made before
+    fusions_recorded: bool = False
 
     @property
     def overhead_ms(self) -> float:
         return max(self.wall_ms - self.busy_ms, 0.0)
 
     def rows(self) -> list[tuple[str, float]]:
-        """(category, ms) in the vocabulary's order, the overhead last."""
-        out = [(c, self.category_ms[c]) for c in vocab.OP_CATEGORIES if c in self.category_ms]
+        """(category, ms) in the vocabulary's order, a fused category after the one it goes to
+        first, the overhead last."""
+        rank = {c: i for i, c in enumerate(vocab.OP_CATEGORIES)}
+
+        def order(category: str):
+            parts = fused_parts(category)
+            return rank.get(parts[0], len(rank)), len(parts), category
+
+        out = [(c, self.category_ms[c]) for c in sorted(self.category_ms, key=order)]
         return out + [(vocab.OVERHEAD, self.overhead_ms)]
 
     def chart(self):
@@ -222,7 +236,9 @@ def profile_jax(side, x, calls: int = PROFILED_CALLS, batch_size: int | None = N
             ts, dur = float(e.get("ts", 0.0)), float(e.get("dur", 0.0))
             times[name] += dur
             intervals.append((ts, ts + dur))
-    return _profile(dict(times), categories, intervals, wall, calls, str(folder))
+    found = _profile(dict(times), categories, intervals, wall, calls, str(folder))
+    found.fusions_recorded = True
+    return found
 
 
 def profile_side(side, framework: str, batch_size: int, image_size: int, seed: int) -> OpProfile:
