@@ -174,33 +174,17 @@ def fit(frame: pd.DataFrame, imported: Between | None = None) -> Components:
     rounds = {k: float(rounds[k]) for k in rounds.index}
     means = cells["mean"].unstack("run")
     runs = int(means.shape[1])
+
+    def without_run_terms(comparisons: int, **given) -> Components:
+        return Components(0.0, 0.0, round_var, round_df, runs, comparisons, _rounds=rounds, **given)
+
     if imported is not None or runs < 2:
-        return Components(
-            0.0,
-            0.0,
-            round_var,
-            round_df,
-            runs,
-            int(means.shape[0]),
-            imported=imported,
-            _rounds=rounds,
-        )
+        return without_run_terms(int(means.shape[0]), imported=imported)
     complete = means.dropna()
     c, r = complete.shape
-    mean_round_term = (
-        float(np.mean([round_var[k] / rounds[k] for k in complete.index])) if c else 0.0
-    )
     if c == 0:
-        return Components(
-            0.0,
-            0.0,
-            round_var,
-            round_df,
-            runs,
-            0,
-            notes=("no comparison ran in every run",),
-            _rounds=rounds,
-        )
+        return without_run_terms(0, notes=("no comparison ran in every run",))
+    mean_round_term = float(np.mean([round_var[k] / rounds[k] for k in complete.index]))
     grand = complete.values.mean()
     run_means = complete.mean(axis=0).values
     comparison_means = complete.mean(axis=1).values

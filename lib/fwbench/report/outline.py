@@ -244,10 +244,6 @@ class Analysis:
         return trust.aa_control(self.pool_samples)
 
     @cached_property
-    def baseline_matrix(self) -> pd.DataFrame:
-        return tables.comparison_matrix(tables.throughput_samples(self.baseline))
-
-    @cached_property
     def stability(self) -> pd.DataFrame:
         return trust.calibration(self.pool_samples, self.run_id)
 
@@ -305,7 +301,7 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
     histories = con.execute(sql, params).df()
     run = tables.load_run(con, campaign, run_id)
     pool = tables.pooled_run_ids(con, campaign, run_id)
-    pool_samples = tables.pooled_samples(con, campaign, pool)
+    pool_samples = tables.pooled_samples(con, campaign, pool, loaded={run_id: meas})
     with_rounds = pool_samples.trials.notna() if not pool_samples.empty else []
     runs_with_rounds = pool_samples[with_rounds].run_id.nunique() if len(with_rounds) else 0
     imported = tables.imported_between(con, run["environment"]) if runs_with_rounds == 1 else None

@@ -305,20 +305,29 @@ def log_ratio_rounds(samples: pd.DataFrame, key: dict, a: tuple, b: tuple, compa
     return frame, dropped
 
 
+def compared_arms(samples: pd.DataFrame, run_id: str, comparisons=("best", "defaults")):
+    """Each comparison ``run_id`` made: (configuration, comparison, JAX arm, PyTorch arm, and
+    the key its rounds go by in the estimator), the arms picked in ``run_id``."""
+    this = samples[samples.run_id == run_id]
+    for key, group in this.groupby(CONFIG, sort=True):
+        key_dict = dict(zip(CONFIG, key, strict=True))
+        for comparison in comparisons:
+            jax, torch = pick_arm(group, "jax", comparison), pick_arm(group, "torch", comparison)
+            if jax is not None and torch is not None:
+                yield key_dict, comparison, jax, torch, (*key, jax.variant, torch.variant)
+
+
+def jax_over_torch_rounds(samples: pd.DataFrame, key: dict, jax, torch, ident) -> tuple:
+    """``log_ratio_rounds`` of JAX's arm over PyTorch's, in every pooled run."""
+    return log_ratio_rounds(samples, key, ("torch", torch.variant), ("jax", jax.variant), ident)
+
+
 def best_rounds(samples: pd.DataFrame, run_id: str) -> pd.DataFrame:
     """The rounds of every best-mode comparison ``run_id`` made, from every pooled run."""
-    this = samples[samples.run_id == run_id]
-    parts = []
-    for key, group in this.groupby(CONFIG, sort=True):
-        jax, torch = pick_arm(group, "jax", "best"), pick_arm(group, "torch", "best")
-        if jax is None or torch is None:
-            continue
-        key_dict = dict(zip(CONFIG, key, strict=True))
-        ident = (*key, jax.variant, torch.variant)
-        frame, _ = log_ratio_rounds(
-            samples, key_dict, ("torch", torch.variant), ("jax", jax.variant), ident
-        )
-        parts.append(frame)
+    parts = [
+        jax_over_torch_rounds(samples, key, jax, torch, ident)[0]
+        for key, _, jax, torch, ident in compared_arms(samples, run_id, ("best",))
+    ]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
@@ -352,14 +361,18 @@ def pooled_run_ids(con, campaign: str, run_id: str) -> list[str]:
     ]
 
 
-def pooled_samples(con, campaign: str, run_ids: list[str], family: str = "inference"):
+def pooled_samples(
+    con, campaign: str, run_ids: list[str], family: str = "inference", loaded: dict | None = None
+):
     """``throughput_samples`` of each run, with its cells' contention readings, in one frame with
-    a ``run_id`` column."""
+    a ``run_id`` column; ``loaded`` holds runs' measurements already read (run id -> frame)."""
     frames = []
     for rid in run_ids:
-        meas = with_cell_readings(
-            load_measurements(con, campaign, rid), load_cells(con, campaign, rid)
-        )
+        meas = (loaded or {}).get(rid)
+        if meas is None:
+            meas = with_cell_readings(
+                load_measurements(con, campaign, rid), load_cells(con, campaign, rid)
+            )
         frames.append(throughput_samples(meas, family).assign(run_id=rid))
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -430,49 +443,40 @@ def comparison_matrix(
     if "run_id" not in samples:
         samples = samples.assign(run_id=run_id or "run")
     run_id = run_id or samples.run_id.max()
-    this = samples[samples.run_id == run_id]
     rows, parts, dropped = [], [], {}
-    for key, group in this.groupby(CONFIG, sort=True):
-        key_dict = dict(zip(CONFIG, key, strict=True))
-        for comparison in ("best", "defaults"):
-            jax, torch = pick_arm(group, "jax", comparison), pick_arm(group, "torch", comparison)
-            if jax is None or torch is None:
-                continue
-            ident = (*key, jax.variant, torch.variant)
-            if ident not in dropped:
-                part, dropped[ident] = log_ratio_rounds(
-                    samples, key_dict, ("torch", torch.variant), ("jax", jax.variant), ident
-                )
-                parts.append(part)
-            ratio, low, high = ratio_ci(jax.samples, torch.samples, seed=RATIO_SEED)
-            rows.append(
-                {
-                    **key_dict,
-                    "comparison": comparison,
-                    "jax_variant": jax.variant,
-                    "torch_variant": torch.variant,
-                    "jax_img_s": jax["median"],
-                    "torch_img_s": torch["median"],
-                    "ratio": ratio,
-                    "ci_low": low,
-                    "ci_high": high,
-                    "ci90_low": np.nan,
-                    "ci90_high": np.nan,
-                    "winner": verdicts.WITHIN_ONE_RUN,
-                    "interval": "within-run",
-                    "between_term": "none",
-                    "runs": 1,
-                    "rounds": 1,
-                    "design": "1 run, within-run samples",
-                    "p_holm": np.nan,
-                    "runs_to_decide": np.nan,
-                    "dropped_shared": dropped[ident],
-                    "ident": ident,
-                    "sample_source": "trials"
-                    if "trials" in (jax.sample_source, torch.sample_source)
-                    else jax.sample_source,
-                }
-            )
+    for key_dict, comparison, jax, torch, ident in compared_arms(samples, run_id):
+        if ident not in dropped:
+            part, dropped[ident] = jax_over_torch_rounds(samples, key_dict, jax, torch, ident)
+            parts.append(part)
+        ratio, low, high = ratio_ci(jax.samples, torch.samples, seed=RATIO_SEED)
+        rows.append(
+            {
+                **key_dict,
+                "comparison": comparison,
+                "jax_variant": jax.variant,
+                "torch_variant": torch.variant,
+                "jax_img_s": jax["median"],
+                "torch_img_s": torch["median"],
+                "ratio": ratio,
+                "ci_low": low,
+                "ci_high": high,
+                "ci90_low": np.nan,
+                "ci90_high": np.nan,
+                "winner": verdicts.WITHIN_ONE_RUN,
+                "interval": "within-run",
+                "between_term": "none",
+                "runs": 1,
+                "rounds": 1,
+                "design": "1 run, within-run samples",
+                "p_holm": np.nan,
+                "runs_to_decide": np.nan,
+                "dropped_shared": dropped[ident],
+                "ident": ident,
+                "sample_source": "trials"
+                if "trials" in (jax.sample_source, torch.sample_source)
+                else jax.sample_source,
+            }
+        )
     if not rows:
         return pd.DataFrame(rows)
     found = estimated(pd.concat(parts, ignore_index=True), imported)
