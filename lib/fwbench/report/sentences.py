@@ -505,8 +505,11 @@ def ratio_method(samples: list[pd.DataFrame]) -> str:
         {s for frame in samples if not frame.empty for s in frame.sample_source if s != "trials"}
     )
     trialled = any(not f.empty and (f.sample_source == "trials").any() for f in samples)
-    text = "Ratios are JAX ÷ PyTorch throughput with a 95% interval; an interval "
-    text += "containing 1 is reported as a tie. "
+    text = (
+        "Ratios are JAX ÷ PyTorch throughput with a 95% interval; a framework is faster only "
+        "when the interval carries a between-run term and excludes 1 after Holm's adjustment, "
+        "equivalent when the 90% interval lies within ±5%, and inconclusive otherwise. "
+    )
     if trialled:
         text += (
             f"Where both frameworks ran in trials, a ratio pairs the trials of the same round: "
