@@ -40,13 +40,11 @@ lint: $(STAMP)
 # TEST_WORKERS pytest-xdist workers, each given a whole test file at a time (a file's fixtures
 # are built once), in the order tests/conftest.py collects them; TEST_WORKERS=0 runs serially.
 # Two, because the serial suite kept about one of two cores busy: much of its time is spent
-# starting kernels and subprocesses and importing torch and JAX. Tests marked `alone` read the
-# whole machine's load, so they run afterwards with nothing beside them.
+# starting kernels and subprocesses and importing torch and JAX.
 TEST_WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest -q --durations=30 -m "not alone" \
+	$(BIN)/python -m pytest -q --durations=30 \
 		-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
-	$(BIN)/python -m pytest -q -m alone
 
 # JupyterLab on the project, loopback only (its URL with the token is printed). jupyter_config/ on
 # JUPYTER_CONFIG_PATH makes notebooks/*.py open as notebooks with the fwbench kernel, and the

@@ -11,3 +11,10 @@ c = get_config()  # noqa: F821 (provided by the config loader)
 # notebooks/*.py the kernel whose python runs this server, fwbench; this default covers a notebook
 # started from the launcher or one that names no kernel.
 c.MappingKernelManager.default_kernel_name = "fwbench"
+
+# Kernels over Unix sockets rather than loopback TCP, as the runner starts its own
+# (fwbench.pipeline.runner.kernel_manager_class): over TCP every kernel (ipykernel 7.3 and later)
+# warns that its traffic is unencrypted, and a kernel of this server only talks to it on this
+# machine. The server names each kernel's sockets after its connection file in Jupyter's runtime
+# folder, so they need no other setting.
+c.KernelManager.transport = "ipc"

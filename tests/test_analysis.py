@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fwbench import vocab
 from fwbench.report import charts, outline, regressions, roofline, sentences, tables
 from fwbench.report.sections import ReportContent
 from fwbench.results import db
@@ -153,8 +154,8 @@ def test_a_regression_from_zero_is_not_given_as_a_percentage():
 
 
 def test_history_direction_depends_on_the_metric():
-    assert tables.higher_is_better("throughput_img_s", "img/s")
-    assert not tables.higher_is_better("latency_p50_ms", "ms")
+    assert vocab.metric_direction("throughput_img_s", "img/s") == vocab.HIGHER_IS_BETTER
+    assert vocab.metric_direction("latency_p50_ms", "ms") == vocab.LOWER_IS_BETTER
 
 
 @pytest.mark.parametrize(
@@ -334,8 +335,6 @@ def test_training_ratios_are_labelled_as_steps_and_inference_as_blocks(synthetic
 def test_methodology_quotes_the_resample_count_and_the_samples_the_ratios_used(
     synthetic, monkeypatch
 ):
-    from fwbench import vocab
-
     meas, cells = synthetic["meas"], synthetic["cells"]
     run = {"run_id": CURRENT_RUN}
     monkeypatch.setattr(vocab, "BOOTSTRAP_RESAMPLES", 3000)

@@ -5,7 +5,6 @@ import sys
 import time
 
 import psutil
-import pytest
 
 from fwbench.measure.meters.contention import (
     SHARED_FRACTION,
@@ -21,15 +20,34 @@ def spinner(seconds: float) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=seconds)])
 
 
-# it reads the whole machine: beside another test it would count that test's work as other
-@pytest.mark.alone
-def test_a_child_we_wait_for_is_our_own_work():
-    with ContentionMeter() as meter:
-        spinner(1.5).wait()
-    got = meter.result
-    # a host's own background may add a few percent; a core's worth (50% of two) would be ours
-    assert got.other_cpu_frac < 0.2, got
-    assert 0.0 <= got.steal_frac <= 1.0 and got.cpus >= 1
+# A fixed amount of CPU time, however long other work on the machine makes it take.
+BURN = "import time\nwhile time.process_time() < {seconds}: pass"
+
+
+def test_a_child_we_wait_for_is_our_own_work(monkeypatch):
+    """Two halves, neither of which depends on what else runs on the machine: the CPU time of a
+    child the meter's process waited for is read as its own, and the meter leaves its own time
+    out of the other processes' share."""
+    from fwbench.measure.meters import contention
+
+    before = contention._own_cpu_seconds()
+    subprocess.run([sys.executable, "-c", BURN.format(seconds=1.0)], check=True)
+    assert contention._own_cpu_seconds() - before >= 0.95  # os.times counts in clock ticks
+
+    # the machine busy for 3 of the window's 4 CPU-seconds, 2.8 of them ours (child included)
+    times = iter(
+        [
+            type("T", (), {"user": 10.0, "system": 0.0, "idle": 10.0, "steal": 0.0})(),
+            type("T", (), {"user": 13.0, "system": 0.0, "idle": 11.0, "steal": 0.0})(),
+        ]
+    )
+    own = iter([100.0, 102.8])
+    monkeypatch.setattr(contention, "_own_cpu_seconds", lambda: next(own))
+    monkeypatch.setattr(contention.ContentionMeter, "_times", lambda self: next(times))
+    with contention.ContentionMeter() as meter:
+        pass
+    assert meter.result.other_cpu_frac == 0.05  # (3 - 2.8) / 4
+    assert not meter.result.shared
 
 
 def test_processes_that_are_not_ours_are_counted_and_mark_the_machine_shared():

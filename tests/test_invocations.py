@@ -123,10 +123,13 @@ def test_a_resumed_series_finishes_its_run_then_starts_the_runs_it_lacks(write_c
     assert all(m["cells"]["standin/default"]["status"] == "ok" for m in runs)
     assert "(invocation 3 of 3)" in done.stdout
 
-    # the series is complete: another resume starts nothing
+    # the series is complete: another resume starts nothing and rewrites no manifest
+    written = {p: p.read_bytes() for p in out.rglob("manifest.json")}
+    time.sleep(1.1)  # a rewritten finished_at would differ by a second
     again = run_cli("run", path, "--out", out, "--resume", env={"STANDIN_OK": "1"})
     assert again.returncode == 0, again.stderr
     assert len(manifests(out, "series")) == 3
+    assert {p: p.read_bytes() for p in out.rglob("manifest.json")} == written
 
 
 def test_a_run_made_before_series_counts_as_the_first_of_its_own(write_campaign, tmp_path):

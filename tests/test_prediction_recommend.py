@@ -130,7 +130,14 @@ def test_recommend_returns_a_configuration_that_fits(tmp_path):
     assert ranked[0]["throughput_img_s"] == max(r["throughput_img_s"] for r in ranked)
     # a limit below every candidate's bytes leaves nothing to recommend, and says so
     tight = _recommend(tmp_path, *common, "--batch-size", "4", "--max-memory-gb", "0.001")
-    assert tight.returncode == 1 and "No configuration of resnet18 meets the limits" in tight.stdout
+    assert tight.returncode == 3 and "No configuration of resnet18 meets the limits" in tight.stdout
+    # with --json, stdout stays JSON (the empty list); the sentence naming the limit is on stderr
+    tight_json = _recommend(
+        tmp_path, *common, "--batch-size", "4", "--max-memory-gb", "0.001", "--json"
+    )
+    assert tight_json.returncode == 3 and json.loads(tight_json.stdout) == []
+    assert "No configuration of resnet18 meets the limits" in tight_json.stderr
+    assert "GiB of memory" in tight_json.stderr
     fits = _recommend(tmp_path, *common, "--max-memory-gb", "0.2", "--json")
     assert fits.returncode == 0, fits.stderr
     assert all(r["peak_mem_bytes"] <= 0.2 * 2**30 for r in json.loads(fits.stdout))

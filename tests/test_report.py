@@ -7,6 +7,7 @@ the first analysis notebook), and must come out the same apart from its "Generat
 import json
 import re
 import struct
+from pathlib import Path
 
 import duckdb
 import nbformat
@@ -410,3 +411,108 @@ def test_the_bus_bandwidth_chart_draws_from_the_distributed_records_alone():
     assert table.sort_values("framework").busbw_gbs.tolist() == [0.2, 0.2]
     spec = charts.busbw_chart(table).to_dict()
     assert {"PyTorch x2", "JAX x2"} == {v["series"] for v in spec["datasets"].popitem()[1]}
+
+
+def test_the_brief_block_quotes_verdicts_and_trust_and_names_no_run(built, capsys):
+    path = _readme_around(built, README_AROUND.format(begin=BEGIN, end=END))
+    code, output = readme_cli(capsys, "--brief", "--readme", path, "--out", built["out"])
+    assert code == 0, output.err
+    block = path.read_text().split(BEGIN)[1].split(END)[0]
+    assert f"`fwbench readme {CAMPAIGN} --brief`" in block
+    assert "| ResNet-50 | " in block and "How far these ratios can be trusted" in block
+    assert "MFU:" not in block and "![" not in block and "Why (" not in block
+    assert not re.search(r"\d{8}T\d{6}Z", block), "the front page names no run"
+    for link in LINK_RE.findall(block):
+        assert (path.parent / link.partition("#")[0]).exists(), link
+
+
+def test_the_results_index_lists_every_report_and_links_it(built, capsys, tmp_path):
+    import shutil
+
+    root = tmp_path / "report"
+    shutil.copytree(built["report_dir"], root / CAMPAIGN)
+    shutil.copytree(built["report_dir"], root / "second")
+    (root / "not_a_report").mkdir()
+    args = ["results-index", "--reports", str(root), "--out", str(built["out"])]
+    assert cli.main(args) == 0, capsys.readouterr().err
+    text = (root / "index.md").read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith("| [")]
+    assert len(rows) == 2 and "not_a_report" not in text
+    content = json.loads((root / CAMPAIGN / "content.json").read_text())
+    row = next(r for r in rows if r.startswith(f"| [{CAMPAIGN}]"))
+    assert f"`{CURRENT_RUN}`" in row and content["summary"][0].replace("|", "/") in row
+    assert CURRENT_RUN[:4] + "-" in row  # the run's date
+    for link in LINK_RE.findall(text):
+        assert (root / link).exists(), link
+    assert "<table>" in (root / "index.html").read_text()
+    assert cli.main(args) == 0 and "already up to date" in capsys.readouterr().out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli.main(["results-index", "--reports", str(empty)]) == 2
+    assert not (empty / "index.md").exists()
+
+
+def test_a_preface_beside_the_campaign_opens_its_report(built, monkeypatch, tmp_path):
+    content = json.loads((built["report_dir"] / "content.json").read_text())
+    content["figures_dir"] = str(built["figures_dir"])
+    args = (content, built["out"], built["report_dir"], built["report_dir"] / "x.ipynb", "now")
+    monkeypatch.setattr(render, "repo_root", lambda: tmp_path)
+    assert "## Context" not in render.markdown_report(*args)
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / f"{CAMPAIGN}.md").write_text("What this campaign asks.\n")
+    text = render.markdown_report(*args)
+    assert text.index("## Context") < text.index("## Executive summary")
+    assert "What this campaign asks." in section(text, "Context")
+
+
+def test_the_slides_stand_alone_and_render_in_chromium(built, capsys, tmp_path):
+    """The deck opens offline (nothing fetched) and every slide draws within one screen; the
+    screenshots are kept in tests/artifacts/ for a person to look at."""
+    import importlib.util
+    import os
+    import shutil
+
+    root = tmp_path / "report"
+    shutil.copytree(built["report_dir"], root / CAMPAIGN)
+    shutil.copytree(built["figures_dir"], tmp_path / "figures" / CAMPAIGN)
+    assert cli.main(["slides", CAMPAIGN, "--reports", str(root)]) == 0
+    deck = root / CAMPAIGN / "slides.html"
+    page_html = deck.read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page_html), "fetches something"
+    n_slides = page_html.count('<section class="slide"')
+    figures = json.loads((root / CAMPAIGN / "content.json").read_text())
+    n_figures = sum(i["kind"] == "figure" for s in figures["sections"] for i in s["items"])
+    assert page_html.count("data:image/png;base64,") == n_figures
+    assert n_slides >= 4 + min(n_figures, 1)
+    assert cli.main(["slides", "nosuch", "--reports", str(root)]) == 2
+
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).exists() or importlib.util.find_spec("playwright") is None:
+        if os.environ.get("FWBENCH_REQUIRE_BROWSER") == "1":
+            pytest.fail("no Chromium or playwright to render the slides")
+        pytest.skip("no Chromium or playwright to render the slides (make browser)")
+    from playwright.sync_api import sync_playwright
+
+    artifacts = Path(__file__).resolve().parent / "artifacts" / "slides"
+    shutil.rmtree(artifacts, ignore_errors=True)
+    artifacts.mkdir(parents=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+        fetched = []
+        page.on("request", lambda r: fetched.append(r.url))
+        page.goto(deck.as_uri())
+        boxes = page.eval_on_selector_all(
+            "section.slide",
+            "els => els.map(e => [e.scrollHeight, e.clientHeight, "
+            "Array.from(e.querySelectorAll('img')).every(i => i.complete && i.naturalWidth > 0)])",
+        )
+        for n, (scroll_h, client_h, images_ok) in enumerate(boxes, 1):
+            assert images_ok, f"slide {n}: an image did not load"
+            assert scroll_h <= client_h + 1, f"slide {n} overflows its screen"
+            page.locator(f"#s{n}").scroll_into_view_if_needed()
+            page.screenshot(path=str(artifacts / f"slide_{n:02d}.png"))
+        page.keyboard.press("ArrowDown")
+        browser.close()
+    assert len(boxes) == n_slides
+    assert all(u.startswith(("file:", "data:")) for u in fetched), fetched

@@ -1,10 +1,10 @@
 """One vocabulary: the names that every room of fwbench and every notebook must spell alike.
 
 Frameworks and their display labels, what "default" means for each framework, the families (one
-per notebook), the environment variables the runner hands to a kernel, and the bootstrap settings
-behind every interval. Model display labels live on the registry's ``ModelSpec``; ``model_label``
-reads them from there. This module imports nothing heavy, so the report, the pipeline and the
-families can all use it.
+per notebook), the environment variables the runner hands to a kernel, the bootstrap settings
+behind every interval and which way each metric is better. Model display labels live on the
+registry's ``ModelSpec``; ``model_label`` reads them from there. This module imports nothing heavy,
+so the report, the pipeline and the families can all use it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ FRAMEWORKS = ("torch", "jax")
 FRAMEWORK_LABELS = {"jax": "JAX", "torch": "PyTorch"}
 KIND_LABELS = {"cnn": "CNN", "transformer": "Transformer"}
 
-# The memory family's goal at the seed's scale, stated on activations: at least this share of
+# The memory family's goal at its reference scale (ResNet-152 at 224 px, BERT-base at
+# sequence 128), stated on activations: at least this share of
 # the activation memory saved at no more than this much added iteration time.
 MEMORY_ACTIVATION_GOAL_PCT = 50.0
 MEMORY_OVERHEAD_GOAL_PCT = 33.0
@@ -92,6 +93,80 @@ BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_MAX_SAMPLES = 10_000
 CONFIDENCE = 0.95
 
+# Which way each metric is better, for `fwbench regressions` and the report's history: a rise in a
+# HIGHER_IS_BETTER metric is an improvement, in a LOWER_IS_BETTER one a regression. The name
+# decides first; a unit decides for the rest only where every metric measured in it moves one way
+# (a time, a byte count, energy, a rate). A metric in neither has no direction: a count, a setting,
+# or a value with a target rather than a side (interval coverage, the timer's ratio to torch's) is
+# no better for going up, and guessing would call half its changes regressions.
+HIGHER_IS_BETTER = "higher"
+LOWER_IS_BETTER = "lower"
+METRIC_DIRECTIONS = {
+    # shares, rates and accuracies
+    "mfu": HIGHER_IS_BETTER,
+    "scaling_efficiency": HIGHER_IS_BETTER,
+    "correct_winner_rate": HIGHER_IS_BETTER,
+    "within_10pct": HIGHER_IS_BETTER,
+    "within_15pct": HIGHER_IS_BETTER,
+    "regret_within_5pct": HIGHER_IS_BETTER,
+    "calibration_inside_share": HIGHER_IS_BETTER,
+    "regression_recall_10pct": HIGHER_IS_BETTER,
+    "top1_agreement": HIGHER_IS_BETTER,
+    "top1_agreement_vs_fp32": HIGHER_IS_BETTER,
+    "val_top1": HIGHER_IS_BETTER,
+    "val_top1_as_trained": HIGHER_IS_BETTER,
+    "memory_saved_pct": HIGHER_IS_BETTER,
+    "activation_saved_pct": HIGHER_IS_BETTER,
+    "check_passed": HIGHER_IS_BETTER,
+    # errors, overheads and losses
+    "mape_pct": LOWER_IS_BETTER,
+    "worst_pct": LOWER_IS_BETTER,
+    "regret_pct": LOWER_IS_BETTER,
+    "memory_error_pct": LOWER_IS_BETTER,
+    "sim_peak_error_pct": LOWER_IS_BETTER,
+    "sim_time_error_pct": LOWER_IS_BETTER,
+    "profile_drift_pct": LOWER_IS_BETTER,
+    "overhead_pct": LOWER_IS_BETTER,
+    "comm_overhead_frac": LOWER_IS_BETTER,
+    "data_share": LOWER_IS_BETTER,
+    "rtf": LOWER_IS_BETTER,
+    "stream_rtf": LOWER_IS_BETTER,
+    "aa_false_winner_rate": LOWER_IS_BETTER,
+    "aa_log_ratio_sd": LOWER_IS_BETTER,
+    "regression_false_alerts_per_100": LOWER_IS_BETTER,
+    "train_loss_final": LOWER_IS_BETTER,
+    "speed_final_loss": LOWER_IS_BETTER,
+    "max_abs_err": LOWER_IS_BETTER,
+    "max_abs_err_vs_torch": LOWER_IS_BETTER,
+    "max_rel_err": LOWER_IS_BETTER,
+    "max_rel_err_vs_fp32": LOWER_IS_BETTER,
+    "max_rel_err_vs_fp64": LOWER_IS_BETTER,
+    "max_rel_err_vs_torch": LOWER_IS_BETTER,
+    "exact_max_abs_diff": LOWER_IS_BETTER,
+    "fp64_logits_max_rel_err": LOWER_IS_BETTER,
+    "fp64_grad_max_rel_err": LOWER_IS_BETTER,
+    "grad_max_rel_err": LOWER_IS_BETTER,
+    "grad_max_rel_err_vs_fp64": LOWER_IS_BETTER,
+    "loss_parity_max_rel": LOWER_IS_BETTER,
+    "param_parity_max_rel": LOWER_IS_BETTER,
+    "bn_stats_parity_max_rel": LOWER_IS_BETTER,
+    "fp64_loss_parity_max_rel": LOWER_IS_BETTER,
+    "fp64_param_parity_max_rel": LOWER_IS_BETTER,
+    "fp64_bn_stats_parity_max_rel": LOWER_IS_BETTER,
+    "fp64_output_parity_max_rel": LOWER_IS_BETTER,
+    "dist_fp64_loss_parity_max_rel": LOWER_IS_BETTER,
+    "dist_fp64_cross_framework_max_rel": LOWER_IS_BETTER,
+}
+UNIT_DIRECTIONS = {
+    "img/s": HIGHER_IS_BETTER,
+    "TFLOP/s": HIGHER_IS_BETTER,
+    "GB/s": HIGHER_IS_BETTER,
+    "ms": LOWER_IS_BETTER,
+    "s": LOWER_IS_BETTER,
+    "bytes": LOWER_IS_BETTER,
+    "J": LOWER_IS_BETTER,
+}
+
 # Terminal colour codes, which IPython puts in tracebacks and tqdm in progress output.
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -128,6 +203,13 @@ def setting_words(precision: str, threads) -> str:
     for a CPU one, its threads."""
     words = threads_words(threads)
     return f"{precision} with {words}" if words else str(precision)
+
+
+def metric_direction(metric: str, unit: str | None = None) -> str | None:
+    """``HIGHER_IS_BETTER`` or ``LOWER_IS_BETTER`` for ``metric`` (by its name, else by its
+    ``unit``), or None where neither says which way is better: the caller says "no known
+    direction" rather than pick one."""
+    return METRIC_DIRECTIONS.get(metric) or UNIT_DIRECTIONS.get(unit)
 
 
 def family_of(notebook: str) -> str:

@@ -181,7 +181,7 @@ def aa_false_winner_rate(
 
     The t-interval holds its nominal 5% from 3 rounds on; the percentile bootstrap calls a winner
     in about a quarter of A/A comparisons at 3 rounds (all three ratios on one side of 1 happens
-    with probability 1/4) and stays above 5% at 5 and 10. The issue's own simulation found 26% at
+    with probability 1/4) and stays above 5% at 5 and 10. The design review's simulation found 26% at
     3 rounds and 5-6% at 5.
     """
     rng = np.random.default_rng(seed)

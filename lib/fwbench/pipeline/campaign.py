@@ -280,6 +280,10 @@ def _check_step(path: Path, i: int, step) -> None:
     trials = step.get("trials", 1)
     if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
         raise CampaignError(f"{where}: 'trials' must be a positive integer")
+    if not valid_timeout(step.get("timeout")):
+        raise CampaignError(
+            f"{where}: 'timeout' must be a positive number of seconds, got {step['timeout']!r}"
+        )
     if not isinstance(step.get(AA_COPY, False), bool):
         raise CampaignError(f"{where}: '{AA_COPY}' must be true or false")
     for key in ("params", "grid"):
@@ -486,6 +490,14 @@ def load_campaign(path: str | Path) -> Campaign:
 def valid_invocations(value) -> bool:
     """Whether ``value`` is a number of runs: a positive integer (YAML's ``true`` is not one)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def valid_timeout(value) -> bool:
+    """Whether ``value`` can bound a notebook's cells: None (no bound) or seconds above zero.
+    nbclient would silently take zero or a negative number as no bound at all."""
+    if value is None:
+        return True
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def _check_duet(path: Path, steps: list, cells: list[Cell]) -> None:

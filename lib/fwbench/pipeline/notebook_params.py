@@ -3,7 +3,9 @@
 The parameters cell is the notebook's contract with campaigns: each line ``name = literal`` declares a
 parameter, its default and so its type. A trailing ``# one of: a, b, c`` comment restricts the values;
 a comment that opens with ``> 0`` (``# > 0: seconds of audio``) says every value, or every item of a
-list, must be a number above zero.
+list, must be a number above zero. A number named as a size (``batch_size``, ``batch_sizes``,
+``image_size``, ``seq_len``, ``world_sizes``, ``timer_check_batch``, ...) is held above zero
+without it.
 A parameter called ``model`` (or ``<something>_model``) without such a comment must name a model the
 registry knows: one with a Flax twin, or any torchvision classification model (PyTorch only).
 """
@@ -20,6 +22,10 @@ import nbformat
 
 ONE_OF_RE = re.compile(r"#.*?one of:\s*(?P<choices>[^#]+)")
 POSITIVE_RE = re.compile(r"#\s*>\s*0\b")
+# A size counts something (images in a batch, pixels, tokens, processes), so a number named like
+# one is held above zero by its name, as a model is held to the registry by its: a notebook whose
+# author left out the "> 0" comment still refuses a batch of -4 before anything runs.
+SIZE_NAME_RE = re.compile(r"(^|_)(sizes?|seq_lens?|batch|batch_per_worker)$")
 
 
 @dataclass
@@ -123,9 +129,19 @@ def read_parameters(path: str | Path) -> dict[str, NotebookParameter]:
             target.id,
             default,
             _choices(lines, node, target.id),
-            positive=bool(POSITIVE_RE.search(comment)),
+            positive=bool(POSITIVE_RE.search(comment)) or _is_size(target.id, default),
         )
     return declared
+
+
+def _is_size(name: str, default) -> bool:
+    """Whether ``name`` names a size and its default is a number or a list of them (a size
+    given as a word, such as ``encoder_size = "tiny"``, is left to its ``one of`` comment)."""
+    items = default if isinstance(default, (list, tuple)) else [default]
+    numbers = bool(items) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in items
+    )
+    return numbers and SIZE_NAME_RE.search(name) is not None
 
 
 def _choices(lines: list[str], node: ast.stmt, name: str) -> tuple | None:

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
+import sys
+import tempfile
 import time
 import traceback
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,6 +78,13 @@ def shared_machine_warning(contention: dict) -> str:
     )
 
 
+def notice(line: str) -> None:
+    """A line for the person watching the run, on stderr beside the progress bar: stdout is the
+    command's answer, and ``fwbench predict --json`` prints its JSON there after a calibration
+    run this runner made on a new CPU."""
+    tqdm.write(line, file=sys.stderr)
+
+
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
@@ -86,6 +97,39 @@ def kernel_name() -> str:
     from jupyter_client.kernelspec import KernelSpecManager
 
     return "fwbench" if "fwbench" in KernelSpecManager().find_kernel_specs() else "python3"
+
+
+@functools.cache
+def kernel_manager_class():
+    """The kernel manager every cell's kernel is started with: Unix sockets (ZeroMQ's IPC
+    transport) where this machine's ZeroMQ has them, else jupyter_client's loopback TCP.
+
+    Over TCP every kernel (ipykernel 7.3 and later) warns that its traffic is unencrypted, once
+    per cell of a campaign. A runner's kernel only ever talks to this process on this machine, so
+    Unix sockets remove the cause; raising the kernel's log level would only hide it, and the
+    kernel's other warnings with it."""
+    import zmq
+    from jupyter_client import AsyncKernelManager
+    from traitlets import default
+
+    if not zmq.has("ipc"):
+        return AsyncKernelManager
+
+    class IPCKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _default_transport(self):
+            return "ipc"
+
+        @default("connection_file")
+        def _default_connection_file(self):
+            # The sockets are named after the connection file. Left empty, they would be
+            # kernel-ipc-1, -2, ... in papermill's cwd (notebooks/), where a duet's two kernels
+            # race for the same names; a unique, short absolute name in the temporary folder
+            # keeps them apart and within the ~100 characters a socket path may have.
+            name = f"fwbench-kernel-{uuid.uuid4().hex[:12]}.json"
+            return os.path.join(tempfile.gettempdir(), name)
+
+    return IPCKernelManager
 
 
 @contextlib.contextmanager
@@ -209,6 +253,7 @@ def _execute_attempts(source_nb, partial: Path, cell: Cell, attempts: list[dict]
                     execution_timeout=timeout,
                     progress_bar=False,
                     cwd=str(cell.notebook_path.parent),
+                    kernel_manager_class=kernel_manager_class(),
                 )
                 status, error = "ok", None
             except Exception as exc:  # a crash is data: record it and go on
@@ -408,7 +453,7 @@ def run_trial(
         if len(reruns) >= rerun_shared:
             break
         reruns.append({"duration_s": round(result.duration_s, 3), "contention": result.contention})
-        tqdm.write(
+        notice(
             f"  {cell.key}: {shared_machine_warning(result.contention)}; "
             f"running it again ({len(reruns)} of at most {rerun_shared})"
         )
@@ -647,6 +692,9 @@ def _finish_run(
     context = {"run_id": run_id, "campaign": campaign.name}
     done = done_cells(run_dir, manifest)
     todo = [c for c in ordered_cells(campaign, cells, manifest) if c.key not in done]
+    if not todo:
+        # a resumed run with nothing left is evidence already: its manifest stays as written
+        return RunOutcome(run_dir, {}, invocation, invocations, series_id)
     for c in todo:
         manifest["cells"][c.key] = manifest_entry(c)
     write_json_atomic(run_dir / "manifest.json", manifest)
@@ -690,9 +738,9 @@ def _finish_run(
             manifest = record_in_manifest(run_dir, cell, result)
             if result.status != "ok":
                 error = (result.error or "").strip()[-300:]
-                tqdm.write(f"  {cell.key}: {result.status}: {error}")
+                notice(f"  {cell.key}: {result.status}: {error}")
             if _shared(result):
-                tqdm.write(f"  {cell.key}: {shared_machine_warning(result.contention)}")
+                notice(f"  {cell.key}: {shared_machine_warning(result.contention)}")
             bar.update(1)
     bar.close()
     manifest["finished_at"] = environment.now_iso()

@@ -153,7 +153,7 @@ def ratio_heatmap(matrix: pd.DataFrame) -> alt.FacetChart:
         ],
     )
     base = alt.Chart().encode(
-        x=alt.X("batch_size:O", title="batch size"),
+        x=alt.X("batch_size:O", title="batch size", axis=alt.Axis(labelAngle=0)),
         y=alt.Y("model_label:N", title=None),
     )
     cells = base.mark_rect().encode(
@@ -164,11 +164,17 @@ def ratio_heatmap(matrix: pd.DataFrame) -> alt.FacetChart:
         ),
         tooltip=tips,
     )
-    text = base.mark_text(fontSize=13).encode(text="label:N", tooltip=tips)
+    text = base.mark_text(fontSize=12).encode(text="label:N", tooltip=tips)
+    # a cell holds "0.21× (1 run)"; a row's setting names the CPU, precision and threads, too long
+    # to stand rotated beside its row, so it reads as a heading above it
+    row_header = alt.Header(labelAngle=0, labelOrient="top", labelAnchor="start", labelFontSize=13)
     return (
         alt.layer(cells, text, data=data)
-        .properties(width=alt.Step(72), height=alt.Step(36))
-        .facet(column=alt.Column("comparison:N", title=None), row=alt.Row("panel:N", title=None))
+        .properties(width=alt.Step(108), height=alt.Step(32))
+        .facet(
+            column=alt.Column("comparison:N", title=None),
+            row=alt.Row("panel:N", title=None, header=row_header),
+        )
     )
 
 

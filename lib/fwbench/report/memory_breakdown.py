@@ -1,5 +1,5 @@
 """What the peak of a training step is made of, across batch sizes (12_memory's
-``peak_part_bytes`` records): the seed's breakdown into parameters, gradients, optimizer state,
+``peak_part_bytes`` records): the five-part breakdown into parameters, gradients, optimizer state,
 activations and other, for the unplanned graph and for our tightest plan.
 
 The parts are the simulator's, at its peak; its peak is the measured one to within the run's

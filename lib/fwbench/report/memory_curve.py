@@ -55,7 +55,7 @@ POINT_METRICS = [
     "compiled_graphs",
     "random_replays",
 ]
-# the time model's figures count on quiet trials only, as the bar for it does
+# the time model's figures count on quiet trials only, as the family's bar for it does
 QUIET_METRICS = ("sim_time_error_pct", "predicted_multiple", "measured_multiple")
 MODEL_WORDS = {"resnet152": "ResNet-152", "bert": "BERT (masked LM)", "resnet50": "ResNet-50"}
 
@@ -188,7 +188,7 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
                 "measured": not bool(first.simulated_only),
                 "swap_bandwidth_gbs": first.swap_bandwidth_gbs,
             }
-            # the bar for the time model holds on quiet trials (contention below 10%)
+            # the family's bar for the time model holds on quiet trials (contention below 10%)
             quiet_part = part[~on_shared_machine(part)]
             timed = part[part.metric == "sim_time_error_pct"]
             quiet = quiet_part[quiet_part.metric == "sim_time_error_pct"]

@@ -222,9 +222,12 @@ def results_block(
     out: Path,
     figures_dir: Path,
     into: str | None = None,
+    brief: bool = False,
 ) -> str:
     """The markdown between the markers, from report ``report_dir`` of ``campaign`` (built with
-    ``fwbench report CAMPAIGN --into INTO`` when ``into`` is given)."""
+    ``fwbench report CAMPAIGN --into INTO`` when ``into`` is given). ``brief`` keeps the run line,
+    the inference verdicts and the trust figures: the README's front page quotes no more, and the
+    report has the rest."""
     try:
         content = sections.read(report_dir)
     except FileNotFoundError:
@@ -243,18 +246,26 @@ def results_block(
         devices = sorted(set(distributed.device_name))
     shared = sections.section_by_name(content, "shared_machine") or {"items": []}
     contention = " ".join(i["text"] for i in shared["items"] if i["kind"] == "note")
+    command = f"fwbench readme {campaign}{f' --into {into}' if into else ''}"
+    command += " --brief" if brief else ""
     parts = [
-        f"<!-- Written by `fwbench readme {campaign}{f' --into {into}' if into else ''}` from "
+        f"<!-- Written by `{command}` from "
         f"{_link(report_dir, readme_dir)}/ "
         "(content.json and tables/); rebuild the report and run it again instead of editing. -->",
-        f"**Campaign `{campaign}`, run `{run_id}`** ([report]({report_link}), [executed notebooks]"
-        f"({_link(Path(out) / campaign / run_id, readme_dir)}/))"
+        # the front page names no run: the report it links to does
+        (f"**Campaign `{campaign}`**" if brief else f"**Campaign `{campaign}`, run `{run_id}`**")
+        + f" ([report]({report_link}), [executed notebooks]"
+        f"({_link(Path(out) / campaign / ('' if brief else run_id), readme_dir)}/))"
         + (f", on {', '.join(devices)}" if devices else "")
         + f". {contention}".rstrip(),
     ]
     progress = progress_sentence(Path(out) / campaign / run_id / "manifest.json")
     if progress:
         parts.append(progress)
+    if brief:
+        parts += inference_part(matrix, report_link)
+        parts += notes_part(content, "trust", "How far these ratios can be trusted", report_link)
+        return "\n\n".join(parts)
     figure = Path(figures_dir) / "ratio_matrix.png"
     if figure.is_file():
         parts.append(
@@ -338,7 +349,7 @@ def distributed_part(table: pd.DataFrame, parity: pd.DataFrame, report_link: str
 
 
 def progress_sentence(manifest_path: Path) -> str:
-    """For a run still being continued in sittings: how many of its cells have run, from its
+    """For a run still being continued across invocations: how many of its cells have run, from its
     manifest (its recorded order holds every trial of the campaign); "" for a finished run."""
     if not manifest_path.is_file():
         return ""
@@ -439,6 +450,7 @@ def update_readme(
     report_dir: Path | None = None,
     figures_dir: Path | None = None,
     into: str | None = None,
+    brief: bool = False,
 ) -> bool:
     """Rewrite ``readme``'s results block from the report of ``campaign``; True if it changed.
 
@@ -460,6 +472,7 @@ def update_readme(
             Path(out),
             Path(figures_dir or root / "figures" / name),
             into,
+            brief,
         ),
     )
 

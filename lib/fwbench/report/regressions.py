@@ -32,7 +32,7 @@ import pandas as pd
 import ruptures
 from scipy import special
 
-from fwbench.report import tables
+from fwbench import vocab
 from fwbench.results import db
 
 # Calibrated with ``evaluate`` on latency pools of this project's 2-core VM: every new run re-tests
@@ -76,6 +76,8 @@ CONFIGURATION = (
 # threads mean something on a CPU only: a GPU configuration is one history whatever its host had
 SQL_KEYS = {"threads": "case when m.device = 'cpu' then m.threads end as threads"}
 COLUMNS = ["metric", "configuration", "run_id", "change_pct", "p_value", "direction"]
+# the direction of a change in a metric the vocabulary gives no better side (vocab.metric_direction)
+UNDIRECTED = "change"
 
 
 @dataclass(frozen=True)
@@ -241,8 +243,10 @@ def find_regressions(
     ``COLUMNS``: the run where the new level starts, its change in percent and p-value.
 
     The change is signed (the new level over the old); ``direction`` says whether it is a
-    regression or an improvement for that metric (``tables.higher_is_better``; "change" where
-    the frame has no unit). ``options`` go to ``detect``.
+    regression or an improvement for that metric, by the side ``vocab.metric_direction`` gives
+    its name or unit. A metric it gives none (a count, a setting, a value with a target) is not
+    guessed at: its changes say ``UNDIRECTED`` ("change"), neither regression nor improvement,
+    and ``fwbench regressions`` names such metrics on stderr. ``options`` go to ``detect``.
     """
     rows = []
     group_keys = ["campaign", "metric", *CONFIGURATION]
@@ -254,11 +258,12 @@ def find_regressions(
         run_ids = history.run_id.tolist()
         metric = history.metric.iloc[0]
         unit = history.unit.iloc[0] if "unit" in history else None
+        better_side = vocab.metric_direction(metric, unit)
         for change in detect(history.value.to_numpy(), **options):
-            if unit is None:
-                direction = "change"
+            if better_side is None:
+                direction = UNDIRECTED
             else:
-                better = (change.change_pct > 0) == tables.higher_is_better(metric, unit)
+                better = (change.change_pct > 0) == (better_side == vocab.HIGHER_IS_BETTER)
                 direction = "improvement" if better else "regression"
             rows.append(
                 {

@@ -189,6 +189,14 @@ def _section_markdown(section: dict, content: dict, out: Path, report_dir: Path,
     return parts
 
 
+def preface_text(report_dir: Path) -> str:
+    """The hand-written context of report ``report_dir`` (``params/<name>.md``, beside its
+    campaign file), or "". It says what the campaign asks and how to read it; numbers come only
+    from the generated text below it."""
+    path = repo_root() / "params" / f"{Path(report_dir).name}.md"
+    return path.read_text().strip() if path.is_file() else ""
+
+
 def markdown_report(
     content: dict, out: Path, report_dir: Path, analysis_notebook: Path, generated_at: str
 ) -> str:
@@ -203,6 +211,15 @@ def markdown_report(
         f"notebooks linked under its table, through the analysis notebook "
         f"[{NOTEBOOK}]({analysis_link}).",
         f"{GENERATED_PREFIX}{generated_at}",
+    ]
+    preface = preface_text(report_dir)
+    if preface:
+        parts += [
+            "## Context",
+            f"*Written by hand in `params/{Path(report_dir).name}.md`.*",
+            preface,
+        ]
+    parts += [
         "## Executive summary",
         "\n".join(f"- {s}" for s in content["summary"]),
         "## Methodology",

@@ -154,10 +154,18 @@ def history_sentence(changes: pd.DataFrame, runs: int, run_id: str) -> str:
         return f"Over {runs} runs, {method} found no change in any metric's level."
     counts = changes.direction.value_counts()
     here = changes[changes.run_id == run_id]
+    regressed = _count(counts.get("regression", 0), "regression")
+    improved = _count(counts.get("improvement", 0), "improvement")
+    undirected = counts.get(regressions.UNDIRECTED, 0)
+    # so that the parts add up to the whole when a metric has no better side to call them by
+    sides = (
+        f"{regressed}, {improved} and {undirected} in metrics with no better side"
+        if undirected
+        else f"{regressed} and {improved}"
+    )
     text = (
         f"Over {runs} runs, {method} found {_count(len(changes), 'level change')}: "
-        f"{_count(counts.get('regression', 0), 'regression')} and "
-        f"{_count(counts.get('improvement', 0), 'improvement')}; {len(here)} start at this run"
+        f"{sides}; {len(here)} start at this run"
     )
     worst = changes[changes.direction == "regression"]
     if not worst.empty:

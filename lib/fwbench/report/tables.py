@@ -25,8 +25,6 @@ ANALYSIS_NOTEBOOK = "20_analysis"
 CONFIG = ["model", "device", "device_name", "precision", "threads", "batch_size"]
 SERIES = ["framework", "variant"]
 TEXT_COLUMNS = ["notebook", "cell", "family", "model", "framework", "mode", "device", "device_name"]
-HIGHER_IS_BETTER_UNITS = {"img/s", "TFLOP/s", "GB/s"}
-HIGHER_IS_BETTER_METRICS = {"mfu"}
 # What one throughput sample of a record is, per family: a ratio bootstraps over these unless a
 # configuration ran in three or more trials (then over the trials).
 SAMPLE_SOURCE = {"inference": "blocks", "training": "steps"}
@@ -620,13 +618,6 @@ def kind_summary(matrix: pd.DataFrame, kinds: dict[str, str]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
-
-
-# --------------------------------------------------------------------------- history
-
-
-def higher_is_better(metric: str, unit: str) -> bool:
-    return unit in HIGHER_IS_BETTER_UNITS or metric in HIGHER_IS_BETTER_METRICS
 
 
 # --------------------------------------------------------------------------- failures

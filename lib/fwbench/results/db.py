@@ -161,13 +161,17 @@ def _machine_share(meta: dict) -> dict:
     }
 
 
-def collect(root: Path) -> list[RunData]:
-    """Read and validate every run under ``root`` (a folder of campaigns, a campaign or a run)."""
+def collect(root: Path, progress=None) -> list[RunData]:
+    """Read and validate every run under ``root`` (a folder of campaigns, a campaign or a run).
+
+    ``progress`` wraps the list of the notebooks to read, the slow part (``fwbench ingest`` gives
+    it a tqdm bar)."""
     root = Path(root)
     if not root.exists():
         raise IngestError(f"{root}: no such folder")
     validator = jsonschema.Draft202012Validator(load_schema())
     runs = []
+    notebooks: list[tuple[RunData, Path]] = []
     manifests = sorted(root.rglob("manifest.json"))
     for manifest_path in manifests:
         run_dir = manifest_path.parent
@@ -177,13 +181,16 @@ def collect(root: Path) -> list[RunData]:
             raise IngestError(f"{manifest_path}: malformed manifest: {exc}") from None
         data = RunData(run_dir, manifest)
         # hidden files are partial or temporary writes of an interrupted runner: never results
-        for nb_path in sorted(run_dir.glob("*/*.ipynb")):
-            if nb_path.name.startswith("."):
-                continue
-            cell, rows = read_notebook_rows(nb_path, run_dir, validator)
-            data.cells.append(cell)
-            data.rows.extend(rows)
+        notebooks += [
+            (data, nb_path)
+            for nb_path in sorted(run_dir.glob("*/*.ipynb"))
+            if not nb_path.name.startswith(".")
+        ]
         runs.append(data)
+    for data, nb_path in progress(notebooks) if progress else notebooks:
+        cell, rows = read_notebook_rows(nb_path, data.run_dir, validator)
+        data.cells.append(cell)
+        data.rows.extend(rows)
     return runs
 
 
@@ -199,13 +206,13 @@ def _scanned_campaigns(root: Path, runs: list[RunData]) -> dict[str, set[str]]:
     return found
 
 
-def ingest(root: str | os.PathLike, db_path: str | os.PathLike) -> dict:
+def ingest(root: str | os.PathLike, db_path: str | os.PathLike, progress=None) -> dict:
     """Validate everything first, then replace each run's rows in one transaction.
 
     The index mirrors the folders it was ingested from: a run of a scanned campaign folder that is
     no longer on disk (deleted, never committed) is dropped, so that no report compares with a run
-    nobody can open. ``dropped`` counts them."""
-    runs = collect(Path(root))
+    nobody can open. ``dropped`` counts them. ``progress`` goes to ``collect``."""
+    runs = collect(Path(root), progress)
     con = connect(db_path)
     counts = {"runs": 0, "cells": 0, "measurements": 0, "dropped": 0}
     try:

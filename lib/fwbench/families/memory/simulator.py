@@ -139,7 +139,7 @@ def predicted_iteration_ms(sim: Simulation, profile: Profile) -> float:
     return profile.step_ms + scale * sim.replay_ms + sim.swap_stall_ms
 
 
-# The storage kinds as the seed's memory breakdown names them; buffers (batch-norm statistics)
+# The storage kinds as the five-part memory breakdown names them; buffers (batch-norm statistics)
 # are the model's own state, so they count with the parameters.
 PART_OF_KIND = {
     "PARAM": "params",
@@ -175,7 +175,7 @@ class Simulation:
         return parts
 
     def parts_at_peak(self) -> dict[str, int]:
-        """Bytes at the peak in the seed's breakdown: parameters (with buffers), gradients,
+        """Bytes at the peak in the five-part breakdown: parameters (with buffers), gradients,
         optimizer state, activations and other (every part present, zero where nothing is)."""
         parts = dict.fromkeys(PART_OF_KIND.values(), 0)
         for kind, nbytes in self.breakdown_at_peak().items():

@@ -323,7 +323,7 @@ def _time_check(r: BatchResult, m: footprint.Measurement, graph, sim) -> dict:
     over the graph's. The profile's own reading of the whole step was taken in another window,
     and the difference between the two windows (``profile_drift_pct`` on the graph's row) is the
     machine's, not the model's: on this VM it reached 66% between minutes of one process
-    (BERT-base at batch 8, run 20261125T125727Z, trial 2)."""
+    (BERT-base at batch 8, one trial of a committed run)."""
     rounds = r.round_ms
     graph_ms = float(np.median(rounds["graph"])) if "graph" in rounds else graph.summary["p50"]
     # the rounds themselves go into the records, so a surprising multiple can be looked into
@@ -546,7 +546,7 @@ def add_records(rec, frame: pd.DataFrame, peak_source: str) -> None:
                 diagnosis = row.get("time_diagnosis")
                 extra |= diagnosis if isinstance(diagnosis, dict) else {}
             rec.add(metric, value, unit, extra=extra, **common)
-        # the seed's breakdown of the simulated peak, one record per part; the simulator's peak
+        # the five-part breakdown of the simulated peak, one record per part; the simulator's peak
         # is the measured one to within sim_peak_error_pct
         parts = row.get("peak_parts")
         for part, nbytes in parts.items() if isinstance(parts, dict) else ():

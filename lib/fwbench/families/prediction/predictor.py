@@ -49,8 +49,8 @@ SETTINGS = ("torch eager", "torch compile", "jax jit")
 # asks the question the family hold-out asks, on the rows the fit has, and picks between the two
 TERM_GROUPS = ("flops", "bytes", "ops")
 # leaving one family out must leave three to fit on: on folds of two the cross-validation judges
-# free costs by fits that cannot be trusted, and picked them (JAX without its ResNets in prediction
-# run 20261127T034147Z's table: weight 0 from its EfficientNets, MobileNets and ViTs, and the
+# free costs by fits that cannot be trusted, and picked them (JAX without its ResNets in one
+# committed prediction run's table: weight 0 from its EfficientNets, MobileNets and ViTs, and the
 # held-out JAX ResNets came out 5 times too slow, where the scaled costs missed them by 105%). A
 # setting of two or three families scales the pooled costs, one of one family uses them as they are
 MIN_SHRINK_FAMILIES = 4
@@ -272,7 +272,7 @@ class Predictor:
 
 def _one_thread():
     """A context in which the correction's trees run on one OpenMP thread. On a few hundred rows
-    threads buy nothing (a fit on run 20261127T060551Z's table took 1.8 s on one thread, 2.7 s on
+    threads buy nothing (a fit on a committed prediction run's table took 1.8 s on one thread, 2.7 s on
     two cores), and their threads spin at barriers: beside one other busy process a hold-out took
     1305 s where it took 53 s alone."""
     from threadpoolctl import threadpool_limits

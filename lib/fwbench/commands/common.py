@@ -1,0 +1,74 @@
+"""What several commands share: the exit statuses, the one-line refusal, the names ``--into`` and
+``slides`` take, the ingest's progress bar, and the index and training table that ``predict`` and
+``recommend`` both read."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from fwbench.results import db
+
+EXIT_OK, EXIT_CELL_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+# not 1: nothing failed, the index holds no configuration within the user's limits
+EXIT_NOTHING_FITS = 3
+
+
+def fail(message: str) -> int:
+    print(f"fwbench: error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def folder_name(text: str) -> str:
+    """A folder name for --into: letters, digits, '_' and '-' only, so it cannot leave report/."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a name (letters, digits, _ and -)")
+    return text
+
+
+def notebook_bar(notebooks):
+    """A progress bar on stderr over the executed notebooks an ingest reads: a whole executed/
+    folder takes minutes, and stdout keeps the one line of counts."""
+    from tqdm.auto import tqdm
+
+    return tqdm(notebooks, desc="ingest", unit="notebook")
+
+
+def decision_arguments(parser: argparse.ArgumentParser, json_help: str) -> None:
+    """What ``predict`` and ``recommend`` both take."""
+    parser.add_argument("--image-size", type=int, help="default: the model's own")
+    parser.add_argument("--json", action="store_true", help=json_help)
+    parser.add_argument("--out", default="executed", help="executed-notebook folder")
+    parser.add_argument(
+        "--db", help="database path (default: $FWBENCH_DB, else OUT/fwbench.duckdb)"
+    )
+
+
+def indexed(args) -> tuple[Path, Path, str | None]:
+    """The executed folder and the index ``predict`` and ``recommend`` read, the index built from
+    the folder first where it is missing (a fresh clone); the one line to fail with if neither
+    exists."""
+    out = Path(args.out)
+    db_path = Path(args.db) if args.db else db.default_db_path(out)
+    if not db_path.exists():
+        if not out.is_dir():
+            return out, db_path, f"no index at {db_path} and no executed notebooks at {out}"
+        print(f"fwbench: no index at {db_path}; indexing {out} first", file=sys.stderr)
+        db.ingest(out, db_path, progress=notebook_bar)
+    return out, db_path, None
+
+
+def load_training_table(db_path: Path, out: Path):
+    """The newest 21_prediction run's table, else one built from the index (slower: every
+    measured model's features)."""
+    from tqdm.auto import tqdm
+
+    from fwbench.families.prediction import forecast
+
+    if forecast.latest_table(out) is None:
+        print("fwbench: no 21_prediction table; building one from the index", file=sys.stderr)
+    return forecast.training_table(
+        out, db_path, progress=lambda items: tqdm(items, desc="features")
+    )
