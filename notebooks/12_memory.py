@@ -13,8 +13,8 @@
 # measured like the others; on a CPU, which has no separate device memory, it is simulated only
 # (and its rewrite proved in float64 with clones for copies).
 #
-# **Run it:** `fwbench run params/memory_seed.yaml` (ResNet-152 and BERT-base, the seed's
-# scale) or `fwbench run params/memory_cpu.yaml`; Run-All in JupyterLab runs the defaults below.
+# **Run it:** `fwbench run params/memory_seed.yaml` (ResNet-152 and BERT-base, the
+# reference scale) or `fwbench run params/memory_cpu.yaml`; Run-All in JupyterLab runs the defaults below.
 #
 # **Runtime:** defaults about 15 s on a 2-core CPU. A seed-scale cell (params/memory_seed.yaml:
 # ResNet-152 at 224 px or BERT-base at sequence 128, four budgets, three checkpointing
