@@ -13,7 +13,7 @@ def add_parser(sub) -> None:
         help="write report/index.md and .html: one row per built report",
         description="List every report under --reports (each folder with a content.json) in one "
         "page: the campaign and run it reads, the date and hardware of the run (from its "
-        "manifest under --out), the design behind its ratios and its first summary sentence, "
+        "manifest under --out), the design behind its ratios and its first telling sentence, "
         "newest run first, then the memory index where memory reports exist. Computes nothing "
         "the reports do not; build them first with `fwbench report CAMPAIGN`.",
         epilog="Exit status: 0 written, 2 no report to list.",

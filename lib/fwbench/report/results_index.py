@@ -2,8 +2,8 @@
 
 A reader who lands in ``report/`` finds a folder per report and no way to tell which answers their
 question. This page has one row per report: the campaign and run it reads, when and on what
-hardware the run was made, the design behind its ratios, and the first sentence of its executive
-summary, linking to the report. Below it, the memory index (every memory campaign's cells side by
+hardware the run was made, the design behind its ratios, and its first telling sentence, linking
+to the report. Below it, the memory index (every memory campaign's cells side by
 side) where memory reports exist. It is written from the reports already built, computes nothing
 they do not, and rewriting it from the same reports changes nothing.
 """
@@ -49,6 +49,33 @@ def _design(tables: Path) -> str:
     return "; ".join(sorted(set(matrix.design.astype(str))))
 
 
+# Summary sentences every report may carry whatever it measured: a family campaign's answer is
+# not among them, so the index looks past them to its family's first sentence.
+ROUTINE_OPENINGS = ("No inference configuration", "The campaign has", "Every cell ran", "Over ")
+ROUTINE_PHRASES = ("ran on a shared machine",)
+
+
+def _routine(sentence: str) -> bool:
+    return sentence.startswith(ROUTINE_OPENINGS) or any(p in sentence for p in ROUTINE_PHRASES)
+
+
+def headline(content: dict) -> str:
+    """The report's first telling sentence: from its executive summary, else the first note of a
+    section that shows data (a family's own answer), else the summary's first sentence."""
+    summary = content.get("summary") or [""]
+    telling = [s for s in summary if not _routine(s)]
+    if telling:
+        return telling[0]
+    for section in content.get("sections", []):
+        if not any(item["kind"] != "note" for item in section["items"]):
+            continue
+        notes = [i["text"] for i in section["items"] if i["kind"] == "note"]
+        notes = [n for n in notes if not n.startswith("No ")]
+        if notes:
+            return notes[0]
+    return summary[0]
+
+
 def _date(run_id: str) -> str:
     match = RUN_DATE.match(run_id)
     return "-".join(match.groups()) if match else ""
@@ -62,7 +89,6 @@ def rows(report_root: Path, out: Path) -> pd.DataFrame:
             continue
         content = sections.read(folder)
         campaign, run_id = content["campaign"], content["run_id"]
-        summary = content.get("summary") or [""]
         found.append(
             {
                 "report": folder.name,
@@ -71,7 +97,7 @@ def rows(report_root: Path, out: Path) -> pd.DataFrame:
                 "date": _date(run_id),
                 "hardware": _hardware(Path(out) / campaign / run_id / "manifest.json"),
                 "design": _design(folder / sections.TABLES_DIR),
-                "headline": summary[0],
+                "headline": headline(content),
             }
         )
     if not found:
@@ -88,7 +114,7 @@ def markdown(table: pd.DataFrame, report_root: Path, index_dir: Path) -> str:
         "# fwbench results",
         "Every report built in this checkout, newest run first. Written by `fwbench "
         "results-index` from each report's content.json and tables; rebuild the reports and run "
-        "it again instead of editing. The headline column is each report's first summary "
+        "it again instead of editing. The headline column is each report's first telling "
         "sentence; the report says how far it can be trusted.",
         "| report | campaign · run | date | hardware | design | headline |",
         "|---|---|---|---|---|---|",
