@@ -83,3 +83,15 @@ def test_the_calibration_check_passes_a_stable_machine_and_fails_a_ten_percent_s
 def test_rounds_need_their_columns():
     with pytest.raises(ValueError, match="rounds need columns"):
         verdicts.fit(pd.DataFrame({"run": [0], "y": [0.1]}))
+
+
+def test_an_undecided_verdict_asks_for_more_runs_than_it_has():
+    """The normal-quantile count ignores Holm and the t's few degrees of freedom; left alone it
+    said "about 1 runs would decide it" of a ratio measured in 2."""
+    from fwbench.measure import verdicts
+
+    nan = float("nan")
+    e = verdicts.Estimate("c", 0.86, 0.03, 1.0, nan, nan, nan, nan, 2, 6.0, "fitted", 0.2, "")
+    assert verdicts._runs_to_decide(e) == 3.0
+    wide = verdicts.Estimate("c", 0.86, 0.3, 1.0, nan, nan, nan, nan, 2, 6.0, "fitted", 0.2, "")
+    assert verdicts._runs_to_decide(wide) > 3.0

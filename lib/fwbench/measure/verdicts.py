@@ -303,7 +303,7 @@ class Verdict:
 
 
 def _runs_to_decide(e: Estimate) -> float:
-    """Roughly how many runs of the same size would decide ``e``: enough for the 95% interval to
+    """Roughly how many runs in all, of the same size, would decide ``e``: enough for the 95% interval to
     exclude 1 at the present ratio, or for the 90% interval to fit inside ±5%, whichever is
     fewer (normal quantiles; the present estimates taken as true)."""
     if not math.isfinite(e.se) or e.se == 0:
@@ -318,7 +318,9 @@ def _runs_to_decide(e: Estimate) -> float:
         needs.append(
             var_run * (scipy_stats.norm.ppf(0.5 + EQUIVALENCE_CONFIDENCE / 2) / (margin - m)) ** 2
         )
-    return float(math.ceil(min(needs))) if needs else float("nan")
+    # the normal-quantile count ignores Holm's adjustment and the t's few degrees of freedom, so
+    # it can fall below the runs already made; an undecided verdict needs one more at the least
+    return float(max(math.ceil(min(needs)), e.runs + 1)) if needs else float("nan")
 
 
 def decide(estimates: list[Estimate]) -> list[Verdict]:

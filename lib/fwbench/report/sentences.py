@@ -58,7 +58,9 @@ def ratio_sentence(row) -> str:
         )
     if row.winner == verdicts.INCONCLUSIVE:
         more = getattr(row, "runs_to_decide", float("nan"))
-        need = f"; about {more:.0f} runs of this size would decide it" if more == more else ""
+        need = (
+            f"; about {more:.0f} runs of this size in all would decide it" if more == more else ""
+        )
         return f"Inconclusive {where} ({modes}; {ratio}{need})."
     if row.winner == verdicts.WITHIN_ONE_RUN:
         return f"Within one run {where} ({modes}): {ratio}, no between-run term, so no winner."
@@ -371,7 +373,8 @@ def executive_summary(
     sentences = [shared_machine] if shared_machine else []
     sentences += [ratio_sentence(r) for r in headline_rows(matrix).itertuples()]
     if not matrix.empty:
-        sentences += [tally_sentence(matrix, c) for c in ("best", "defaults")]
+        compared = set(matrix.comparison)
+        sentences += [tally_sentence(matrix, c) for c in ("best", "defaults") if c in compared]
     else:
         sentences.append("No inference configuration was measured on both frameworks in this run.")
     sentences += list(trust_lines)
