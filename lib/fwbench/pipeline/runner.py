@@ -166,10 +166,16 @@ def patched_environ(values: dict):
                 os.environ[k] = v
 
 
-def write_json_atomic(path: Path, data) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` whole: a reader (or a stop half-way) never sees it half-written."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, data) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, default=str))
 
 
 def write_notebook_atomic(nb, path: Path) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from fwbench.pipeline import environment
+from fwbench.pipeline.runner import write_text_atomic
 from fwbench.report import sections
 from fwbench.vocab import (
     PREDICTION_ERROR_METRICS,
@@ -489,7 +490,5 @@ def rewrite_block(readme: Path, name: str, block_for: Callable[[], str]) -> bool
     new = replace_block(text, block_for(), name, str(readme))
     if new == text:
         return False
-    tmp = readme.with_name(f".{readme.name}.tmp")
-    tmp.write_text(new)
-    os.replace(tmp, readme)
+    write_text_atomic(readme, new)
     return True

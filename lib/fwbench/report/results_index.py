@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from fwbench.pipeline import environment
+from fwbench.pipeline.runner import write_text_atomic
 from fwbench.report import memory_index, sections
 from fwbench.report.render import html_report
 
@@ -149,11 +150,6 @@ def write(report_root: Path, out: Path) -> tuple[Path, bool]:
     text = markdown(rows(report_root, out), report_root, report_root)
     md_path = report_root / f"{INDEX_NAME}.md"
     changed = not md_path.is_file() or md_path.read_text() != text
-    for path, body in (
-        (md_path, text),
-        (report_root / f"{INDEX_NAME}.html", html_report(text, "fwbench results")),
-    ):
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(body)
-        os.replace(tmp, path)
+    write_text_atomic(md_path, text)
+    write_text_atomic(report_root / f"{INDEX_NAME}.html", html_report(text, "fwbench results"))
     return md_path, changed

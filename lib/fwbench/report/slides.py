@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import base64
 import html
-import os
 from pathlib import Path
 
+from fwbench.pipeline.runner import write_text_atomic
 from fwbench.report import sections
 
 MAX_BULLETS = 6
@@ -186,7 +186,5 @@ def write(report_dir: Path, output: Path | None = None) -> Path:
             f"no report at {report_dir}: build it first with `fwbench report CAMPAIGN`"
         ) from None
     output = Path(output or Path(report_dir) / DECK_NAME)
-    tmp = output.with_name(f".{output.name}.tmp")
-    tmp.write_text(deck_html(content))
-    os.replace(tmp, output)
+    write_text_atomic(output, deck_html(content))
     return output
