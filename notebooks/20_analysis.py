@@ -9,7 +9,7 @@
 # training / memory / validation families when present, the trust checks (trials paired by round,
 # an A/A control on duplicate arms, calibration against the earlier pooled runs, the regression
 # detector scored on this run's noise), the campaign's history through that detector, and the failures. It saves figures
-# under `figures/<campaign>/`, tables under `report/<campaign>/tables/` and a `content.json` from
+# under `figures_dir`, tables under `report_dir`'s `tables/` and a `content.json` from
 # which `fwbench report` writes report.md and report.html. It computes MFU here, against the
 # device's ceiling (the best peak any framework's calibration reached: this run's, else the
 # latest in the index), and emits it as records of its own (metric `mfu`, with the measured row's family
@@ -19,7 +19,9 @@
 # `fwbench.report.roofline` and `fwbench.report.sentences`. This notebook loads the run and walks
 # the outline once.
 #
-# **Run it:** `fwbench report smoke` (runs this notebook as a cell of the latest smoke run).
+# **Run it:** `fwbench report smoke` (writes local/report/smoke/, which git ignores, with this
+# notebook beside it); `fwbench report smoke --publish` runs it as a cell of the latest smoke run
+# and writes the committed report/smoke/ and figures/smoke/.
 #
 # **Runtime:** 20 to 40 s on a 2-core CPU for the smoke campaign (figure export dominates); about
 # 1 to 2 min for a full GPU campaign (more bootstrap intervals and figures).
@@ -29,8 +31,8 @@ campaign = "smoke"
 run_id = ""  # empty: the campaign's latest run
 baseline_run_id = ""  # empty: the run before run_id
 db_path = ""  # empty: $FWBENCH_DB, else executed/fwbench.duckdb
-figures_dir = ""  # empty: figures/<campaign>
-report_dir = ""  # empty: report/<campaign>
+figures_dir = ""  # empty: local/figures/<campaign> (git ignores local/)
+report_dir = ""  # empty: local/report/<campaign>
 
 # %%
 from pathlib import Path
@@ -69,8 +71,8 @@ content = ReportContent(
     campaign,
     analysis.run_id,
     analysis.baseline_run_id,
-    figures_dir=root / (figures_dir or f"figures/{campaign}"),
-    report_dir=root / (report_dir or f"report/{campaign}"),
+    figures_dir=root / (figures_dir or f"local/figures/{campaign}"),
+    report_dir=root / (report_dir or f"local/report/{campaign}"),
 )
 
 

@@ -3,8 +3,8 @@ relative ``--out``, so the kernels (which start in notebooks/) and the runner se
 folders. One campaign has no calibration and must still give a report that says why its roofline
 and MFU are empty; the other calibrates, and every inference row of its report must have an MFU.
 
-Each test writes under scratch/ (gitignored) and report/, figures/ of a campaign name of its own,
-and removes them afterwards.
+Each test writes under scratch/ (gitignored) and report/, figures/ of a campaign name of its own
+(one as a user's report, in local/; the other published), and removes them afterwards.
 """
 
 import json
@@ -55,17 +55,18 @@ def scratch_campaign():
     try:
         yield name, f"scratch/{name}"
     finally:
-        for path in (scratch, REPO / "report" / name, REPO / "figures" / name):
-            shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+        for base in (REPO, REPO / "local"):
+            for path in (base / "report" / name, base / "figures" / name):
+                shutil.rmtree(path, ignore_errors=True)
 
 
-def run_from_repo_root(name: str, rel: str, steps: str):
+def run_from_repo_root(name: str, rel: str, steps: str, *options: str):
     campaign = REPO / rel / "campaign.yaml"
     campaign.write_text(f"campaign: {name}\nreport: true\nsteps:{steps}")
     # FWBENCH_DB empty: the index is <out>/fwbench.duckdb, never one this machine points at
-    return run_cli(
-        "run", f"{rel}/campaign.yaml", "--out", f"{rel}/executed", cwd=REPO, env={"FWBENCH_DB": ""}
-    )
+    args = ("run", f"{rel}/campaign.yaml", "--out", f"{rel}/executed", *options)
+    return run_cli(*args, cwd=REPO, env={"FWBENCH_DB": ""})
 
 
 def section(text: str, title: str) -> str:
@@ -80,20 +81,23 @@ def test_a_campaign_without_calibration_still_gets_its_report(scratch_campaign):
     steps = INFERENCE_STEP.format(batches="[1]", frameworks="[torch]")
     proc = run_from_repo_root(name, rel, steps)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    text = (REPO / "report" / name / "report.md").read_text()
+    # a user's report: in local/, beside its analysis notebook; nothing tracked is written
+    assert not (REPO / "report" / name).exists() and not (REPO / "figures" / name).exists()
+    text = (REPO / "local" / "report" / name / "report.md").read_text()
     roofline = section(text, "Roofline and MFU")
     assert "No calibration of" in roofline and "(02_calibrate did not run)" in roofline
     assert "No MFU for torch on" in section(text, "MFU")
     assert "## Executive summary" in text and "### Latency at batch 1" in text
     assert "| mobilenet_v3_small |" in section(text, "Latency at batch 1")
-    assert not (REPO / "report" / name / "tables" / "mfu.csv").exists()
+    assert not (REPO / "local" / "report" / name / "tables" / "mfu.csv").exists()
 
 
 @pytest.mark.slow
 def test_every_inference_row_of_a_calibrated_campaign_has_an_mfu(scratch_campaign):
     name, rel = scratch_campaign
     steps = CALIBRATE_STEP + INFERENCE_STEP.format(batches="[1, 2]", frameworks="[torch, jax]")
-    proc = run_from_repo_root(name, rel, steps)
+    # published: the analysis runs as a cell of the run, so its MFU records reach the index
+    proc = run_from_repo_root(name, rel, steps, "--publish")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = REPO / rel / "executed"
     (run_dir,) = [p for p in (out / name).iterdir() if p.is_dir()]

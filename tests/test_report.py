@@ -1,7 +1,9 @@
 """``fwbench report`` end to end on the synthetic campaign of tests/synthetic_run.py.
 
-The report is built twice from the same executed notebooks (the second time the index also holds
-the first analysis notebook), and must come out the same apart from its "Generated" line.
+The report is built twice from the same executed notebooks: first published (the analysis joins
+the run and the index), then as a user's report in local/, which only reads the run while the
+index holds the first analysis notebook. Both must say the same apart from their "Generated" line
+and where their links point.
 """
 
 import json
@@ -37,12 +39,21 @@ BEGIN, END = readme.markers(CAMPAIGN)
 def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     out, current = build_synthetic(tmp)
-    dirs = {"report_dir": tmp / "report" / CAMPAIGN, "figures_dir": tmp / "figures" / CAMPAIGN}
+    published = {
+        "report_dir": tmp / "report" / CAMPAIGN,
+        "figures_dir": tmp / "figures" / CAMPAIGN,
+    }
+    dirs = {
+        "report_dir": tmp / "local" / "report" / CAMPAIGN,
+        "figures_dir": tmp / "local" / "figures" / CAMPAIGN,
+    }
     db_path = tmp / "index.duckdb"  # absent: build_report ingests first
-    first = render.build_report(CAMPAIGN, out=out, db_path=db_path, **dirs).read_text()
+    first = render.build_report(CAMPAIGN, out=out, db_path=db_path, publish=True, **published)
+    run_files = {p: p.read_bytes() for p in (out / CAMPAIGN / CURRENT_RUN).rglob("*") if p.is_file()}
     # what a report of another run left behind: a table and a figure this run does not make
     stale = [dirs["report_dir"] / "tables" / "gone.csv", dirs["figures_dir"] / "gone.png"]
     for path in stale:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("from an earlier report")
     second = render.build_report(CAMPAIGN, out=out, db_path=db_path, **dirs)
     return {
@@ -50,9 +61,10 @@ def built(tmp_path_factory):
         "db": db_path,
         "current": current,
         "md": second,
-        "first": first,
+        "first": first.read_text(),
         "stale": stale,
         "text": second.read_text(),
+        "run_files": run_files,
         **dirs,
     }
 
@@ -136,7 +148,7 @@ def test_links_resolve_and_tables_are_saved(built):
     links = [m for m in LINK_RE.findall(built["text"]) if not m.startswith("http")]
     notebooks = [ln for ln in links if ln.endswith(".ipynb")]
     assert any("/10_inference/" in ln for ln in notebooks)
-    assert any("/20_analysis/" in ln for ln in notebooks)
+    assert any("20_analysis/" in ln for ln in notebooks)
     for link in links:
         assert (built["report_dir"] / link).exists(), link
     assert (built["report_dir"] / "tables" / "ratio_matrix.tex").read_text().startswith("\\begin")
@@ -160,9 +172,20 @@ def test_analysis_notebook_joins_the_audit_trail(built):
 
 def test_rebuilding_gives_the_same_report(built):
     def strip(text):
-        return [ln for ln in text.splitlines() if not ln.startswith(render.GENERATED_PREFIX)]
+        lines = text.splitlines()
+        return [LINK_RE.sub("]()", ln) for ln in lines if not ln.startswith(render.GENERATED_PREFIX)]
 
     assert strip(built["first"]) == strip(built["text"])
+
+
+def test_a_report_that_is_not_published_leaves_the_run_and_the_index_as_they_were(built):
+    run_dir = built["out"] / CAMPAIGN / CURRENT_RUN
+    now = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    assert now == built["run_files"]
+    analysis = built["report_dir"] / "20_analysis" / "campaign=synth.ipynb"
+    assert analysis.is_file()
+    assert f"]({analysis.relative_to(built['report_dir'])})" in built["text"]
+    assert f"](../../executed/{CAMPAIGN}/{CURRENT_RUN}/20_analysis/" in built["first"]
 
 
 def test_a_rebuild_removes_what_an_earlier_report_left(built):

@@ -1,4 +1,5 @@
-"""``fwbench report``: run the analysis notebook over a campaign's run and write its report."""
+"""``fwbench report``: run the analysis notebook over a campaign's run and write its report, into
+``local/`` (git ignores it) unless ``--publish`` makes it the committed reference."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from fwbench.results import db
 def add_parser(sub) -> None:
     report = sub.add_parser(
         "report",
-        help="run the analysis notebook for a campaign and assemble report/<campaign>/",
+        help="run the analysis notebook for a campaign and write its report (in local/ unless "
+        "--publish)",
         description="Executes notebooks/20_analysis.py for the campaign's latest run and writes "
-        "report/<campaign>/report.md, report.html, tables and figures/<campaign>/.",
+        "report.md, report.html and tables/ to local/report/<campaign>/ and the figures to "
+        "local/figures/<campaign>/, beside the analysis notebook; git ignores local/ and the "
+        "run is only read. --publish makes the report the committed reference instead.",
     )
     report.add_argument("campaign", help="campaign name, e.g. smoke")
     report.add_argument("--run-id", help="run to report (default: the latest of the campaign)")
@@ -21,8 +25,16 @@ def add_parser(sub) -> None:
         "--into",
         metavar="NAME",
         type=folder_name,
-        help="write report/NAME and figures/NAME instead of report/CAMPAIGN: a second report of "
-        "one campaign, such as its run on another CPU (pass --run-id)",
+        help="name the report NAME instead of CAMPAIGN (its folders are report/NAME and "
+        "figures/NAME): a second report of one campaign, such as its run on another CPU (pass "
+        "--run-id)",
+    )
+    report.add_argument(
+        "--publish",
+        action="store_true",
+        help="write report/ and figures/ (tracked) instead of local/, and execute the analysis "
+        "as a cell of the run, into its folder and manifest, so it is indexed and can be "
+        "committed as the reference",
     )
     report.add_argument(
         "--out", default="executed", help="executed-notebook folder (default: executed)"
@@ -39,16 +51,14 @@ def handle(args) -> int:
     out = Path(args.out)
     db_path = Path(args.db) if args.db else db.default_db_path(out)
     try:
-        into = {}
-        if args.into:
-            from fwbench.report.render import repo_root
-
-            root = repo_root()
-            into = {
-                "report_dir": root / "report" / args.into,
-                "figures_dir": root / "figures" / args.into,
-            }
-        path = build_report(args.campaign, out=out, db_path=db_path, run_id=args.run_id, **into)
+        path = build_report(
+            args.campaign,
+            out=out,
+            db_path=db_path,
+            run_id=args.run_id,
+            into=args.into,
+            publish=args.publish,
+        )
     except ReportError as exc:
         return fail(str(exc))
     print(path)

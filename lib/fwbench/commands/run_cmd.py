@@ -1,6 +1,6 @@
 """``fwbench run``: check a campaign, run its cells here or as Slurm job arrays, index each run as
-it ends and build the report the campaign asks for; with ``--dry-run``, list the cells and what
-they would cost instead."""
+it ends and build the report the campaign asks for (in local/, or published with ``--publish``);
+with ``--dry-run``, list the cells and what they would cost instead."""
 
 from __future__ import annotations
 
@@ -37,6 +37,12 @@ def add_parser(sub) -> None:
         "the last",
     )
     run.add_argument("--only", metavar="GLOB", help="run only cells whose notebook/slug matches")
+    run.add_argument(
+        "--publish",
+        action="store_true",
+        help="build the campaign's report as the committed reference (report/ and figures/, "
+        "see fwbench report --help) rather than in local/, which git ignores",
+    )
     run.add_argument(
         "--timeout",
         type=float,
@@ -128,7 +134,11 @@ def handle(args) -> int:
         try:
             print(
                 build_report(
-                    campaign.name, out=out, db_path=db_path, run_id=outcomes[-1].run_dir.name
+                    campaign.name,
+                    out=out,
+                    db_path=db_path,
+                    run_id=outcomes[-1].run_dir.name,
+                    publish=args.publish,
                 )
             )
         except ReportError as exc:

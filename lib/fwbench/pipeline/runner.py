@@ -409,15 +409,19 @@ def record_in_manifest(run_dir: Path, cell: Cell, result: CellResult) -> dict:
     return manifest
 
 
-def execute_into_run(cell: Cell, out: Path, run_dir: Path, timeout: float | None) -> CellResult:
+def execute_into_run(
+    cell: Cell, out: Path, run_dir: Path, timeout: float | None, into: Path | None = None
+) -> CellResult:
     """Add one cell to an existing run of ``out``, as the runner runs any other: under the output
     lock (``RunnerBusy`` if another runner holds it), with its contention reading, and recorded in
-    the manifest."""
+    the manifest. With ``into``, the cell runs in the run's context but its notebook goes to
+    ``into`` and the run's folder and manifest are left as they were."""
     manifest = json.loads((run_dir / "manifest.json").read_text())
     context = {"run_id": manifest["run_id"], "campaign": manifest["campaign"]}
     with output_lock(out):
-        result = execute_cell(cell, run_dir, context, timeout)
-        record_in_manifest(run_dir, cell, result)
+        result = execute_cell(cell, into or run_dir, context, timeout)
+        if into is None:
+            record_in_manifest(run_dir, cell, result)
     return result
 
 

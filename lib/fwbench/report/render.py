@@ -1,11 +1,14 @@
-"""``fwbench report CAMPAIGN``: run 20_analysis as a cell of the run, then write report.md/.html.
+"""``fwbench report CAMPAIGN``: run 20_analysis over a run, then write report.md/.html.
 
-The analysis notebook is executed by the runner like any other cell (under the output lock, with its
-contention reading), into ``<out>/<campaign>/<run_id>/20_analysis/`` and the run's manifest, so the
-report's own computation, and the MFU records it emits, are part of the audit trail. The notebook
-leaves figures, tables and a ``content.json``; this module only lays them out. Everything is
-sorted and seeded, so rebuilding a report from the same data gives the same report.md apart from
-its "Generated" line.
+A report is built where git does not look, ``local/report/<campaign>/`` and
+``local/figures/<campaign>/``, with its analysis notebook beside it, and the run is only read: a
+user's reports never change a tracked file. ``publish`` makes it the committed reference: the
+analysis notebook is executed as a cell of the run (under the output lock, with its contention
+reading) into ``<out>/<campaign>/<run_id>/20_analysis/`` and the run's manifest, the index takes in
+its records, and the report goes to ``report/<campaign>/`` and ``figures/<campaign>/``. Either way
+the notebook leaves figures, tables and a ``content.json``; this module only lays them out.
+Everything is sorted and seeded, so rebuilding a report from the same data gives the same
+report.md apart from its "Generated" line.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from fwbench.results import db
 NOTEBOOK = "20_analysis"
 MAX_TABLE_ROWS = 60
 GENERATED_PREFIX = "Generated: "
+# git ignores it: the reports of a user's runs, until ``--publish`` makes one the reference
+LOCAL_DIR = "local"
 PARTS = (("results", "Results"), ("failures", "Failures and workarounds"))
 
 
@@ -34,11 +39,23 @@ class ReportError(ValueError):
 
 
 def repo_root() -> Path:
-    """The checkout holding notebooks/ (the package is installed editable from lib/)."""
+    """The checkout the command runs in: the nearest folder at or above the working directory that
+    holds the analysis notebook, else the one the package is installed from (editable, lib/)."""
+    cwd = Path.cwd().resolve()
+    for folder in [cwd, *cwd.parents]:
+        if (folder / "notebooks" / f"{NOTEBOOK}.py").is_file():
+            return folder
     here = Path(__file__).resolve().parents[2]
     if (here / "notebooks" / f"{NOTEBOOK}.py").is_file():
         return here
-    return find_repo_root(Path.cwd())
+    return find_repo_root(cwd)
+
+
+def report_dirs(name: str, publish: bool = False) -> tuple[Path, Path]:
+    """Where report ``name`` and its figures go: ``report/NAME`` and ``figures/NAME`` when it is
+    published, else the same under ``local/``."""
+    base = repo_root() if publish else repo_root() / LOCAL_DIR
+    return base / "report" / name, base / "figures" / name
 
 
 def build_report(
@@ -48,11 +65,17 @@ def build_report(
     run_id: str | None = None,
     *,
     baseline_run_id: str | None = None,
+    into: str | None = None,
+    publish: bool = False,
     report_dir: Path | None = None,
     figures_dir: Path | None = None,
     timeout: float | None = None,
 ) -> Path:
-    """Execute the analysis for one run of ``campaign`` and assemble its report; returns report.md."""
+    """Execute the analysis for one run of ``campaign`` and assemble its report; returns report.md.
+
+    ``into`` names the report (default: the campaign), e.g. a second report of one campaign for its
+    run on another CPU. ``publish``: see the module's docstring. ``report_dir`` and
+    ``figures_dir`` override where the report goes."""
     out, db_path = Path(out), Path(db_path)
     if not db_path.exists():
         if not (out / campaign).is_dir():
@@ -76,8 +99,9 @@ def build_report(
         raise ReportError(f"the index knows run {run_id} but {run_dir} is missing; pass its --out")
 
     root = repo_root()
-    report_dir = Path(report_dir or root / "report" / campaign).resolve()
-    figures_dir = Path(figures_dir or root / "figures" / campaign).resolve()
+    default_report, default_figures = report_dirs(into or campaign, publish)
+    report_dir = Path(report_dir or default_report).resolve()
+    figures_dir = Path(figures_dir or default_figures).resolve()
     params = {
         "campaign": campaign,
         "run_id": run_id,
@@ -92,12 +116,15 @@ def build_report(
         slug=make_slug(params, ["campaign"], 0, 1),
         parameters=params,
     )
+    # unpublished, the analysis notebook sits beside its report and the run is only read
+    home = run_dir if publish else report_dir
     try:
-        result = runner.execute_into_run(cell, out, run_dir, timeout)
+        result = runner.execute_into_run(cell, out, run_dir, timeout, None if publish else home)
     except runner.RunnerBusy as exc:
         raise ReportError(str(exc)) from None
-    db.ingest(run_dir, db_path)
-    executed = run_dir / result.path
+    if publish:
+        db.ingest(run_dir, db_path)
+    executed = home / result.path
     if result.status != "ok":
         raise ReportError(
             f"the analysis notebook {result.status}: {error_line(result.error)} (see {executed})"
