@@ -107,6 +107,27 @@ def test_equivalent_and_inconclusive_ratios_say_so(synthetic):
     assert said.startswith("Inconclusive on ViT-B/16 at batch 8") and "about 7 runs" in said
 
 
+def test_an_architecture_without_a_winner_has_a_mean_not_a_lead():
+    kinds = pd.DataFrame(
+        {
+            "comparison": ["best", "best"],
+            "kind": ["cnn", "transformer"],
+            "geomean_ratio": [0.25, 0.998],
+            "min_ratio": [0.1, 0.86],
+            "max_ratio": [0.5, 1.16],
+            "jax_wins": [0, 0],
+            "torch_wins": [6, 0],
+            "equivalent": [0, 0],
+            "undecided": [0, 3],
+        }
+    )
+    cnn, transformer = sentences.kind_sentences(kinds)
+    assert "PyTorch leads by a geometric mean of 4.00×" in cnn
+    assert "leads" not in transformer
+    assert "no comparison has a faster framework" in transformer
+    assert "geometric mean of JAX ÷ PyTorch is 1.00×" in transformer and "undecided 3" in transformer
+
+
 def test_the_detector_finds_the_regression_where_it_started(synthetic):
     con = db.connect(synthetic["db_path"], read_only=True)
     sql, params = regressions.histories_query(CAMPAIGN)

@@ -24,7 +24,7 @@ def scored():
             "threads": [2] * 4,
             "device_name": [CPU, CPU, CPU, "Other CPU (family 3, model 4)"],
             "throughput_img_s": [100.0, 90.0, 20.0, 10.0],
-            "latency_ms": [700.0, 200.0, 50.0, 120.0],
+            "latency_p95_ms": [700.0, 200.0, 50.0, 120.0],
             "peak_mem_bytes": [900 * MIB, 300 * MIB, 100 * MIB, 100 * MIB],
             "energy_j_per_img": [float("nan")] * 4,
             "source": ["measured", "predicted", "measured", "predicted"],
@@ -34,7 +34,7 @@ def scored():
 
 def test_pareto_front():
     front = recommend.pareto(
-        scored(), {"throughput_img_s": True, "latency_ms": False, "peak_mem_bytes": False}
+        scored(), {"throughput_img_s": True, "latency_p95_ms": False, "peak_mem_bytes": False}
     )
     # the last is slower, slower per call and no smaller than the third: dominated
     assert front.tolist() == [True, True, True, False]
@@ -54,7 +54,7 @@ def test_memory_limit_falls_back_to_the_next_best():
 
 def test_latency_limit_and_objectives():
     by_latency = recommend.rank(scored(), recommend.Query(model="m", objective="latency"))
-    assert by_latency.ranked.latency_ms.tolist() == [50.0, 120.0, 200.0, 700.0]
+    assert by_latency.ranked.latency_p95_ms.tolist() == [50.0, 120.0, 200.0, 700.0]
     capped = recommend.rank(scored(), recommend.Query(model="m", max_latency_ms=150))
     assert capped.ranked.batch_size.tolist() == [1, 1]  # 20 then 10 img/s
     prices = {CPU: 1.0}  # the other CPU has no price: left out of a cost ranking
@@ -115,6 +115,8 @@ def test_recommend_returns_a_configuration_that_fits(tmp_path):
         str(IMAGE),
         "--price-per-hour",
         tmp_path / "p.csv",
+        "--device",
+        CPU,
     ]
     done = _recommend(tmp_path, *common, "--batch-size", "4", "--json")
     assert done.returncode == 0, done.stderr
@@ -302,3 +304,30 @@ def test_evaluate_asks_each_image_size_its_own_queries():
     assert (batch.candidates == 4).all()
     latency = queries[queries["query"] == "latency"]
     assert len(latency) == 2 * table.model.nunique()
+
+
+def test_one_configuration_is_one_row_its_measurement_first():
+    twice = pd.concat([scored().iloc[[2]].assign(source="predicted", throughput_img_s=25.0), scored()])
+    ranked = recommend.rank(twice, recommend.Query(model="m")).ranked
+    assert len(ranked) == 4
+    (row,) = ranked[ranked.batch_size.eq(1) & ranked.device_name.eq(CPU)].itertuples()
+    assert (row.source, row.throughput_img_s) == ("measured", 20.0)
+
+
+def test_recommend_ranks_this_machines_cpu_unless_told_and_names_each_device(tmp_path):
+    write_index(tmp_path / "i.duckdb")
+    common = ["--model", "resnet18", "--image-size", str(IMAGE), "--batch-size", "4"]
+    # the index knows only the test CPU: this machine's is refused with the devices it has
+    here = _recommend(tmp_path, *common)
+    assert here.returncode == 2, here.stderr
+    (line,) = here.stderr.strip().splitlines()
+    assert "this machine's CPU" in line and CPU in line and "--all-devices" in line
+    unknown = _recommend(tmp_path, *common, "--device", "Nowhere CPU (family 9, model 9)")
+    assert unknown.returncode == 2 and "--device 'Nowhere CPU" in unknown.stderr
+    every = _recommend(tmp_path, *common, "--all-devices")
+    assert every.returncode == 0, every.stderr
+    header = every.stdout.splitlines()[0].split()
+    assert {"device", "p95", "memory", "GiB"} <= set(header), header
+    assert "latency_ms" not in every.stdout and "peak_mem_bytes" not in every.stdout
+    rows = every.stdout.splitlines()[1:3]
+    assert all(CPU in row for row in rows), rows

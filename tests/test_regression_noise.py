@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwbench.report import regressions, trust
+from fwbench.report import regressions, sentences, trust
 from tests.test_regressions import MEASURED
 
 # The pool's own shape (a tight core and a few slow calls) as log deviations from its median:
@@ -134,6 +134,10 @@ def test_the_trust_evaluation_scores_with_the_history_run_sd_and_says_where_it_c
     needs = trust.regression_needs(scores)
     assert needs["run_sd"] == noise.sd and needs["run_sd_runs"] == 6
     assert needs["trials_needed"] is None and needs["runs_needed"] == 4
+    # the sentence says where the run SD came from: here, the history's six runs
+    said = sentences.regression_evaluation_sentence(scores, needed)
+    assert f"SD {noise.sd:.3f} on the log scale (estimated from the campaign's 6 runs)" in said
+    assert "a default" not in said
 
 
 def test_without_a_history_the_evaluation_uses_the_default_and_says_so(monkeypatch):
@@ -144,6 +148,7 @@ def test_without_a_history_the_evaluation_uses_the_default_and_says_so(monkeypat
     current = scores.iloc[0]
     assert current.run_sd == regressions.DEFAULT_RUN_SD
     assert current.run_sd_source == "default (no run history)"
+    assert "(a default, since" in sentences.regression_evaluation_sentence(scores, _needed)
     assert trust.regression_needs(pd.DataFrame())["run_sd"] is None
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from fwbench import cli, vocab
 from fwbench.commands import common
-from fwbench.pipeline import runner
+from fwbench.pipeline import trial
 from fwbench.pipeline.campaign import CampaignError, Cell, load_campaign
 from fwbench.report import regressions, sentences
 from fwbench.results import db
@@ -158,7 +158,7 @@ def test_a_timeout_option_of_zero_or_less_is_one_line_exit_2_nothing_run(
 
 
 def test_a_notice_goes_to_stderr_never_stdout(capsys):
-    runner.notice("  standin/default: ran on a shared machine")
+    trial.notice("  standin/default: ran on a shared machine")
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "ran on a shared machine" in captured.err
@@ -168,11 +168,11 @@ def test_a_rerun_for_a_shared_machine_says_so_on_stderr(monkeypatch, tmp_path, c
     shared = {"shared": True, "other_cpu_frac": 0.5, "steal_frac": 0.0}
 
     def execute_cell(cell, run_dir, context, timeout, reruns=None, duet=None):
-        return runner.CellResult("ok", None, 1.0, contention=shared, reruns=list(reruns or []))
+        return trial.CellResult("ok", None, 1.0, contention=shared, reruns=list(reruns or []))
 
-    monkeypatch.setattr(runner, "execute_cell", execute_cell)
+    monkeypatch.setattr(trial, "execute_cell", execute_cell)
     cell = Cell("standin", tmp_path / "standin.py", "default", {}, interleaved=True)
-    result = runner.run_trial(cell, tmp_path, {"run_id": "r", "campaign": "demo"}, None, 1)
+    result = trial.run_trial(cell, tmp_path, {"run_id": "r", "campaign": "demo"}, None, 1)
     assert len(result.reruns) == 1
     captured = capsys.readouterr()
     assert captured.out == ""  # `fwbench predict --json` prints its JSON there
@@ -235,12 +235,12 @@ def test_runner_kernels_use_unix_sockets_with_absolute_short_names():
     zmq = pytest.importorskip("zmq")
     if not zmq.has("ipc"):
         pytest.skip("this ZeroMQ has no IPC transport; the runner keeps TCP")
-    manager = runner.kernel_manager_class()()
+    manager = trial.kernel_manager_class()()
     assert manager.transport == "ipc"
     assert Path(manager.connection_file).parent == Path(tempfile.gettempdir())
     assert os.path.isabs(manager.ip) and len(f"ipc://{manager.ip}-5") < 100
     # each kernel its own socket names, so a duet's two kernels never meet
-    assert runner.kernel_manager_class()().connection_file != manager.connection_file
+    assert trial.kernel_manager_class()().connection_file != manager.connection_file
 
 
 def test_every_cell_is_started_with_the_runners_kernel_manager(monkeypatch, tmp_path):
@@ -248,11 +248,11 @@ def test_every_cell_is_started_with_the_runners_kernel_manager(monkeypatch, tmp_
     given = {}
     monkeypatch.setattr(papermill, "execute_notebook", lambda *args, **kwargs: given.update(kwargs))
     cell = Cell("standin", tmp_path / "standin.py", "default", {})
-    status, error, _, _ = runner._execute_attempts(
+    status, error, _, _ = trial._execute_attempts(
         None, tmp_path / "out.ipynb", cell, [{}], "python3", None
     )
     assert (status, error) == ("ok", None)
-    assert given["kernel_manager_class"] is runner.kernel_manager_class()
+    assert given["kernel_manager_class"] is trial.kernel_manager_class()
 
 
 def test_lab_kernels_use_unix_sockets_too():

@@ -21,10 +21,11 @@ def add_parser(sub) -> None:
         "recommend",
         help="rank configurations of a model: measured where they ran, predicted elsewhere",
         description="Rank the candidate configurations of a model (framework, mode, precision, "
-        "batch size, threads, every calibrated device in the index) by an objective, after "
-        "dropping those over the latency or memory limit. Each row says whether it was measured "
-        "or predicted, and whether it lies on the Pareto front over throughput, p95 latency, "
-        "memory and (with prices) cost. The first row is the recommendation.",
+        "batch size, threads) on this machine's CPU, or on the calibrated devices named with "
+        "--device, or on every one with --all-devices, by an objective, after dropping those "
+        "over the latency or memory limit. Each row names its device and says whether it was "
+        "measured or predicted, and whether it lies on the Pareto front over throughput, p95 "
+        "latency, memory (GiB) and (with prices) cost. The first row is the recommendation.",
         epilog="Exit status: 0 a recommendation, 2 bad input (one line), 3 nothing meets the "
         "limits (one sentence says how many candidates each limit left out; on stderr with "
         "--json, whose stdout is then []).",
@@ -41,6 +42,17 @@ def add_parser(sub) -> None:
         "--price-per-hour", metavar="FILE", help="YAML 'device: price' or CSV device,price_per_hour"
     )
     recommend.add_argument("--top", type=int, default=10, help="rows to print (default: 10)")
+    where = recommend.add_mutually_exclusive_group()
+    where.add_argument(
+        "--device",
+        action="append",
+        metavar="NAME",
+        help="a calibrated device of the index, by the name its records carry, e.g. "
+        "'AMD EPYC (family 25, model 17)' (repeatable; default: this machine's CPU)",
+    )
+    where.add_argument(
+        "--all-devices", action="store_true", help="rank on every calibrated device of the index"
+    )
     decision_arguments(recommend, "a JSON list, best first")
     recommend.set_defaults(func=handle)
 
@@ -65,6 +77,9 @@ def handle(args) -> int:
         return fail(problem)
     ceilings, measured = answers.index_tables(db_path)
     problem = answers.unanswerable(query, ceilings, measured)
+    if problem:
+        return fail(problem)
+    ceilings, problem = answers.devices_to_rank(ceilings, args.device, args.all_devices)
     if problem:
         return fail(problem)
     table, source = load_training_table(db_path, out)

@@ -151,7 +151,7 @@ def _checked_options(args) -> tuple[int | None, str | None]:
     """``--invocations`` as a number (None when not given), or the one line that refuses the
     options; checked before the campaign file is read."""
     from fwbench.pipeline.campaign import valid_invocations, valid_timeout
-    from fwbench.pipeline.slurm import EXECUTORS
+    from fwbench.pipeline.executors import EXECUTORS
 
     if args.executor not in EXECUTORS:
         return None, f"--executor must be one of {', '.join(EXECUTORS)}, got {args.executor!r}"

@@ -1,135 +1,46 @@
-"""Execute a campaign: each cell in a fresh kernel via papermill, results written atomically.
+"""Execute a campaign: its runs, each a folder with a manifest, and the cells of each run in order.
 
 Layout: ``<out>/<campaign>/<run_id>/<notebook>/<slug>.ipynb`` plus ``<run_id>/manifest.json``.
 A campaign with ``invocations: N`` makes N such runs, one after the other (``run_series``); each
 manifest names its series (``series_id``, the first run's id) and its place in it (``invocation``
-k of ``invocations``), so that ``--resume`` knows how many runs of the series are left.
-A cell's notebook is first executed into a hidden ``.partial`` file and renamed into place only once
-its status is known, so a runner killed at any moment (even SIGKILL) never leaves a notebook that
-``--resume`` or ``ingest`` could mistake for a result.
+k of ``invocations``), so that ``--resume`` knows how many runs of the series are left. The runner
+owns the run: its folder, the output lock, the manifest (its one writer) and the order of the
+cells; an executor (``executors.py``: local, duet or Slurm) runs each group of cells it hands over,
+and ``trial.py`` is one cell in a fresh kernel.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import json
-import os
-import sys
-import tempfile
 import time
-import traceback
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import nbformat
 from tqdm.auto import tqdm
 
-from fwbench.measure.meters.contention import ContentionMeter
-from fwbench.pipeline import environment
+from fwbench.pipeline import environment, executors
 from fwbench.pipeline.campaign import Campaign, CampaignError, Cell, RunOrder
-from fwbench.pipeline.notebook_params import read_notebook
-from fwbench.results.records import CONTEXT_ENV
-from fwbench.vocab import ANSI_RE, ENV_EXECUTED_DIR, ENV_KERNEL, ENV_PREFIX, ENV_TRIAL
+from fwbench.pipeline.trial import (
+    CellResult,
+    execute_cell,
+    notice,
+    shared,
+    shared_machine_warning,
+    write_json_atomic,
+)
 
-ERROR_TAIL_CHARS = 2000
 LOCK_NAME = ".fwbench-run.lock"
-# The measurement rules want JAX's allocator to report real usage, not a preallocated pool.
-KERNEL_ENV_DEFAULTS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-# A duet cell has one core: one thread for PyTorch's and the BLAS libraries' pools. XLA sizes its
-# pool from the cores the process may run on, which the pinning already makes one.
-DUET_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
 class RunnerBusy(RuntimeError):
     """Another ``fwbench run`` holds the output folder."""
 
 
-@dataclass
-class CellResult:
-    status: str  # ok / failed / timeout
-    error: str | None
-    duration_s: float
-    retried: bool = False
-    path: str | None = None
-    contention: dict | None = (
-        None  # ContentionMeter's reading, see fwbench.measure.meters.contention
-    )
-    # earlier attempts of this trial, discarded because the machine was shared while they ran
-    reruns: list[dict] = field(default_factory=list)
-
-
-def _load_average() -> list[float] | None:
-    """The 1, 5 and 15 minute load averages, where the platform has them."""
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
-def shared_machine_warning(contention: dict) -> str:
-    return (
-        f"ran on a shared machine: other processes took {contention['other_cpu_frac']:.0%} and "
-        f"the hypervisor {contention['steal_frac']:.0%} of the CPU time; its timings are not "
-        "comparable with an idle run's"
-    )
-
-
-def notice(line: str) -> None:
-    """A line for the person watching the run, on stderr beside the progress bar: stdout is the
-    command's answer, and ``fwbench predict --json`` prints its JSON there after a calibration
-    run this runner made on a new CPU."""
-    tqdm.write(line, file=sys.stderr)
-
-
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-
-
-def kernel_name() -> str:
-    """The project's registered kernel when present (``make`` installs it), else plain python3."""
-    wanted = os.environ.get(ENV_KERNEL)
-    if wanted:
-        return wanted
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    return "fwbench" if "fwbench" in KernelSpecManager().find_kernel_specs() else "python3"
-
-
-@functools.cache
-def kernel_manager_class():
-    """The kernel manager every cell's kernel is started with: Unix sockets (ZeroMQ's IPC
-    transport) where this machine's ZeroMQ has them, else jupyter_client's loopback TCP.
-
-    Over TCP every kernel (ipykernel 7.3 and later) warns that its traffic is unencrypted, once
-    per cell of a campaign. A runner's kernel only ever talks to this process on this machine, so
-    Unix sockets remove the cause; raising the kernel's log level would only hide it, and the
-    kernel's other warnings with it."""
-    import zmq
-    from jupyter_client import AsyncKernelManager
-    from traitlets import default
-
-    if not zmq.has("ipc"):
-        return AsyncKernelManager
-
-    class IPCKernelManager(AsyncKernelManager):
-        @default("transport")
-        def _default_transport(self):
-            return "ipc"
-
-        @default("connection_file")
-        def _default_connection_file(self):
-            # The sockets are named after the connection file. Left empty, they would be
-            # kernel-ipc-1, -2, ... in papermill's cwd (notebooks/), where a duet's two kernels
-            # race for the same names; a unique, short absolute name in the temporary folder
-            # keeps them apart and within the ~100 characters a socket path may have.
-            name = f"fwbench-kernel-{uuid.uuid4().hex[:12]}.json"
-            return os.path.join(tempfile.gettempdir(), name)
-
-    return IPCKernelManager
 
 
 @contextlib.contextmanager
@@ -149,39 +60,6 @@ def output_lock(out: Path):
     finally:
         fcntl.flock(fh, fcntl.LOCK_UN)
         fh.close()
-
-
-@contextlib.contextmanager
-def patched_environ(values: dict):
-    """Kernels inherit the runner's environment at start, so set the cell's context around it."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: str(v) for k, v in values.items()})
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` whole: a reader (or a stop half-way) never sees it half-written."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_json_atomic(path: Path, data) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, default=str))
-
-
-def write_notebook_atomic(nb, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    nbformat.write(nb, str(tmp))
-    os.replace(tmp, path)
 
 
 def latest_run_dir(out: Path, campaign: str) -> Path | None:
@@ -217,161 +95,6 @@ def done_cells(run_dir: Path, manifest: dict) -> set[str]:
         for key, c in manifest["cells"].items()
         if c.get("status") == "ok" and (run_dir / c.get("path", "")).is_file()
     }
-
-
-def _error_text(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception_only(type(exc), exc))
-    # papermill's execution error carries the notebook's own traceback, which says more
-    tb = getattr(exc, "traceback", None)
-    if tb:
-        text = "\n".join(tb) if isinstance(tb, list) else str(tb)
-    return ANSI_RE.sub("", text)[-ERROR_TAIL_CHARS:]
-
-
-def _classify(exc: BaseException) -> str:
-    name = type(exc).__name__
-    if "Timeout" in name or isinstance(exc, TimeoutError):
-        return "timeout"
-    return "failed"
-
-
-def _kernel_died(exc: BaseException) -> bool:
-    return type(exc).__name__ == "DeadKernelError" or "Kernel died" in str(exc)
-
-
-def _execute_attempts(source_nb, partial: Path, cell: Cell, attempts: list[dict], kname, timeout):
-    """Run the notebook; a dead kernel is tried again with the next attempt's environment.
-
-    Returns (status, error, retried, the environment of the last attempt).
-    """
-    import papermill as pm
-
-    status, error, retried, used_env = "ok", None, False, attempts[0]
-    for n, attempt_env in enumerate(attempts):
-        used_env, retried = attempt_env, n > 0
-        with patched_environ(attempt_env):
-            try:
-                pm.execute_notebook(
-                    source_nb,
-                    str(partial),
-                    parameters=cell.parameters,
-                    kernel_name=kname,
-                    execution_timeout=timeout,
-                    progress_bar=False,
-                    cwd=str(cell.notebook_path.parent),
-                    kernel_manager_class=kernel_manager_class(),
-                )
-                status, error = "ok", None
-            except Exception as exc:  # a crash is data: record it and go on
-                status, error = _classify(exc), _error_text(exc)
-                if _kernel_died(exc) and n + 1 < len(attempts):
-                    continue
-        break
-    return status, error, retried, used_env
-
-
-def execute_cell(
-    cell: Cell,
-    run_dir: Path,
-    context: dict,
-    timeout: float | None,
-    reruns: list | None = None,
-    duet: dict | None = None,
-) -> CellResult:
-    """Run one cell (and its retry, if its kernel died and the step names a retry_env).
-
-    ``reruns``: the discarded earlier attempts of this trial (see ``run_trial``), kept in the
-    notebook's metadata beside its own reading. ``duet``: this process is pinned to
-    ``duet["core"]`` beside ``duet["partner"]`` (see ``run_duet``): the kernel gets one thread and
-    the contention reading is that core's."""
-    reruns = list(reruns or [])
-    nb_dir = run_dir / cell.notebook
-    nb_dir.mkdir(parents=True, exist_ok=True)
-    final = nb_dir / f"{cell.slug}.ipynb"
-    partial = nb_dir / f".{cell.slug}.partial.ipynb"
-    kname = kernel_name()
-    source_nb = read_notebook(cell.notebook_path, kname)
-    env = {
-        **{k: v for k, v in KERNEL_ENV_DEFAULTS.items() if k not in os.environ},
-        **cell.kernel_env,
-        CONTEXT_ENV["run_id"]: context["run_id"],
-        CONTEXT_ENV["campaign"]: context["campaign"],
-        CONTEXT_ENV["notebook"]: cell.notebook,
-        CONTEXT_ENV["cell"]: cell.slug,
-        ENV_TRIAL: str(cell.trial),
-        # absolute: the kernel starts in the notebook's folder, not where the runner was started
-        ENV_EXECUTED_DIR: str(nb_dir.resolve()),
-        **(DUET_ENV if duet else {}),
-    }
-    attempts = [dict(env)]
-    if cell.retry_env:
-        attempts.append({**env, **cell.retry_env})
-    # A busy machine slows CPU timings (torch's OpenMP threads by up to 10x on two shared cores),
-    # so every executed notebook says how loaded the machine was around it: the load average, and
-    # the share of CPU time other processes and the hypervisor took while it ran.
-    load_before = _load_average()
-    start = time.perf_counter()
-    contention = ContentionMeter(cpu=duet["core"] if duet else None)
-    with contention:
-        status, error, retried, used_env = _execute_attempts(
-            source_nb, partial, cell, attempts, kname, timeout
-        )
-    duration = time.perf_counter() - start
-    nb = nbformat.read(str(partial), as_version=4) if partial.exists() else source_nb
-    nb.metadata["fwbench"] = {
-        **_cell_metadata(context, cell, status, error, duration, retried),
-        "kernel_env": {k: v for k, v in used_env.items() if not k.startswith(ENV_PREFIX)},
-        "load_average": {"before": load_before, "after": _load_average(), "cpus": os.cpu_count()},
-        "contention": contention.result.as_dict() if contention.result else None,
-        "reruns": reruns,
-        "duet": duet,
-    }
-    write_notebook_atomic(nb, final)
-    partial.unlink(missing_ok=True)
-    return CellResult(
-        status,
-        error,
-        duration,
-        retried,
-        str(final.relative_to(run_dir)),
-        nb.metadata["fwbench"]["contention"],
-        reruns,
-    )
-
-
-def _cell_metadata(context, cell: Cell, status, error, duration: float, retried: bool) -> dict:
-    return {
-        **context,
-        "notebook": cell.notebook,
-        "cell": cell.slug,
-        "trial": cell.trial,
-        "parameters": cell.parameters,
-        "status": status,
-        "error": error,
-        "duration_s": round(duration, 3),
-        "retried": retried,
-        "retry_env": cell.retry_env if retried else {},
-    }
-
-
-def lost_cell(
-    cell: Cell, run_dir: Path, context: dict, status: str, error: str, duration: float
-) -> CellResult:
-    """The result of a cell whose process ended before it could write one (a Slurm job that
-    was cancelled or timed out): the unexecuted notebook with the status and error in its
-    metadata, as a dead kernel's cell gets, so the index and the report see the failure."""
-    nb_dir = run_dir / cell.notebook
-    nb_dir.mkdir(parents=True, exist_ok=True)
-    final = nb_dir / f"{cell.slug}.ipynb"
-    nb = read_notebook(cell.notebook_path, kernel_name())
-    nb.metadata["fwbench"] = {
-        **_cell_metadata(context, cell, status, error, duration, False),
-        "contention": None,
-        "reruns": [],
-    }
-    write_notebook_atomic(nb, final)
-    (nb_dir / f".{cell.slug}.partial.ipynb").unlink(missing_ok=True)
-    return CellResult(status, error, duration, False, str(final.relative_to(run_dir)))
 
 
 def manifest_entry(cell: Cell, result: CellResult | None = None) -> dict:
@@ -442,84 +165,6 @@ def ordered_cells(
     placed = [by_key[k] for k in order.keys if k in by_key]
     known = set(order.keys)
     return placed + [c for c in cells if c.key not in known]
-
-
-def _shared(result: CellResult) -> bool:
-    return bool(result.contention and result.contention["shared"])
-
-
-def run_trial(
-    cell: Cell, run_dir: Path, context: dict, timeout: float | None, rerun_shared: int
-) -> CellResult:
-    """Run a cell; an interleaved trial that ran on a shared machine runs again, up to
-    ``rerun_shared`` times, and the result keeps each discarded attempt's reading.
-
-    A trial slowed by a neighbour would widen its comparison's interval (or, in a round where only
-    one arm was hit, bias it); running it again at once keeps it in its round. A failed attempt is
-    not re-run: a failure is data, not noise."""
-    result = execute_cell(cell, run_dir, context, timeout)
-    reruns: list[dict] = []
-    while cell.interleaved and result.status == "ok" and _shared(result):
-        if len(reruns) >= rerun_shared:
-            break
-        reruns.append({"duration_s": round(result.duration_s, 3), "contention": result.contention})
-        notice(
-            f"  {cell.key}: {shared_machine_warning(result.contention)}; "
-            f"running it again ({len(reruns)} of at most {rerun_shared})"
-        )
-        result = execute_cell(cell, run_dir, context, timeout, reruns)
-    return result
-
-
-def _pinned_cell(core: int, partner: str, cell: Cell, run_dir: Path, context: dict, timeout):
-    """A duet arm, in a process of its own: pinned to ``core`` before the kernel starts, which
-    inherits the pinning."""
-    os.sched_setaffinity(0, {core})
-    return execute_cell(cell, run_dir, context, timeout, duet={"core": core, "partner": partner})
-
-
-def duet_cores() -> list[int]:
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2:
-        raise CampaignError("order 'duet' needs two cores this process may use; it has one")
-    return cores[:2]
-
-
-def run_duet(
-    cells: list[Cell], run_dir: Path, context: dict, timeout: float | None
-) -> list[CellResult]:
-    """Run two cells at the same time, each in its own process pinned to its own core (one cell
-    runs alone on the first core, where its partner already has a result, as after --resume)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    cores = duet_cores()
-    partners = [c.key for c in reversed(cells)] if len(cells) == 2 else [""]
-    # spawn, not fork: the runner holds a lock file and tqdm's state, which a fork would copy
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=len(cells), mp_context=spawn) as pool:
-        futures = [
-            pool.submit(
-                _pinned_cell, core, partner, cell, run_dir, context, cell.timeout or timeout
-            )
-            for core, partner, cell in zip(cores, partners, cells, strict=False)
-        ]
-        return [f.result() for f in futures]
-
-
-def _duet_groups(order: RunOrder, todo: list[Cell]) -> list[list[Cell]]:
-    """The cells left to run, as the runner takes them: one at a time before the rounds, then
-    each round's pairs."""
-    by_key = {c.key: c for c in todo}
-    groups = [[by_key[k]] for k in order.before_rounds if k in by_key]
-    for keys in order.rounds:
-        for i in range(0, len(keys), 2):
-            pair = [by_key[k] for k in keys[i : i + 2] if k in by_key]
-            if pair:
-                groups.append(pair)
-    known = set(order.keys)
-    groups += [[c] for c in todo if c.key not in known]
-    return groups
 
 
 @dataclass
@@ -620,7 +265,7 @@ def run_series(
                 "order 'duet' pins two cells to two cores of one machine; it cannot run as "
                 "Slurm jobs (use interleaved or sequential order with --executor slurm)"
             )
-        duet_cores()  # bad input on this machine: refused before a run folder exists
+        executors.duet_cores()  # bad input on this machine: refused before a run folder exists
     node_cpus = None
     if slurm is not None:
         from fwbench.pipeline.slurm import check_slurm
@@ -718,38 +363,23 @@ def _finish_run(
         unit="cell",
         disable=not show_progress,
     )
-    if slurm is not None:
-        from fwbench.pipeline.slurm import SlurmExecutor, slurm_groups
-
-        executor = SlurmExecutor(slurm, run_dir, node_cpus)
-        groups = slurm_groups(order, todo)
-    else:
-        groups = _duet_groups(order, todo) if duet else [[c] for c in todo]
-    for group in groups:
+    executor = executors.make(
+        "slurm" if slurm is not None else "duet" if duet else "local",
+        run_dir,
+        slurm=slurm,
+        node_cpus=node_cpus,
+    )
+    for group in executor.groups(order, todo):
         bar.set_postfix_str(" + ".join(c.key for c in group[:2]))
-        if slurm is not None:
-            # a generator: each result is recorded in the manifest as its job ends
-            outcomes = (
-                result
-                for _, result in executor.run(
-                    group, run_dir, context, timeout, campaign.rerun_shared
-                )
-            )
-        elif duet and group[0].interleaved:
-            # both arms at once: a re-run for contention would have to re-run the pair
-            outcomes = run_duet(group, run_dir, context, timeout)
-        else:
-            cell = group[0]
-            outcomes = [
-                run_trial(cell, run_dir, context, cell.timeout or timeout, campaign.rerun_shared)
-            ]
+        # a generator: each result is recorded in the manifest as it comes
+        outcomes = executor.run(group, run_dir, context, timeout, campaign.rerun_shared)
         for cell, result in zip(group, outcomes, strict=True):
             results[cell.key] = result
             manifest = record_in_manifest(run_dir, cell, result)
             if result.status != "ok":
                 error = (result.error or "").strip()[-300:]
                 notice(f"  {cell.key}: {result.status}: {error}")
-            if _shared(result):
+            if shared(result):
                 notice(f"  {cell.key}: {shared_machine_warning(result.contention)}")
             bar.update(1)
     bar.close()

@@ -1,7 +1,7 @@
 """Campaign cells as Slurm jobs, through submitit: ``fwbench run PARAMS --executor slurm``.
 
 Each group of cells the runner hands over (a step's cells, or one round of interleaved trials)
-is one job array. Every array task runs ``runner.run_trial`` on a compute node, exactly what a
+is one job array. Every array task runs ``trial.run_trial`` on a compute node, exactly what a
 local run does for the cell: a fresh kernel, the contention reading, re-runs of a shared trial,
 the retry of a dead kernel, the notebook written into the same ``executed/`` tree (which must be
 on a filesystem the nodes share). The runner, on the submitting host, waits for each task's
@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-EXECUTORS = ("local", "slurm")
+from fwbench.pipeline import trial
+
 SINFO_TIMEOUT_S = 15
 # how often the runner asks Slurm for the state of the job it waits for; submitit's own watcher
 # backs off to once in 10 minutes for old jobs, which would leave a cancelled job unnoticed
@@ -151,7 +152,8 @@ def _sbatch_names() -> set[str]:
 
 
 class SlurmExecutor:
-    """Submits groups of cells as job arrays and yields each cell's ``CellResult`` in order."""
+    """Submits groups of cells as job arrays and yields each cell's ``CellResult`` in order (the
+    ``slurm`` executor of ``executors.py``)."""
 
     def __init__(self, settings: SlurmSettings, run_dir: Path, node_cpus: int):
         import submitit
@@ -182,10 +184,11 @@ class SlurmExecutor:
             parameters["additional_parameters"] = extra
         return parameters
 
-    def run(self, group: list, run_dir: Path, context: dict, timeout, rerun_shared: int):
-        """Yield ``(cell, CellResult)`` for the group's cells, in the group's order."""
-        from fwbench.pipeline import runner
+    def groups(self, order, todo: list) -> list[list]:
+        return slurm_groups(order, todo)
 
+    def run(self, group: list, run_dir: Path, context: dict, timeout, rerun_shared: int):
+        """Yield the ``CellResult`` of each of the group's cells, in the group's order."""
         # one array per group and resource shape (a round may mix distributed and plain cells)
         batches: list[tuple[int, list]] = []
         for cell in group:
@@ -200,7 +203,7 @@ class SlurmExecutor:
             with self.executor.batch():
                 jobs = [
                     self.executor.submit(
-                        runner.run_trial,
+                        trial.run_trial,
                         cell,
                         run_dir,
                         context,
@@ -211,12 +214,10 @@ class SlurmExecutor:
                 ]
             submitted += list(zip(cells, jobs, strict=True))
         for cell, job in submitted:
-            yield cell, self._result(cell, job, run_dir, context)
+            yield self._result(cell, job, run_dir, context)
 
     def _result(self, cell, job, run_dir: Path, context: dict):
         from submitit.core.utils import UncompletedJobError
-
-        from fwbench.pipeline import runner
 
         start = time.perf_counter()
         checked = time.monotonic()
@@ -233,6 +234,6 @@ class SlurmExecutor:
             state = job.state
             status = "timeout" if "TIMEOUT" in state else "failed"
             error = f"Slurm job {job.job_id} ended {state} without a result: {str(exc)[-1500:]}"
-            return runner.lost_cell(
+            return trial.lost_cell(
                 cell, run_dir, context, status, error, time.perf_counter() - start
             )

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from fwbench.pipeline import environment
-from fwbench.pipeline.runner import write_text_atomic
+from fwbench.pipeline.trial import write_text_atomic
 from fwbench.report import sections
 from fwbench.vocab import (
     PREDICTION_ERROR_METRICS,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from fwbench.pipeline import environment
-from fwbench.pipeline.runner import write_text_atomic
+from fwbench.pipeline.trial import write_text_atomic
 from fwbench.report import memory_index, sections
 from fwbench.report.render import html_report
 

@@ -125,15 +125,27 @@ def tally_sentence(matrix: pd.DataFrame, comparison: str) -> str:
 
 
 def kind_sentences(kinds: pd.DataFrame) -> list[str]:
+    """Per architecture, best modes: the geometric mean of the ratios and the verdicts' tally. A
+    framework "leads" only where some verdict found a winner; otherwise the mean is reported as a
+    mean, not as a lead."""
     out = []
     for r in kinds[kinds.comparison == "best"].itertuples() if not kinds.empty else []:
+        spread = (
+            f"JAX ÷ PyTorch from {times(r.min_ratio)} to {times(r.max_ratio)}; JAX wins "
+            f"{r.jax_wins}, PyTorch wins {r.torch_wins}, equivalent {r.equivalent}, "
+            f"undecided {r.undecided}"
+        )
+        if r.jax_wins + r.torch_wins == 0:
+            out.append(
+                f"On {kind_label(r.kind)}s (best modes), no comparison has a faster framework; "
+                f"the geometric mean of JAX ÷ PyTorch is {times(r.geomean_ratio)} ({spread})."
+            )
+            continue
         lead = "JAX leads" if r.geomean_ratio > 1 else "PyTorch leads"
         factor = r.geomean_ratio if r.geomean_ratio > 1 else 1.0 / r.geomean_ratio
         out.append(
             f"On {kind_label(r.kind)}s (best modes), {lead} by a geometric mean of {times(factor)} "
-            f"(JAX ÷ PyTorch from {times(r.min_ratio)} to {times(r.max_ratio)}; JAX wins "
-            f"{r.jax_wins}, PyTorch wins {r.torch_wins}, equivalent {r.equivalent}, "
-            f"undecided {r.undecided})."
+            f"({spread})."
         )
     return out
 
@@ -292,10 +304,11 @@ def regression_evaluation_sentence(scores: pd.DataFrame, needed: int | None) -> 
         )
     row = scores[(scores.method == "changepoint") & (scores.scenario == "current")].iloc[0]
     needs = trust.regression_needs(scores)
+    # run_sd_source is RunNoise.describe(): "estimated from N runs (...)" or "default (why)"
     source = (
-        "estimated from the campaign's runs"
-        if needs["run_sd_source"] == "estimated"
-        else ("a default, since the campaign has too few runs to estimate it")
+        f"estimated from the campaign's {needs['run_sd_runs']} runs"
+        if str(needs["run_sd_source"]).startswith("estimated")
+        else "a default, since the campaign has too few runs to estimate it"
     )
     text = (
         f"On 10-run histories whose points are medians of {trust.POINT_TRIALS} trials resampled "

@@ -14,7 +14,7 @@ import base64
 import html
 from pathlib import Path
 
-from fwbench.pipeline.runner import write_text_atomic
+from fwbench.pipeline.trial import write_text_atomic
 from fwbench.report import sections
 
 MAX_BULLETS = 6

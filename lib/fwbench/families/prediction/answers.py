@@ -346,9 +346,9 @@ def rank_candidates(
     has_twin: bool,
     image_size: int,
 ) -> recommend.Ranking:
-    """The query's candidates on every identified device with ceilings, each scored by its
-    measurement at ``image_size`` where one exists, else by predictors fitted on ``table``,
-    then limited and ranked."""
+    """The query's candidates on every identified device of ``ceilings`` (``devices_to_rank``),
+    each scored by its measurement at ``image_size`` where one exists, else by predictors fitted
+    on ``table``, then limited and ranked."""
     ceilings = ceilings[
         [
             dataset.identified(d, n)
@@ -359,6 +359,37 @@ def rank_candidates(
     measured = measured[measured.image_size == image_size]
     scored = recommend.score(rows, forecast.fit_targets(table), measured)
     return recommend.rank(scored, query)
+
+
+def devices_to_rank(
+    ceilings: pd.DataFrame, names: list[str] | None, every: bool
+) -> tuple[pd.DataFrame, str | None]:
+    """The calibrated hardware ``recommend`` ranks on: this machine's CPU unless ``names`` are
+    given, every device with ``every``; with the one line that refuses a device the index has no
+    ceilings for (None when all are there)."""
+    if every:
+        return ceilings, None
+    known = sorted(set(ceilings.device_name))
+    wanted = names or [cpu_device_name()]
+    missing = [n for n in wanted if n not in known]
+    if missing:
+        which = f"--device {missing[0]!r}" if names else f"this machine's CPU, {missing[0]},"
+        return ceilings.iloc[0:0], (
+            f"{which} has no calibration in the index (calibrated: {'; '.join(known) or 'none'}); "
+            "`fwbench predict` calibrates this machine (about 30 s), or pass --device NAME or "
+            "--all-devices"
+        )
+    return ceilings[ceilings.device_name.isin(wanted)], None
+
+
+# what the printed table calls its columns: the device, p95 named, memory in GiB
+TEXT_COLUMNS = {
+    "device_name": "device",
+    "throughput_img_s": "img/s",
+    "latency_p95_ms": "p95 ms",
+    "peak_mem_gib": "memory GiB",
+    "cost_per_million_img": "cost per 1M img",
+}
 
 
 def recommend_json(ranking: recommend.Ranking, query: Query) -> str:
@@ -379,11 +410,14 @@ def recommend_text(
     """The first ``top`` candidates as a table, then the sentence that recommends one (or names the
     limits that left none) and what the predictor learned from."""
     lines = []
-    shown = ranking.ranked.head(top)
+    shown = ranking.ranked.head(top).assign(
+        peak_mem_gib=lambda f: f.peak_mem_bytes / 2**30
+    )
     if len(shown):
-        columns = [c for c in recommend.JSON_KEYS if c != "device_name"]
+        columns = [c if c != "peak_mem_bytes" else "peak_mem_gib" for c in recommend.JSON_KEYS]
         columns += ["cost_per_million_img"] if query.prices else []
-        lines.append(shown[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        table = shown[columns].rename(columns=TEXT_COLUMNS)
+        lines.append(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     lines.append(sentence)
-    lines.append(f"(p95 latency in latency_ms; learned from {trained_on} configurations, {source})")
+    lines.append(f"(learned from {trained_on} configurations, {source})")
     return "\n".join(lines)

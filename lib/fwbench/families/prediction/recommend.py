@@ -25,11 +25,13 @@ BATCH_CHOICES = (1, 2, 4, 8, 16, 32, 64)
 # objective -> (column, larger is better)
 RANK_BY = {
     "throughput": ("throughput_img_s", True),
-    "latency": ("latency_ms", False),
+    "latency": ("latency_p95_ms", False),
     "cost": ("cost_per_million_img", False),
     "energy": ("energy_j_per_img", False),
 }
 SETTING = ["framework", "mode", "precision"]
+# what makes two candidates the same configuration, as a reader sees it
+CONFIGURATION = [*SETTING, "batch_size", "threads", "device_name"]
 JSON_KEYS = [
     "framework",
     "mode",
@@ -38,7 +40,7 @@ JSON_KEYS = [
     "threads",
     "device_name",
     "throughput_img_s",
-    "latency_ms",
+    "latency_p95_ms",
     "peak_mem_bytes",
     "source",
     "pareto",
@@ -88,12 +90,12 @@ def candidate_rows(
 
 
 def score(rows: pd.DataFrame, fitted: dict, measured: pd.DataFrame) -> pd.DataFrame:
-    """Each candidate's throughput, p95 latency (``latency_ms``), memory and energy: measured
+    """Each candidate's throughput, p95 latency (``latency_p95_ms``), memory and energy: measured
     (the newest run's medians) where the index has the configuration, else predicted."""
     predicted = forecast.predict_rows(fitted, rows)
     out = rows[dataset.CONFIG].copy()
     out["throughput_img_s"] = predicted.throughput_img_s
-    out["latency_ms"] = predicted.latency_p95_ms
+    out["latency_p95_ms"] = predicted.latency_p95_ms
     out["peak_mem_bytes"] = predicted.peak_mem_bytes
     out["energy_j_per_img"] = np.nan
     out["source"] = "predicted"
@@ -105,7 +107,7 @@ def score(rows: pd.DataFrame, fitted: dict, measured: pd.DataFrame) -> pd.DataFr
     index = joined["index"][found]
     out.loc[index, "throughput_img_s"] = joined.img_s[found].to_numpy()
     p95 = joined.latency_p95_s[found].to_numpy() * 1000
-    out.loc[index, "latency_ms"] = np.where(np.isnan(p95), out.loc[index, "latency_ms"], p95)
+    out.loc[index, "latency_p95_ms"] = np.where(np.isnan(p95), out.loc[index, "latency_p95_ms"], p95)
     out.loc[index, "energy_j_per_img"] = joined.energy_j_per_img_m[found].to_numpy()
     out.loc[index, "source"] = "measured"
     return out
@@ -136,7 +138,9 @@ class Ranking:
 def rank(scored: pd.DataFrame, query: Query) -> Ranking:
     """Filter by the query's limits (p95 latency, memory, a price for cost), rank by its
     objective, mark the Pareto front over throughput, p95 latency, memory and cost."""
-    frame = scored.copy()
+    # one row per configuration, a measurement before a prediction of the same one
+    measured_first = scored.source.ne("measured").to_numpy().argsort(kind="stable")
+    frame = scored.iloc[measured_first].drop_duplicates(CONFIGURATION).copy()
     dropped = {}
 
     def keep(mask, reason):
@@ -146,13 +150,13 @@ def rank(scored: pd.DataFrame, query: Query) -> Ranking:
 
     if query.max_latency_ms is not None:
         keep(
-            frame.latency_ms <= query.max_latency_ms,
+            frame.latency_p95_ms <= query.max_latency_ms,
             f"p95 latency above {query.max_latency_ms:g} ms",
         )
     if query.max_memory_bytes is not None:
         limit = query.max_memory_bytes / 2**30
         keep(frame.peak_mem_bytes <= query.max_memory_bytes, f"more than {limit:g} GiB of memory")
-    columns = {"throughput_img_s": True, "latency_ms": False, "peak_mem_bytes": False}
+    columns = {"throughput_img_s": True, "latency_p95_ms": False, "peak_mem_bytes": False}
     if query.prices:
         price = frame.device_name.map(query.prices).astype(float)
         frame = frame.assign(cost_per_million_img=price / (frame.throughput_img_s * 3600) * 1e6)
@@ -196,7 +200,7 @@ def explain(ranking: Ranking, query: Query) -> str:
 
 _UNITS = {
     "throughput_img_s": "img/s",
-    "latency_ms": "ms p95",
+    "latency_p95_ms": "ms p95",
     "cost_per_million_img": "per million images",
     "energy_j_per_img": "J/img",
 }
