@@ -1,0 +1,275 @@
+"""Inference (10_inference): the JAX ÷ PyTorch matrix and its verdicts, why each gap is what it is
+(from the per-op profiles), throughput, latency, memory, compile time, energy, and CNNs against
+Transformers.
+"""
+
+from __future__ import annotations
+
+from fwbench.report import charts, sentences, tables, why
+from fwbench.report.items import Each, Figure, Note, Section, Table, empty, literal, nonempty, records, ratio_heatmap, throughput
+
+
+def _why_figures(analysis) -> list:
+    items = []
+    for model in sorted(analysis.breakdown.model.unique()):
+        rows = analysis.breakdown[analysis.breakdown.model == model]
+        order = why.category_order(rows.category)
+        items.append(
+            Figure(
+                f"why_{model}",
+                f"Where the time goes: {model}",
+                literal(
+                    f"Profiled ms per call of {model} by op category (mean over trials), per "
+                    f"framework variant and batch size, on {analysis.devices}: an XLA fusion "
+                    "whose ops span several categories is one kernel and counts under all of "
+                    "them joined (convolution + normalisation); framework overhead is wall time "
+                    "outside every op, to which an eager framework's profiler adds its own cost "
+                    "per op. Where XLA ran ops on several threads at once, the bars add up to "
+                    "more than the wall time."
+                ),
+                lambda _a, rows=rows, order=order: charts.breakdown_chart(rows, order),
+            )
+        )
+    return items
+
+
+def _energy_note(analysis) -> str:
+    reasons = tables.energy_unavailable_reasons(analysis.meas)
+    return "No energy was measured in this run" + (f" ({'; '.join(reasons)})." if reasons else ".")
+
+
+COMPARISON = Section(
+    "Comparison matrix",
+    lambda a: sentences.matrix_intro(a.matrix),
+    (
+        Figure(
+            "ratio_matrix",
+            "JAX ÷ PyTorch throughput",
+            "JAX images/s ÷ PyTorch's on {devices} (the estimated ratio over rounds paired by "
+            "trial and pooled runs, else the ratio of medians); best modes (each framework's "
+            "fastest variant) and defaults (PyTorch eager vs JAX jit). Colour is log₂ of the "
+            "ratio; ≈ marks equivalent within ±5%, ? inconclusive, (1 run) within one run.",
+            ratio_heatmap("matrix"),
+        ),
+        Table(
+            "ratio_matrix",
+            "JAX ÷ PyTorch throughput ratio with 95% and 90% intervals and the verdict "
+            "(`winner`: jax, torch, equivalent, inconclusive or within one run); `design` the "
+            "runs × rounds behind it, `between_term` where its between-run term came from, "
+            "`p_holm` the Holm-adjusted p-value, `runs_to_decide` roughly how many runs would "
+            "decide an inconclusive one, `dropped_shared` rounds left out for contention.",
+            lambda a: a.matrix,
+            records("inference", ["throughput_img_s"]),
+            drop=("device",),
+        ),
+    ),
+    empty=empty("matrix"),
+    empty_note="No configuration was measured with both frameworks in this run.",
+)
+
+
+WHY = Section(
+    "Why",
+    "Where each framework's time goes, per op category, and the parts that add up to the gap "
+    "in every comparison with a measured one (10_inference with `profile: true`): each "
+    "category with its sign, categories that either side ran fused in one kernel counted as "
+    "one block on both sides, the time outside every profiled op, and, where XLA ran ops on "
+    "several threads at once, the op time the wall clock counted once.",
+    (
+        Each(lambda a: [Note(literal(t)) for t in a.why_lines]),
+        Note(
+            "No comparison with a winner has a profile on both sides.",
+            when=lambda a: not a.why_lines,
+        ),
+        Each(_why_figures),
+        Table(
+            "op_breakdown",
+            "Profiled ms per call by op category (mean over trials, so that the parts of a "
+            "gap add up), its share of the side's summed profiled time, the profiled wall "
+            "time per call, and whether a JAX profile leaves unnamed what XLA fused (one "
+            "recorded before fusions were named).",
+            lambda a: a.breakdown,
+            records("profile", ["op_time_ms"]),
+            drop=("device",),
+        ),
+        Table(
+            "gaps",
+            "Per comparison with a measured gap: each part's ms per call on the slower and "
+            "the faster side and the difference, which add up to the two sides' profiled "
+            "wall times and their gap; `merged` lists the categories a block holds, "
+            "`assumed` marks a block merged because a JAX profile does not name its fusions.",
+            lambda a: a.gaps,
+            records("profile", ["op_time_ms"]),
+            drop=("device",),
+            when=nonempty("gaps"),
+        ),
+    ),
+    empty=empty("breakdown"),
+    empty_note="No cell of this run was profiled (10_inference's `profile` parameter).",
+    name="why",
+)
+
+
+THROUGHPUT = Section(
+    "Throughput scaling",
+    "How many images per second each variant sustains as the batch grows (median over blocks "
+    "of enqueued calls, one sync per block).",
+    (
+        Figure(
+            "throughput_scaling",
+            "Throughput vs batch size",
+            "Median images/s over timed blocks of pipelined calls with its 95% bootstrap "
+            "interval, per framework and mode, on {devices}; both axes logarithmic.",
+            throughput("samples"),
+        ),
+    ),
+    empty=empty("samples"),
+    empty_note="No throughput was measured in this run.",
+)
+
+
+LATENCY = Section(
+    "Latency at batch 1",
+    "Per-call latency, every call synced and timed alone, at the smallest batch size measured "
+    "(1 unless the campaign left it out).",
+    (
+        Figure(
+            "latency_batch1",
+            "Latency percentiles at the smallest batch",
+            "p50, p95 and p99 of per-call latency (each call synchronised and timed alone) on "
+            "{devices}, at batch size {latency_batches}.",
+            lambda a: charts.latency_chart(a.latency),
+        ),
+        Table(
+            "latency_batch1",
+            "Latency percentiles (ms) at the smallest batch size.",
+            lambda a: a.latency,
+            records("inference", prefix="latency_"),
+            drop=("device",),
+        ),
+    ),
+    empty=empty("latency"),
+    empty_note="No latency was measured in this run.",
+)
+
+
+MEMORY = Section(
+    "Memory",
+    "Peak device memory per batch size (torch max_memory_allocated, JAX peak_bytes_in_use, "
+    "CPU peak RSS) and images/s per GB of that peak.",
+    (
+        Figure(
+            "memory_scaling",
+            "Peak memory vs batch size",
+            "Peak memory during the timed calls, per framework and mode, on {devices}; GB = "
+            "10⁹ bytes; both axes logarithmic.",
+            lambda a: charts.by_batch(a.memory, "peak_mem_gb", "peak memory (GB)"),
+        ),
+        Figure(
+            "memory_efficiency",
+            "Memory efficiency",
+            "Median throughput divided by peak memory (images/s per GB), on {devices}.",
+            lambda a: charts.by_batch(a.memory, "img_s_per_gb", "images/s per GB"),
+        ),
+        Table(
+            "memory",
+            "Peak memory and memory efficiency per configuration.",
+            lambda a: a.memory,
+            records("inference", ["peak_mem_bytes"]),
+            drop=("device",),
+        ),
+    ),
+    empty=empty("memory"),
+    empty_note="No peak memory was recorded in this run.",
+)
+
+
+COMPILE = Section(
+    "Compile time and break-even",
+    "JAX: AOT lowering plus XLA compilation; torch.compile: first call minus a steady call; "
+    "eager: 0. Break-even is the number of images after which the faster side's extra "
+    "compile time is paid back: (compile_faster − compile_other) ÷ (s/img other − s/img "
+    "faster).",
+    (
+        Figure(
+            "compile_time",
+            "Compile time vs batch size",
+            "Seconds spent compiling before the first measured call, per compiled mode, on "
+            "{devices} (eager modes compile nothing and are left out).",
+            lambda a: charts.by_batch(
+                a.compile_times[a.compile_times.compile_s > 0], "compile_s", "compile time (s)"
+            ),
+            when=lambda a: (a.compile_times.compile_s > 0).any(),
+            otherwise="Only eager modes ran, so nothing was compiled.",
+        ),
+        Table(
+            "compile_time",
+            "Compile time (s) per configuration.",
+            lambda a: a.compile_times,
+            records("inference", ["compile_s"]),
+            drop=("device",),
+        ),
+        Table(
+            "break_even",
+            "Images (and calls) until the faster side's compile time is paid back against the "
+            "other side; ∞: the slower side never pays back.",
+            lambda a: a.break_even,
+            records("inference", ["compile_s", "throughput_img_s"]),
+            when=nonempty("break_even"),
+            otherwise="No pair with compile times on both sides, so no break-even.",
+        ),
+    ),
+    empty=empty("compile_times"),
+    empty_note="No compile time was recorded in this run.",
+)
+
+
+ENERGY = Section(
+    "Energy per image",
+    "Energy counter (NVML total energy on GPUs, RAPL on CPUs) read around the throughput "
+    "measurement, divided by the images processed.",
+    (
+        Figure(
+            "energy_per_image",
+            "Energy per image",
+            "Joules per image over the throughput measurement on {devices}.",
+            lambda a: charts.by_batch(a.energy, "energy_j_per_img", "joules per image"),
+        ),
+        Table(
+            "energy",
+            "Energy per image (J).",
+            lambda a: a.energy,
+            records("inference", ["energy_j_per_img"]),
+            drop=("device",),
+        ),
+    ),
+    empty=empty("energy"),
+    empty_note=_energy_note,
+)
+
+
+KINDS = Section(
+    "CNN vs Transformer",
+    "Where each framework wins, by architecture.",
+    (
+        Figure(
+            "cnn_vs_transformer",
+            "Who wins, by architecture",
+            "JAX ÷ PyTorch throughput with its 95% interval (as in the ratio matrix) per "
+            "model and batch size, best modes and defaults, on {devices}; right of the "
+            "dashed line JAX is faster.",
+            lambda a: charts.kind_chart(a.matrix, a.kinds),
+        ),
+        Table(
+            "by_architecture",
+            "Wins, equivalences, undecided ratios and the geometric-mean JAX ÷ PyTorch ratio per architecture.",
+            lambda a: a.kind_table,
+            records("inference", ["throughput_img_s"]),
+        ),
+    ),
+    empty=empty("matrix"),
+    empty_note="No comparison to split by architecture.",
+)
+
+
+SECTIONS = (COMPARISON, WHY, THROUGHPUT, LATENCY, MEMORY, COMPILE, ENERGY, KINDS)

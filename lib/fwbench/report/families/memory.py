@@ -1,0 +1,91 @@
+"""Memory (12_memory): peak memory and iteration time per activation-saving method, where the
+bytes go, and the memory-time curve against the checkpointing baselines.
+"""
+
+from __future__ import annotations
+
+from fwbench.report import charts, memory_breakdown, memory_curve
+from fwbench.report.items import Each, Figure, Note, Section, Table, empty, literal, nonempty, records
+
+
+MEMORY_METHOD_COLUMNS = {"model", "framework", "peak_mem_bytes"}
+
+
+METHODS = Section(
+    "Memory-saving methods",
+    "Peak memory and iteration time per method of one training step (12_memory): the plain "
+    "eager step (none), the traced step (graph), our μ-TWO plan at several budgets "
+    "(mu_two@f: only f of the activation memory may stay at the peak), "
+    "torch.utils.checkpoint on segments of k blocks and on sqrt(n) segments, and "
+    "torch.compile's activation_memory_budget against our rewritten graph, compiled. The "
+    "activation memory is the unplanned graph's activation high-water mark; "
+    "activation_saved_pct is the peak a method saves against the eager step as a share of "
+    "it. Swap plans (mu_two_swap@f) are simulated only, at the bandwidth named.",
+    (
+        Each(lambda a: [Note(literal(t)) for t in memory_curve.sentences(a.memory_curve)]),
+        Figure(
+            "memory_curve",
+            "Memory-time curve",
+            "Measured peak memory against iteration time, one line per method; the "
+            "horizontal rule is the time's 95% t-interval over trials (each trial a fresh "
+            "process). Eager and compiled methods are drawn in separate panels.",
+            lambda a: memory_curve.curve_chart(a.memory_curve),
+            when=lambda a: not a.memory_curve.empty and "time_low" in a.memory_curve,
+        ),
+        Table(
+            "memory_curve",
+            "Per method: peak memory, activation memory saved, iteration time (geometric "
+            "mean over trials with its interval), overhead against the eager step paired by "
+            "trial (with its interval), the simulator's errors and the float64 proof.",
+            lambda a: a.memory_curve,
+            records("memory"),
+            when=nonempty("memory_curve"),
+        ),
+        Each(
+            lambda a: [
+                Note(literal(t))
+                for t in memory_breakdown.breakdown_sentences(a.memory_breakdown)
+            ]
+        ),
+        Figure(
+            "memory_breakdown",
+            "What the peak is made of, against batch size",
+            "The step's memory at its peak by part (parameters with buffers, gradients, "
+            "optimizer state, activations, other), for the unplanned traced step and for our "
+            "plan at its smallest budget, per batch size: the simulator's parts at its peak "
+            "(median over trials), whose total is the measured peak to within the "
+            "simulator's peak error above.",
+            lambda a: memory_breakdown.parts_chart(a.memory_breakdown),
+            when=lambda a: not a.memory_breakdown.empty,
+        ),
+        Table(
+            "memory_breakdown",
+            "The peak's parts in MiB per model, batch size and plan, with the activations' "
+            "share of the peak.",
+            lambda a: memory_breakdown.peak_shares(a.memory_breakdown),
+            records("memory", [memory_breakdown.METRIC]),
+            when=lambda a: not a.memory_breakdown.empty,
+        ),
+        Table(
+            "memory_methods",
+            "Memory-method metrics per mode.",
+            lambda a: a.memory_methods,
+            records("memory"),
+        ),
+        Figure(
+            "memory_methods",
+            "Peak memory by method",
+            "Peak memory of one training iteration per memory-saving method, per framework.",
+            lambda a: charts.by_mode_bars(
+                a.memory_methods, "peak_mem_bytes", "peak memory (bytes)"
+            ),
+            when=lambda a: MEMORY_METHOD_COLUMNS <= set(a.memory_methods.columns),
+        ),
+    ),
+    empty=lambda a: a.memory_methods.empty or "mode" not in a.memory_methods,
+    empty_note="No memory-method records in this run.",
+    name="memory",
+)
+
+
+SECTIONS = (METHODS,)
