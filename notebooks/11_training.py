@@ -103,7 +103,8 @@ from fwbench.families.training.optim import OptimConfig
 from fwbench.measure import device as fw_device
 from fwbench.measure.timing import StopRule
 from fwbench.models import get_spec
-from fwbench.report import charts, tables
+from fwbench.report import charts
+from fwbench.report.families import training as training_report
 from fwbench.results.records import Recorder
 
 charts.use_theme()
@@ -280,7 +281,7 @@ if check_parity:
         "more than 1e-3 at "
         + (f"step {diverged}" if diverged is not None else f"no step of {measured.steps}")
     )
-    display(charts.parity_chart(tables.parity_curves(rec.frame())))
+    display(charts.parity_chart(training_report.parity_curves(rec.frame())))
 
 # %% [markdown]
 # ## Convergence (both frameworks)
@@ -326,7 +327,7 @@ if check_convergence:
             ]
         )
     )
-    display(charts.convergence_chart(tables.convergence_curves(rec.frame())))
+    display(charts.convergence_chart(training_report.convergence_curves(rec.frame())))
 
 # %%
 rec.emit()

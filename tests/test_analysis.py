@@ -13,6 +13,9 @@ import pytest
 from fwbench import vocab
 from fwbench.report import charts, outline, regressions, roofline, sentences, tables
 from fwbench.report.sections import ReportContent
+from fwbench.report.families import analysis as analysis_report
+from fwbench.report.families import inference as inference_report
+from fwbench.report.families import training as training_report
 from fwbench.results import db
 from fwbench.results.records import Recorder
 from tests.synthetic_run import (
@@ -189,11 +192,11 @@ def test_history_direction_depends_on_the_metric():
     ],
 )
 def test_break_even_images(args, expected):
-    assert tables.break_even_images(*args) == pytest.approx(expected)
+    assert inference_report.break_even_images(*args) == pytest.approx(expected)
 
 
 def test_break_even_table_uses_recorded_compile_times(synthetic):
-    table = tables.break_even_table(synthetic["matrix"], synthetic["meas"])
+    table = inference_report.break_even_table(synthetic["matrix"], synthetic["meas"])
     row = table[
         (table.model == "resnet50") & (table.batch_size == 8) & (table.comparison == "defaults")
     ].iloc[0]
@@ -229,12 +232,12 @@ def test_roofline_points_use_best_measured_ceilings(synthetic):
 
 
 def test_failures_and_retries(synthetic):
-    failures = tables.failures_table(synthetic["meas"], synthetic["cells"])
+    failures = analysis_report.failures_table(synthetic["meas"], synthetic["cells"])
     assert sorted(failures.status) == ["failed", "oom"]
     failed = failures[failures.status == "failed"].iloc[0]
     assert failed.error.startswith("XlaRuntimeError: CUDA_ERROR_ILLEGAL_ADDRESS")
     assert failed.path.endswith("framework=jax__mode=jit__model=efficientnet_b0.ipynb")
-    retries = tables.retries_table(synthetic["cells"])
+    retries = analysis_report.retries_table(synthetic["cells"])
     assert retries[["changed", "final_status"]].values.tolist() == [
         ["XLA_FLAGS=--xla_gpu_autotune_level=0", "ok"]
     ]
@@ -242,7 +245,7 @@ def test_failures_and_retries(synthetic):
 
 def test_cells_run_on_a_shared_machine_are_listed_and_said_first(synthetic):
     cells = synthetic["cells"]
-    shared = tables.shared_machine_table(cells)
+    shared = analysis_report.shared_machine_table(cells)
     assert shared[
         ["notebook", "other_cpu_frac", "steal_frac", "load_1m_before"]
     ].values.tolist() == [["12_memory", 0.31, 0.02, 0.5]]
@@ -274,15 +277,15 @@ def test_training_ratio_parity_and_convergence_come_from_the_records(synthetic):
     best = matrix[matrix.comparison == "best"].iloc[0]
     assert best.ratio == pytest.approx(100.0 / 80.0, rel=1e-3)
     assert best.ci_low < best.ratio < best.ci_high and best.winner == "within one run"
-    parity = tables.parity_curves(meas)
+    parity = training_report.parity_curves(meas)
     assert parity.groupby("framework").loss.apply(list).to_dict() == {
         "jax": [2.3, 2.1, 1.9000004],
         "torch": [2.3, 2.1, 1.9],
     }
-    curves = tables.convergence_curves(meas)
+    curves = training_report.convergence_curves(meas)
     loss = curves[(curves.curve == "train loss") & (curves.framework == "jax")]
     assert loss.epoch.tolist() == [0.5, 1.0, 1.5, 2.0]  # 2 steps per epoch
-    checks = tables.check_table(meas, tables.CONVERGENCE_METRICS)
+    checks = training_report.check_table(meas, training_report.CONVERGENCE_METRICS)
     assert checks[["framework", "val_top1", "status"]].values.tolist() == [
         ["jax", 90.0, "ok"],
         ["torch", 91.0, "ok"],
@@ -300,10 +303,10 @@ def test_memory_family_keeps_one_row_per_method(synthetic):
 def test_training_summary_states_ratio_parity_and_convergence(synthetic):
     meas = synthetic["meas"]
     matrix = tables.comparison_matrix(tables.throughput_samples(meas, "training"))
-    said = sentences.training_sentences(
+    said = training_report.training_sentences(
         matrix,
-        tables.check_table(meas, tables.PARITY_METRICS),
-        tables.check_table(meas, tables.CONVERGENCE_METRICS),
+        training_report.check_table(meas, training_report.PARITY_METRICS),
+        training_report.check_table(meas, training_report.CONVERGENCE_METRICS),
     )
     assert said[0].startswith("Training: Within one run on ResNet-50") and "1.25×" in said[0]
     assert "best modes and defaults" in said[0] and len(said) == 3
@@ -334,7 +337,7 @@ def test_training_summary_quotes_the_fp64_proof_and_the_fp32_measurement():
             },
         ]
     )
-    said = sentences.training_sentences(pd.DataFrame(), parity, pd.DataFrame())
+    said = training_report.training_sentences(pd.DataFrame(), parity, pd.DataFrame())
     assert said[0] == (
         "Training parity is proven in float64 for ResNet-50 (same weights, same batches): the "
         "per-step losses of JAX and PyTorch differ by at most 3.0e-15 relative (gate 1e-9), "

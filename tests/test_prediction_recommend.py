@@ -242,7 +242,7 @@ def test_evaluate_never_fits_on_the_model_it_recommends_for(monkeypatch):
 
 
 def test_the_reports_prediction_table_keeps_hold_outs_and_queries_apart():
-    from fwbench.report import tables
+    from fwbench.report.families import prediction as prediction_report
 
     def row(metric, value, **extra):
         return {
@@ -264,7 +264,7 @@ def test_the_reports_prediction_table_keeps_hold_outs_and_queries_apart():
             {**row("mape_pct", 99.0, holdout="cpu"), "status": "skipped"},
         ]
     )
-    table = tables.prediction_table(meas).set_index(tables.PREDICTION_GROUP)
+    table = prediction_report.prediction_table(meas).set_index(prediction_report.PREDICTION_GROUP)
     # a family_table would have pooled the two hold-outs' MAPE into one median of 26
     assert table.loc["hold-out: family", "mape_pct"] == 40.0
     assert table.loc["hold-out: batch", "mape_pct"] == 12.0
@@ -277,7 +277,7 @@ def test_the_reports_prediction_table_keeps_hold_outs_and_queries_apart():
     meas = pd.concat(
         [meas, pd.DataFrame([row("memory_error_pct", 4.0, holdout="memory_inference")])]
     )
-    _, block = readme.prediction_part(tables.prediction_table(meas), "r.md")
+    _, block = readme.prediction_part(prediction_report.prediction_table(meas), "r.md")
     lines = {line.split(" | ")[0].strip("| "): line for line in block.splitlines()}
     assert lines["hold-out: batch"].endswith("MAPE ≤ 10%: missed by 2.0 points |")
     assert lines["hold-out: family"].endswith("MAPE ≤ 15%: missed by 25.0 points |")

@@ -19,6 +19,7 @@ import pytest
 from fwbench import cli
 from fwbench.pipeline import runner
 from fwbench.report import readme, render
+from fwbench.report.families import distributed as distributed_report
 from tests.conftest import run_cli
 from tests.synthetic_run import (
     BASELINE_RUN,
@@ -429,7 +430,7 @@ def test_the_bus_bandwidth_chart_draws_from_the_distributed_records_alone():
     meas = pd.DataFrame(
         [row("torch", "a", 1024, 0.1), row("torch", "b", 1024, 0.3), row("jax", "a", 1024, 0.2)]
     )
-    table = tables.busbw_table(meas)
+    table = distributed_report.busbw_table(meas)
     # the two models' sweeps of one framework and world size are one point, their median
     assert table.sort_values("framework").busbw_gbs.tolist() == [0.2, 0.2]
     spec = charts.busbw_chart(table).to_dict()

@@ -76,7 +76,7 @@ class Analysis:
 
     @cached_property
     def latency(self) -> pd.DataFrame:
-        return tables.latency_at_smallest_batch(self.meas)
+        return families.inference.latency_at_smallest_batch(self.meas)
 
     @cached_property
     def latency_batches(self) -> str:
@@ -84,7 +84,7 @@ class Analysis:
 
     @cached_property
     def memory(self) -> pd.DataFrame:
-        return tables.memory_table(self.meas)
+        return families.inference.memory_table(self.meas)
 
     @cached_property
     def compile_times(self) -> pd.DataFrame:
@@ -94,12 +94,12 @@ class Analysis:
     @cached_property
     def break_even(self) -> pd.DataFrame:
         return (
-            pd.DataFrame() if self.matrix.empty else tables.break_even_table(self.matrix, self.meas)
+            pd.DataFrame() if self.matrix.empty else families.inference.break_even_table(self.matrix, self.meas)
         )
 
     @cached_property
     def energy(self) -> pd.DataFrame:
-        return tables.energy_table(self.meas)
+        return families.inference.energy_table(self.meas)
 
     @cached_property
     def calibration(self) -> pd.DataFrame:
@@ -119,7 +119,7 @@ class Analysis:
 
     @cached_property
     def kind_table(self) -> pd.DataFrame:
-        return tables.kind_summary(self.matrix, self.kinds)
+        return families.inference.kind_summary(self.matrix, self.kinds)
 
     @cached_property
     def training(self) -> pd.DataFrame:
@@ -135,27 +135,27 @@ class Analysis:
 
     @cached_property
     def train_speed(self) -> pd.DataFrame:
-        return tables.metric_table(self.meas, tables.TRAINING_SPEED, "training")
+        return tables.metric_table(self.meas, families.training.TRAINING_SPEED, "training")
 
     @cached_property
     def train_memory(self) -> pd.DataFrame:
-        return tables.memory_table(self.meas, "training")
+        return families.inference.memory_table(self.meas, "training")
 
     @cached_property
     def parity_curves(self) -> pd.DataFrame:
-        return tables.parity_curves(self.meas)
+        return families.training.parity_curves(self.meas)
 
     @cached_property
     def parity(self) -> pd.DataFrame:
-        return tables.check_table(self.meas, tables.PARITY_METRICS)
+        return families.training.check_table(self.meas, families.training.PARITY_METRICS)
 
     @cached_property
     def convergence_curves(self) -> pd.DataFrame:
-        return tables.convergence_curves(self.meas)
+        return families.training.convergence_curves(self.meas)
 
     @cached_property
     def convergence(self) -> pd.DataFrame:
-        return tables.check_table(self.meas, tables.CONVERGENCE_METRICS)
+        return families.training.check_table(self.meas, families.training.CONVERGENCE_METRICS)
 
     @cached_property
     def memory_methods(self) -> pd.DataFrame:
@@ -176,19 +176,19 @@ class Analysis:
 
     @cached_property
     def prediction(self) -> pd.DataFrame:
-        return tables.prediction_table(self.meas)
+        return families.prediction.prediction_table(self.meas)
 
     @cached_property
     def distributed(self) -> pd.DataFrame:
-        return tables.distributed_table(self.meas)
+        return families.distributed.distributed_table(self.meas)
 
     @cached_property
     def distributed_parity(self) -> pd.DataFrame:
-        return tables.distributed_parity_table(self.meas)
+        return families.distributed.distributed_parity_table(self.meas)
 
     @cached_property
     def busbw(self) -> pd.DataFrame:
-        return tables.busbw_table(self.meas)
+        return families.distributed.busbw_table(self.meas)
 
     @cached_property
     def web_audio(self) -> pd.DataFrame:
@@ -270,15 +270,15 @@ class Analysis:
 
     @cached_property
     def failures(self) -> pd.DataFrame:
-        return tables.failures_table(self.meas, self.cells)
+        return families.analysis.failures_table(self.meas, self.cells)
 
     @cached_property
     def retries(self) -> pd.DataFrame:
-        return tables.retries_table(self.cells)
+        return families.analysis.retries_table(self.cells)
 
     @cached_property
     def shared(self) -> pd.DataFrame:
-        return tables.shared_machine_table(self.cells)
+        return families.analysis.shared_machine_table(self.cells)
 
 
 def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> Analysis:
@@ -399,7 +399,7 @@ def add_section(
 def summarise(content: ReportContent, analysis: Analysis) -> None:
     """The executive summary, methodology and limitations."""
     a = analysis
-    training = sentences.training_sentences(a.train_matrix, a.parity, a.convergence)
+    training = families.training.training_sentences(a.train_matrix, a.parity, a.convergence)
     content.summary = sentences.executive_summary(
         a.matrix,
         a.kind_table,

@@ -1,7 +1,7 @@
 """Each family's report sections, one module per family of the vocabulary (``vocab.FAMILIES``).
 
-A module exports its sections as constants and all of them as ``SECTIONS``; ``outline.SECTIONS``
-puts every family's in the report's order. ``analysis`` is what the analysis says about the run
+A module exports its sections as constants and all of them as ``SECTIONS``, with the tables and
+sentences only they use; ``outline.SECTIONS`` puts every family's in the report's order. ``analysis`` is what the analysis says about the run
 itself (trust, history, failures), whatever family it measured. ``WITHOUT_SECTIONS`` names the
 families that have none, and why.
 """

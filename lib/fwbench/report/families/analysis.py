@@ -8,8 +8,62 @@ from __future__ import annotations
 import pandas as pd
 
 from fwbench.measure.meters.contention import SHARED_FRACTION
-from fwbench.report import sentences
+from fwbench.report import tables, sentences
 from fwbench.report.items import Each, Note, Section, Table, empty, literal, nonempty, own_paths, records
+
+
+def failures_table(meas: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """Every record that is not ok (failed/timeout cells, out-of-memory batch sizes)."""
+    bad = meas[~meas.status.isin(["ok", "skipped"])]
+    rows = bad[
+        [
+            "notebook",
+            "cell",
+            "trial",
+            "status",
+            "model",
+            "framework",
+            "variant",
+            "precision",
+            "batch_size",
+            "error",
+        ]
+    ].copy()
+    rows["error"] = rows.error.map(tables.error_line)
+    rows = rows.merge(
+        cells[["notebook", "cell", "trial", "path"]], how="left", on=["notebook", "cell", "trial"]
+    )
+    return rows.sort_values(["notebook", "cell", "trial", "batch_size"], ignore_index=True)
+
+
+def retries_table(cells: pd.DataFrame) -> pd.DataFrame:
+    retried = cells[cells.retried.fillna(0).astype(bool)]
+    rows = []
+    for r in retried.itertuples():
+        env = r.retry_env or {}
+        rows.append(
+            {
+                "notebook": r.notebook,
+                "cell": r.cell,
+                "trial": r.trial,
+                "changed": ", ".join(f"{k}={env[k]}" for k in sorted(env)) or "(nothing recorded)",
+                "final_status": r.status,
+                "path": r.path,
+            }
+        )
+    return pd.DataFrame(
+        rows, columns=["notebook", "cell", "trial", "changed", "final_status", "path"]
+    )
+
+
+def shared_machine_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Cells during which other processes or the hypervisor took more than
+    ``fwbench.measure.meters.contention.SHARED_FRACTION`` of the CPU time: their timings are suspect."""
+    columns = ["notebook", "cell", "trial", "other_cpu_frac", "steal_frac", "load_1m_before"]
+    if "shared_machine" not in cells:
+        return pd.DataFrame(columns=[*columns, "path"])
+    shared = cells[tables.on_shared_machine(cells)]
+    return shared[[*columns, "path"]].reset_index(drop=True)
 
 
 def _no_trials_note(analysis) -> str:

@@ -4,8 +4,78 @@ first, and the collectives' bus bandwidth.
 
 from __future__ import annotations
 
+import pandas as pd
+
 from fwbench.report import charts, tables
 from fwbench.report.items import Each, Figure, Section, Table, empty, nonempty, records, throughput
+
+
+DISTRIBUTED_METRICS = [
+    "step_ms",
+    "compute_only_step_ms",
+    "comm_overhead_frac",
+    "scaling_efficiency",
+    "throughput_img_s",
+    "state_bytes_per_rank",
+    "peak_mem_bytes",
+]
+
+
+# alphabetical, the order the parity table's columns have always had
+DISTRIBUTED_PARITY_METRICS = ["dist_fp64_cross_framework_max_rel", "dist_fp64_loss_parity_max_rel"]
+
+
+def _distributed_rows(meas: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    rows = meas[(meas.family == "distributed") & meas.metric.isin(metrics)]
+    return rows if rows.empty else tables.extra_columns(rows, ["strategy", "world_size"])
+
+
+def distributed_table(meas: pd.DataFrame) -> pd.DataFrame:
+    """13_distributed's step time, communication share, weak-scaling efficiency and per-rank
+    memory: one row per model, framework, strategy, precision and world size (strategy and
+    world size live in ``extra``)."""
+    rows = _distributed_rows(meas, DISTRIBUTED_METRICS)
+    rows = rows[rows.status == "ok"] if not rows.empty else rows
+    if rows.empty:
+        return pd.DataFrame()
+    keys = ["model", "framework", "strategy", "precision", "world_size", "device_name"]
+    return tables.metric_columns(rows, keys, DISTRIBUTED_METRICS)
+
+
+def distributed_parity_table(meas: pd.DataFrame) -> pd.DataFrame:
+    """The float64 gate of every strategy: its losses against its framework's one-process
+    reference and the other framework's, with the check's status (failures kept)."""
+    rows = _distributed_rows(meas, DISTRIBUTED_PARITY_METRICS)
+    if rows.empty:
+        return pd.DataFrame()
+    keys = ["model", "framework", "strategy", "world_size"]
+    table = tables.metric_columns(rows, keys, DISTRIBUTED_PARITY_METRICS, aggfunc="max")
+    status = rows.groupby(["model", "framework", "strategy"]).status.agg(
+        lambda s: "ok" if (s == "ok").all() else "failed"
+    )
+    return table.merge(status.rename("status").reset_index(), on=["model", "framework", "strategy"])
+
+
+def busbw_table(meas: pd.DataFrame) -> pd.DataFrame:
+    """The all-reduce sweeps: bus and algorithm bandwidth per framework, world size and message
+    size."""
+    rows = meas[(meas.family == "distributed") & (meas.metric == "allreduce_busbw_gbs")]
+    rows = rows[(rows.status == "ok") & rows.value.notna()]
+    if rows.empty:
+        return pd.DataFrame()
+    return (
+        pd.DataFrame(
+            {
+                "framework": rows.framework,
+                "world_size": [e.get("world_size") for e in rows.extra],
+                "message_bytes": [e.get("message_bytes") for e in rows.extra],
+                "busbw_gbs": rows.value,
+                "algbw_gbs": [e.get("algbw_gbs") for e in rows.extra],
+            }
+        )
+        .groupby(["framework", "world_size", "message_bytes"], as_index=False)
+        .median()
+    )
 
 
 DISTRIBUTED = Section(
@@ -22,7 +92,7 @@ DISTRIBUTED = Section(
             "distributed",
             "Step time, communication share, scaling efficiency and per-rank memory.",
             lambda a: a.distributed,
-            records("distributed", tables.DISTRIBUTED_METRICS),
+            records("distributed", DISTRIBUTED_METRICS),
             when=nonempty("distributed"),
         ),
         Table(
@@ -30,7 +100,7 @@ DISTRIBUTED = Section(
             "The float64 gate: largest relative loss difference against the one-process "
             "references.",
             lambda a: a.distributed_parity,
-            records("distributed", tables.DISTRIBUTED_PARITY_METRICS),
+            records("distributed", DISTRIBUTED_PARITY_METRICS),
             when=nonempty("distributed_parity"),
         ),
         Figure(

@@ -5,8 +5,122 @@ Transformers.
 
 from __future__ import annotations
 
+import math
+import numpy as np
+import pandas as pd
+
+from fwbench.measure import verdicts
 from fwbench.report import charts, sentences, tables, why
 from fwbench.report.items import Each, Figure, Note, Section, Table, empty, literal, nonempty, records, ratio_heatmap, throughput
+
+
+def latency_at_smallest_batch(meas: pd.DataFrame) -> pd.DataFrame:
+    """p50/p95/p99 latency at batch 1 (the smallest batch size measured, where 1 is absent)."""
+    table = tables.metric_table(meas, ["latency_p50_ms", "latency_p95_ms", "latency_p99_ms"])
+    if table.empty:
+        return table
+    keys = ["model", "device_name", "precision", "threads"]
+    smallest = table.groupby(keys).batch_size.transform("min")
+    return table[table.batch_size == smallest].reset_index(drop=True)
+
+
+def memory_table(meas: pd.DataFrame, family: str = "inference") -> pd.DataFrame:
+    table = tables.metric_table(meas, ["peak_mem_bytes", "throughput_img_s"], family)
+    table["peak_mem_gb"] = table.peak_mem_bytes / 1e9
+    table["img_s_per_gb"] = table.throughput_img_s / table.peak_mem_gb
+    return table.dropna(subset=["peak_mem_bytes"]).reset_index(drop=True)
+
+
+def break_even_images(compile_this, compile_other, s_per_img_this, s_per_img_other) -> float:
+    """Images after which the faster side's extra compile time is paid back.
+
+    Solves compile_this + N·t_this = compile_other + N·t_other. 0 when the faster side also compiles
+    no slower; infinite when this side is not faster at all.
+    """
+    if s_per_img_this >= s_per_img_other:
+        return math.inf
+    extra_compile = (compile_this or 0.0) - (compile_other or 0.0)
+    if extra_compile <= 0:
+        return 0.0
+    return extra_compile / (s_per_img_other - s_per_img_this)
+
+
+def break_even_table(matrix: pd.DataFrame, meas: pd.DataFrame) -> pd.DataFrame:
+    """For every compared pair, the faster side's compile time and when it is paid back."""
+    compile_s = tables.metric_table(meas, ["compile_s"])
+    lookup = {
+        (r.model, r.device_name, r.precision, r.threads, r.batch_size, r.framework, r.variant): (
+            r.compile_s
+        )
+        for r in compile_s.itertuples()
+    }
+    rows = []
+    for r in matrix.itertuples():
+        base = (r.model, r.device_name, r.precision, r.threads, r.batch_size)
+        sides = {
+            "jax": (r.jax_variant, r.jax_img_s, lookup.get((*base, "jax", r.jax_variant))),
+            "torch": (
+                r.torch_variant,
+                r.torch_img_s,
+                lookup.get((*base, "torch", r.torch_variant)),
+            ),
+        }
+        faster = "jax" if r.jax_img_s > r.torch_img_s else "torch"
+        other = "torch" if faster == "jax" else "jax"
+        (fv, f_img_s, f_compile), (ov, o_img_s, o_compile) = sides[faster], sides[other]
+        if f_compile is None or o_compile is None or np.isnan(f_compile) or np.isnan(o_compile):
+            continue
+        images = break_even_images(f_compile, o_compile, 1.0 / f_img_s, 1.0 / o_img_s)
+        rows.append(
+            {
+                "model": r.model,
+                "device_name": r.device_name,
+                "precision": r.precision,
+                "threads": r.threads,
+                "batch_size": r.batch_size,
+                "comparison": r.comparison,
+                "faster": series_label(faster, fv),
+                "other": series_label(other, ov),
+                "faster_compile_s": f_compile,
+                "other_compile_s": o_compile,
+                "faster_ms_per_img": 1e3 / f_img_s,
+                "other_ms_per_img": 1e3 / o_img_s,
+                "break_even_images": images,
+                "break_even_calls": images / r.batch_size,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def energy_table(meas: pd.DataFrame) -> pd.DataFrame:
+    return tables.metric_table(meas, ["energy_j_per_img"]).dropna(subset=["energy_j_per_img"])
+
+
+def kind_summary(matrix: pd.DataFrame, kinds: dict[str, str]) -> pd.DataFrame:
+    """Per model kind and comparison: wins, equivalences, undecided ratios and the geometric mean
+    of JAX ÷ PyTorch."""
+    if matrix.empty:
+        return pd.DataFrame()
+    frame = matrix.assign(kind=matrix.model.map(lambda m: kind_label(kinds.get(m, "unknown"))))
+    rows = []
+    for (kind, comparison), group in frame.groupby(["kind", "comparison"], sort=True):
+        rows.append(
+            {
+                "kind": kind,
+                "comparison": comparison,
+                "configurations": len(group),
+                "jax_wins": int((group.winner == "jax").sum()),
+                "torch_wins": int((group.winner == "torch").sum()),
+                "equivalent": int((group.winner == verdicts.EQUIVALENT).sum()),
+                "undecided": int(
+                    (~group.winner.map(tables.decided) & (group.winner != verdicts.EQUIVALENT)).sum()
+                ),
+                "geomean_ratio": float(np.exp(np.log(group.ratio).mean())),
+                "min_ratio": float(group.ratio.min()),
+                "max_ratio": float(group.ratio.max()),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def _why_figures(analysis) -> list:

@@ -4,7 +4,31 @@ has seen, and what its recommendations cost.
 
 from __future__ import annotations
 
+import pandas as pd
+
 from fwbench.report.items import Section, Table, empty, records, throughput
+
+
+PREDICTION_GROUP = "hold-out or query"
+
+
+def prediction_table(meas: pd.DataFrame) -> pd.DataFrame:
+    """21_prediction's scores per hold-out and 22_recommend's per kind of query, one row each:
+    ``family_table`` would pool them, since the hold-out lives in ``extra``. A query's
+    ``regret_pct`` is the median over its queries."""
+    rows = meas[(meas.family == "prediction") & (meas.status == "ok") & meas.value.notna()]
+    if rows.empty:
+        return pd.DataFrame()
+    group = [
+        f"hold-out: {e['holdout']}" if e.get("holdout") else f"query: {e.get('query', '')}"
+        for e in rows.extra
+    ]
+    table = rows.assign(**{PREDICTION_GROUP: group}).pivot_table(
+        index=PREDICTION_GROUP, columns="metric", values="value", aggfunc="median"
+    )
+    table = table.reset_index()
+    table.columns.name = None
+    return table
 
 
 PREDICTION = Section(
