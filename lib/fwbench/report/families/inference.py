@@ -11,6 +11,7 @@ import pandas as pd
 
 from fwbench.measure import verdicts
 from fwbench.report import charts, sentences, tables, why
+from fwbench.vocab import kind_label, series_label
 from fwbench.report.items import Each, Figure, Note, Section, Table, empty, literal, nonempty, records, ratio_heatmap, throughput
 
 

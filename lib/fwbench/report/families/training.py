@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fwbench.report import sentences, charts, tables
+from fwbench.vocab import framework_label, model_label
 from fwbench.report.items import Figure, Note, Section, Table, empty, nonempty, records, ratio_heatmap, throughput
 
 
@@ -119,13 +120,13 @@ def convergence_curves(meas: pd.DataFrame) -> pd.DataFrame:
 
 def _fp64_parity_sentences(parity: pd.DataFrame) -> list[str]:
     """The float64 proof per model, then what the same steps did in fp32 (a measurement)."""
-    sentences = []
+    said = []
     proven = parity[parity.fp64_loss_parity_max_rel.notna()]
     ok = proven[proven.status == "ok"]
     if not ok.empty:
         models = ", ".join(model_label(m) for m in sorted(ok.model.unique()))
         worst_param = ok[["fp64_param_parity_max_rel", "fp64_bn_stats_parity_max_rel"]].max().max()
-        sentences.append(
+        said.append(
             f"Training parity is proven in float64 for {models} (same weights, same batches): "
             f"the per-step losses of JAX and PyTorch differ by at most "
             f"{ok.fp64_loss_parity_max_rel.max():.1e} relative "
@@ -133,7 +134,7 @@ def _fp64_parity_sentences(parity: pd.DataFrame) -> list[str]:
             "(gate 1e-8)."
         )
     for r in proven[proven.status != "ok"].itertuples():
-        sentences.append(
+        said.append(
             f"Training parity in float64 FAILED for {model_label(r.model)} (largest per-step loss "
             f"difference {r.fp64_loss_parity_max_rel:.1e}): its training speed ratio is not a "
             "like-for-like comparison."
@@ -149,11 +150,11 @@ def _fp64_parity_sentences(parity: pd.DataFrame) -> list[str]:
             )
             parts.append(f"{model_label(r.model)} {r.loss_parity_max_rel:.1e}{parted}")
         if parts:
-            sentences.append(
+            said.append(
                 "The same steps in fp32, a measurement of how rounding grows on this CPU rather "
                 "than a check: largest per-step loss difference " + "; ".join(parts) + "."
             )
-    return sentences
+    return said
 
 
 def training_sentences(matrix: pd.DataFrame, parity: pd.DataFrame, convergence: pd.DataFrame):
@@ -162,21 +163,24 @@ def training_sentences(matrix: pd.DataFrame, parity: pd.DataFrame, convergence: 
     ``matrix`` is the comparison matrix of training throughput; ``parity`` and ``convergence``
     are ``analysis.check_table`` frames.
     """
-    sentences = [f"Training: {sentences.ratio_sentence(r)}" for r in sentences.headline_rows(matrix).itertuples()]
+    said = [
+        f"Training: {sentences.ratio_sentence(r)}"
+        for r in sentences.headline_rows(matrix).itertuples()
+    ]
     if not parity.empty and "fp64_loss_parity_max_rel" in parity:
-        sentences += _fp64_parity_sentences(parity)
+        said += _fp64_parity_sentences(parity)
     elif not parity.empty:
         ok = parity[parity.status == "ok"]
         if not ok.empty:
             worst = ok.sort_values("loss_parity_max_rel").iloc[-1]
             models = ", ".join(model_label(m) for m in sorted(ok.model.unique()))
-            sentences.append(
+            said.append(
                 f"Loss-curve parity (fp32, same weights, same batches) holds for {models}: the "
                 f"per-step losses of JAX and PyTorch differ by at most "
                 f"{worst.loss_parity_max_rel:.1e} relative ({model_label(worst.model)})."
             )
         for r in parity[parity.status != "ok"].itertuples():
-            sentences.append(
+            said.append(
                 f"Loss-curve parity FAILED for {model_label(r.model)} "
                 f"(largest per-step loss difference {r.loss_parity_max_rel:.1e}): its training "
                 f"speed ratio is not a like-for-like comparison."
@@ -190,11 +194,11 @@ def training_sentences(matrix: pd.DataFrame, parity: pd.DataFrame, convergence: 
             )
             flag = "" if (group.status == "ok").all() else " (failed the convergence check)"
             parts.append(f"{model_label(model)} {text}{flag}")
-        sentences.append(
+        said.append(
             "Validation top-1 after training from the same start (BatchNorm statistics "
             "recomputed at the final weights): " + "; ".join(parts) + "."
         )
-    return sentences
+    return said
 
 
 TRAINING = Section(
