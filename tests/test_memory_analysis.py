@@ -66,11 +66,15 @@ def test_regions_kinds_and_storages(mlp_step):
     assert kinds == traced.input_kinds
     assert found.storages["mm_2"].kind == liveness.GRAD_KIND
     assert found.storages["mm_4"].kind == liveness.GRAD_KIND
-    # views and in-place ops own nothing: their bytes belong to the storage they alias
-    assert found.info["alias"].owner == "relu"
+    # views and in-place ops own nothing: their bytes belong to the storage they alias. The
+    # view autograd keeps of the ReLU's output is traced as "alias" (torch 2.14) or "detach"
+    # (torch 2.11), so it is found by what it is, not by its name.
+    views = [n.name for n in found.nodes if n.name in ("alias", "detach")]
+    assert views, [n.name for n in found.nodes]
+    assert found.info[views[0]].owner == "relu"
     assert found.info["t"].owner == found.nodes[0].name  # w1.t() is a view of parameter w1
     assert found.info["addcdiv_"].owner == found.nodes[0].name
-    assert "alias" not in found.storages and "addcdiv_" not in found.storages
+    assert views[0] not in found.storages and "addcdiv_" not in found.storages
     # the pre-activation dies at the ReLU; the loss is returned, so it is no activation
     assert found.storages["mm"].last_use == rank(found, "relu")
     assert "mm" not in found.activations and "getitem" not in found.activations

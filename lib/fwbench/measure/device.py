@@ -183,7 +183,15 @@ def jax_devices() -> list[DeviceInfo]:
     import jax
 
     found = []
-    for dev in jax.devices():
+    listed = list(jax.devices())
+    # on a GPU node jax.devices() lists the default backend's devices only; the CPU is still
+    # there for the CPU records and a cell asking for device "cpu"
+    if all(dev.platform != "cpu" for dev in listed):
+        try:
+            listed += jax.devices("cpu")
+        except RuntimeError:  # a jaxlib built without its CPU backend
+            pass
+    for dev in listed:
         kind = {"gpu": "cuda"}.get(dev.platform, dev.platform)
         name = cpu_device_name() if kind == "cpu" else getattr(dev, "device_kind", str(dev))
         found.append(DeviceInfo("jax", kind, name, dev.id))

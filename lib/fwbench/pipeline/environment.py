@@ -112,14 +112,26 @@ def gpu_info() -> list[dict]:
     except Exception as exc:
         return [{"unavailable": f"NVML: {exc}"}]
     gpus = []
-    driver = pynvml.nvmlSystemGetDriverVersion()
-    for i in range(pynvml.nvmlDeviceGetCount()):
-        h = pynvml.nvmlDeviceGetHandleByIndex(i)
-
+    # NVML can fail on any call (a driver mismatch, a GPU lost mid-run): each read says None, and
+    # a device NVML cannot list says why, rather than failing the cell that captures the machine
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+    except Exception:
+        driver = None
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+    except Exception as exc:
+        return [{"unavailable": f"NVML device count: {exc}", "driver": driver}]
+    for i in range(count):
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        except Exception as exc:
+            gpus.append({"index": i, "unavailable": f"NVML: {exc}", "driver": driver})
+            continue
         def read(fn, *args, handle=h):
             try:
                 return fn(handle, *args)
-            except pynvml.NVMLError:
+            except Exception:
                 return None
 
         gpus.append(

@@ -35,22 +35,37 @@ def _nvml_handle(index: int):
 
 
 class _PowerSampler(threading.Thread):
+    """Board power every ``POWER_SAMPLE_SECONDS``; a read that fails ends the sampling and is kept
+    as ``error``, so the meter reports why it has no energy instead of failing the cell."""
+
     def __init__(self, read_watts):
         super().__init__(daemon=True)
         self.read_watts = read_watts
         self.samples: list[tuple[float, float]] = []
+        self.error: Exception | None = None
         self._halt = threading.Event()
 
-    def run(self):
-        while True:
+    def _sample(self) -> bool:
+        try:
             self.samples.append((time.perf_counter(), self.read_watts()))
+            return True
+        except Exception as exc:  # NVML's errors, whatever their class
+            self.error = self.error or exc
+            return False
+
+    def run(self):
+        while self._sample():
             if self._halt.wait(POWER_SAMPLE_SECONDS):
                 break
 
-    def stop(self) -> float:
+    def stop(self) -> float | None:
+        """The joules the samples integrate to; None when a read failed or too few were taken."""
         self._halt.set()
         self.join()
-        self.samples.append((time.perf_counter(), self.read_watts()))
+        if self.error is None:
+            self._sample()
+        if self.error is not None or len(self.samples) < 2:
+            return None
         t, w = np.array(self.samples).T
         return float(np.trapezoid(w, t))
 
@@ -88,21 +103,28 @@ def measure_energy(device: str, index: int = 0):
             return
         try:
             before = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-        except pynvml.NVMLError:
+        except Exception:  # no counter on this GPU: integrate sampled power instead
             before = None
         if before is not None:
             yield reading
-            after = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-            reading.joules = (after - before) / 1000.0
-            reading.source = "nvml total energy counter"
+            try:
+                after = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+                reading.joules = (after - before) / 1000.0
+                reading.source = "nvml total energy counter"
+            except Exception as exc:
+                reading.reason = f"NVML energy counter unreadable after the block: {exc}"
         else:
             sampler = _PowerSampler(lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
             sampler.start()
             try:
                 yield reading
             finally:
-                reading.joules = sampler.stop()
-                reading.source = "nvml power sampling"
+                joules = sampler.stop()
+                if joules is None:
+                    why = sampler.error or "fewer than 2 samples"
+                    reading.reason = f"NVML power sampling failed: {why}"
+                else:
+                    reading.joules, reading.source = joules, "nvml power sampling"
         reading.seconds = time.perf_counter() - start
         return
     if device == "cpu":
