@@ -307,7 +307,9 @@ def test_evaluate_asks_each_image_size_its_own_queries():
 
 
 def test_one_configuration_is_one_row_its_measurement_first():
-    twice = pd.concat([scored().iloc[[2]].assign(source="predicted", throughput_img_s=25.0), scored()])
+    twice = pd.concat(
+        [scored().iloc[[2]].assign(source="predicted", throughput_img_s=25.0), scored()]
+    )
     ranked = recommend.rank(twice, recommend.Query(model="m")).ranked
     assert len(ranked) == 4
     (row,) = ranked[ranked.batch_size.eq(1) & ranked.device_name.eq(CPU)].itertuples()

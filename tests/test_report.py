@@ -50,7 +50,9 @@ def built(tmp_path_factory):
     }
     db_path = tmp / "index.duckdb"  # absent: build_report ingests first
     first = render.build_report(CAMPAIGN, out=out, db_path=db_path, publish=True, **published)
-    run_files = {p: p.read_bytes() for p in (out / CAMPAIGN / CURRENT_RUN).rglob("*") if p.is_file()}
+    run_files = {
+        p: p.read_bytes() for p in (out / CAMPAIGN / CURRENT_RUN).rglob("*") if p.is_file()
+    }
     # what a report of another run left behind: a table and a figure this run does not make
     stale = [dirs["report_dir"] / "tables" / "gone.csv", dirs["figures_dir"] / "gone.png"]
     for path in stale:
@@ -174,7 +176,9 @@ def test_analysis_notebook_joins_the_audit_trail(built):
 def test_rebuilding_gives_the_same_report(built):
     def strip(text):
         lines = text.splitlines()
-        return [LINK_RE.sub("]()", ln) for ln in lines if not ln.startswith(render.GENERATED_PREFIX)]
+        return [
+            LINK_RE.sub("]()", ln) for ln in lines if not ln.startswith(render.GENERATED_PREFIX)
+        ]
 
     assert strip(built["first"]) == strip(built["text"])
 
@@ -414,7 +418,7 @@ def test_the_readme_quotes_each_strategy_with_the_float64_gate_it_passed():
 def test_the_bus_bandwidth_chart_draws_from_the_distributed_records_alone():
     import pandas as pd
 
-    from fwbench.report import charts, tables
+    from fwbench.report import charts
 
     def row(framework, model, size, busbw):
         return {

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwbench.pipeline import trial
+from fwbench.pipeline import trial as one_trial
 from fwbench.pipeline.campaign import Cell
 from fwbench.report import sentences, tables, trust
 from fwbench.results.records import Recorder
@@ -196,11 +196,13 @@ def test_a_shared_trial_runs_again_up_to_the_bound_and_keeps_each_reading(monkey
         calls.append(list(reruns or []))
         other = next(readings)
         contention = {"other_cpu_frac": other, "steal_frac": 0.0, "shared": other > 0.1}
-        return trial.CellResult("ok", None, 1.0, contention=contention, reruns=list(reruns or []))
+        return one_trial.CellResult(
+            "ok", None, 1.0, contention=contention, reruns=list(reruns or [])
+        )
 
-    monkeypatch.setattr(trial, "execute_cell", fake_execute)
+    monkeypatch.setattr(one_trial, "execute_cell", fake_execute)
     cell = Cell("standin", tmp_path / "standin.py", "x=1__trial=1", {}, trial=1, interleaved=True)
-    result = trial.run_trial(cell, tmp_path, {}, None, rerun_shared=2)
+    result = one_trial.run_trial(cell, tmp_path, {}, None, rerun_shared=2)
     # three attempts: the first two shared and discarded, the third kept though still shared
     assert len(calls) == 3 and [len(c) for c in calls] == [0, 1, 2]
     assert [r["contention"]["other_cpu_frac"] for r in result.reruns] == [0.4, 0.3]
@@ -209,7 +211,7 @@ def test_a_shared_trial_runs_again_up_to_the_bound_and_keeps_each_reading(monkey
     readings = iter([0.4])
     calls.clear()
     single = Cell("standin", tmp_path / "standin.py", "x=1", {}, trial=0, interleaved=False)
-    assert trial.run_trial(single, tmp_path, {}, None, rerun_shared=2).reruns == []
+    assert one_trial.run_trial(single, tmp_path, {}, None, rerun_shared=2).reruns == []
     assert len(calls) == 1
 
 

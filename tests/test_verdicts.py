@@ -95,3 +95,18 @@ def test_an_undecided_verdict_asks_for_more_runs_than_it_has():
     assert verdicts._runs_to_decide(e) == 3.0
     wide = verdicts.Estimate("c", 0.86, 0.3, 1.0, nan, nan, nan, nan, 2, 6.0, "fitted", 0.2, "")
     assert verdicts._runs_to_decide(wide) > 3.0
+
+
+def test_a_between_run_term_on_almost_no_degrees_of_freedom_gives_an_unbounded_interval():
+    # what the headline's A/A control met at 3 runs: a between-run term fitted as a small
+    # difference of mean squares (df 0.04), lent to a run whose own rounds barely vary
+    rounds = [0.0, 0.001, -0.001, 0.0005, -0.0005, 0.0]
+    frame = pd.DataFrame(
+        {"comparison": "aa", "run": "r1", "round": range(len(rounds)), "y": rounds}
+    )
+    lent = verdicts.Between(1.3e-4, 0.038, "fitted", 3)
+    (found,) = verdicts.estimate(frame, verdicts.fit(frame, imported=lent))
+    assert found.df < 1 and found.low == 0.0 and found.high == math.inf
+    assert found.ratio == pytest.approx(1.0)
+    (verdict,) = verdicts.decide([found])
+    assert verdict.verdict == verdicts.INCONCLUSIVE

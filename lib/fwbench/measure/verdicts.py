@@ -238,6 +238,14 @@ class Estimate:
         return math.log(self.ratio)
 
 
+def _exp(log_value: float) -> float:
+    """A ratio from its log, infinite past float range: Satterthwaite's degrees of freedom fall
+    below 1 where a between-run term is a small difference of mean squares, and the t quantile
+    then puts an interval's end beyond what ``math.exp`` can hold. Such an interval is unbounded,
+    and calls no winner."""
+    return math.exp(log_value) if log_value < 709.0 else math.inf
+
+
 def design_label(runs: int, rounds: float) -> str:
     rounds_text = f"{rounds:.0f}" if abs(rounds - round(rounds)) < 0.05 else f"{rounds:.1f}"
     return f"{runs} run{'s' if runs != 1 else ''} × {rounds_text} rounds"
@@ -278,13 +286,13 @@ def estimate(frame: pd.DataFrame, components: Components | None = None) -> list[
         out.append(
             Estimate(
                 key,
-                math.exp(mean),
+                _exp(mean),
                 se,
                 df,
-                math.exp(lo),
-                math.exp(hi),
-                math.exp(lo90),
-                math.exp(hi90),
+                _exp(lo),
+                _exp(hi),
+                _exp(lo90),
+                _exp(hi90),
                 runs,
                 rounds,
                 between.source,

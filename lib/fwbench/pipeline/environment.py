@@ -128,6 +128,7 @@ def gpu_info() -> list[dict]:
         except Exception as exc:
             gpus.append({"index": i, "unavailable": f"NVML: {exc}", "driver": driver})
             continue
+
         def read(fn, *args, handle=h):
             try:
                 return fn(handle, *args)

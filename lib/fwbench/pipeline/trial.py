@@ -38,7 +38,6 @@ KERNEL_ENV_DEFAULTS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 DUET_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
-
 @dataclass
 class CellResult:
     status: str  # ok / failed / timeout
@@ -332,5 +331,3 @@ def run_trial(
         )
         result = execute_cell(cell, run_dir, context, timeout, reruns)
     return result
-
-

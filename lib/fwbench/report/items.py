@@ -126,4 +126,3 @@ def throughput(attribute: str) -> Callable[[Analysis], object]:
     return lambda analysis: charts.by_batch(
         getattr(analysis, attribute), "median", "images/s (median)", ci=("ci_low", "ci_high")
     )
-

@@ -17,6 +17,7 @@ import pandas as pd
 from fwbench.report import (
     audio,
     charts,
+    families,
     memory_breakdown,
     memory_curve,
     regressions,
@@ -26,7 +27,6 @@ from fwbench.report import (
     trust,
     why,
 )
-from fwbench.report import families
 from fwbench.report.items import Each, Figure, Note, Section, Table, fill
 from fwbench.report.sections import ReportContent
 
@@ -94,7 +94,9 @@ class Analysis:
     @cached_property
     def break_even(self) -> pd.DataFrame:
         return (
-            pd.DataFrame() if self.matrix.empty else families.inference.break_even_table(self.matrix, self.meas)
+            pd.DataFrame()
+            if self.matrix.empty
+            else families.inference.break_even_table(self.matrix, self.meas)
         )
 
     @cached_property

@@ -24,7 +24,6 @@ from fwbench.report.tables import (
 )
 from fwbench.vocab import (
     DEFAULT_MODE,
-    framework_label,
     kind_label,
     model_label,
     setting_words,
@@ -138,7 +137,8 @@ def kind_sentences(kinds: pd.DataFrame) -> list[str]:
         if r.jax_wins + r.torch_wins == 0:
             out.append(
                 f"On {kind_label(r.kind)}s (best modes), no comparison has a faster framework; "
-                f"the geometric mean of JAX ÷ PyTorch is {times(r.geomean_ratio)} ({spread})."
+                f"the JAX ÷ PyTorch ratios have a geometric mean of {times(r.geomean_ratio)} "
+                f"({spread})."
             )
             continue
         lead = "JAX leads" if r.geomean_ratio > 1 else "PyTorch leads"
@@ -263,11 +263,20 @@ def trust_sentences(
             if n < trust.AA_MIN_COMPARISONS
             else ""
         )
+        vague = int((aa.df < 1).sum()) if "df" in aa else 0
+        unbounded = (
+            f"; {vague} of them rest on less than one degree of freedom (the between-run term "
+            "fitted on the A/A rounds is a small difference of mean squares), an interval too "
+            "wide to call either way"
+            if vague
+            else ""
+        )
         sentences.append(
             f"A/A control: duplicate arms (the same configuration as two cells), each run's "
             f"copy ÷ original judged with the verdicts' estimator, called a winner in "
             f"{int(aa.false_winner.sum())} of {n} comparisons over {aa.run_id.nunique()} runs: "
-            f"a false-winner rate of {aa_rate:.1%} (goal ≤ {trust.AA_GOAL:.0%}){short}."
+            f"a false-winner rate of {aa_rate:.1%} (goal ≤ {trust.AA_GOAL:.0%}){short}"
+            f"{unbounded}."
         )
     return sentences
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from fwbench.measure import verdicts
 from fwbench.measure.stats import bootstrap_ci, ratio_ci
-from fwbench.vocab import ANSI_RE, DEFAULT_MODE, kind_label, series_label
+from fwbench.vocab import ANSI_RE, DEFAULT_MODE
 
 # The ratio bootstrap is seeded so that a report rebuilt from the same data is identical.
 RATIO_SEED = 0
@@ -561,5 +561,3 @@ def metric_columns(
     table = table.reset_index()
     table.columns.name = None
     return table[[*keys, *(m for m in metrics if m in table.columns)]]
-
-

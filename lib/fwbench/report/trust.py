@@ -93,7 +93,7 @@ def aa_control(samples: pd.DataFrame) -> pd.DataFrame:
     runs), and every 95% interval that excludes 1 is a false winner. With one run there is no
     between-run term and no rate."""
     columns = [*CONFIG, "framework", "variant", "run_id", "rounds", "ratio", "ci_low"]
-    columns += ["ci_high", "false_winner", "design"]
+    columns += ["ci_high", "df", "false_winner", "design"]
     if samples.empty or "variant" not in samples:
         return pd.DataFrame(columns=columns)
     if "run_id" not in samples:
@@ -124,6 +124,7 @@ def aa_control(samples: pd.DataFrame) -> pd.DataFrame:
                     "ratio": e.ratio,
                     "ci_low": e.low,
                     "ci_high": e.high,
+                    "df": e.df,
                     "false_winner": bool(e.low > 1 or e.high < 1),
                     "design": f"1 run × {e.rounds:.0f} rounds, between-run term from {between.runs} runs",
                 }

@@ -410,9 +410,7 @@ def recommend_text(
     """The first ``top`` candidates as a table, then the sentence that recommends one (or names the
     limits that left none) and what the predictor learned from."""
     lines = []
-    shown = ranking.ranked.head(top).assign(
-        peak_mem_gib=lambda f: f.peak_mem_bytes / 2**30
-    )
+    shown = ranking.ranked.head(top).assign(peak_mem_gib=lambda f: f.peak_mem_bytes / 2**30)
     if len(shown):
         columns = [c if c != "peak_mem_bytes" else "peak_mem_gib" for c in recommend.JSON_KEYS]
         columns += ["cost_per_million_img"] if query.prices else []

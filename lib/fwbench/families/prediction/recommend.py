@@ -107,7 +107,9 @@ def score(rows: pd.DataFrame, fitted: dict, measured: pd.DataFrame) -> pd.DataFr
     index = joined["index"][found]
     out.loc[index, "throughput_img_s"] = joined.img_s[found].to_numpy()
     p95 = joined.latency_p95_s[found].to_numpy() * 1000
-    out.loc[index, "latency_p95_ms"] = np.where(np.isnan(p95), out.loc[index, "latency_p95_ms"], p95)
+    out.loc[index, "latency_p95_ms"] = np.where(
+        np.isnan(p95), out.loc[index, "latency_p95_ms"], p95
+    )
     out.loc[index, "energy_j_per_img"] = joined.energy_j_per_img_m[found].to_numpy()
     out.loc[index, "source"] = "measured"
     return out

@@ -8,8 +8,18 @@ from __future__ import annotations
 import pandas as pd
 
 from fwbench.measure.meters.contention import SHARED_FRACTION
-from fwbench.report import tables, sentences
-from fwbench.report.items import Each, Note, Section, Table, empty, literal, nonempty, own_paths, records
+from fwbench.report import sentences, tables
+from fwbench.report.items import (
+    Each,
+    Note,
+    Section,
+    Table,
+    empty,
+    literal,
+    nonempty,
+    own_paths,
+    records,
+)
 
 
 def failures_table(meas: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:

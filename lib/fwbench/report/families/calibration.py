@@ -5,7 +5,17 @@ device, and every configuration's model FLOP utilisation.
 from __future__ import annotations
 
 from fwbench.report import charts, roofline
-from fwbench.report.items import Each, Figure, Note, Section, Table, empty, literal, nonempty, records, throughput
+from fwbench.report.items import (
+    Each,
+    Figure,
+    Note,
+    Section,
+    Table,
+    empty,
+    literal,
+    nonempty,
+    records,
+)
 
 
 def _rooflines(analysis) -> list:

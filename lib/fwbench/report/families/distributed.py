@@ -7,8 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fwbench.report import charts, tables
-from fwbench.report.items import Each, Figure, Section, Table, empty, nonempty, records, throughput
-
+from fwbench.report.items import Figure, Section, Table, nonempty, records
 
 DISTRIBUTED_METRICS = [
     "step_ms",

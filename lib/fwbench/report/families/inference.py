@@ -6,13 +6,26 @@ Transformers.
 from __future__ import annotations
 
 import math
+
 import numpy as np
 import pandas as pd
 
 from fwbench.measure import verdicts
 from fwbench.report import charts, sentences, tables, why
+from fwbench.report.items import (
+    Each,
+    Figure,
+    Note,
+    Section,
+    Table,
+    empty,
+    literal,
+    nonempty,
+    ratio_heatmap,
+    records,
+    throughput,
+)
 from fwbench.vocab import kind_label, series_label
-from fwbench.report.items import Each, Figure, Note, Section, Table, empty, literal, nonempty, records, ratio_heatmap, throughput
 
 
 def latency_at_smallest_batch(meas: pd.DataFrame) -> pd.DataFrame:
@@ -114,7 +127,9 @@ def kind_summary(matrix: pd.DataFrame, kinds: dict[str, str]) -> pd.DataFrame:
                 "torch_wins": int((group.winner == "torch").sum()),
                 "equivalent": int((group.winner == verdicts.EQUIVALENT).sum()),
                 "undecided": int(
-                    (~group.winner.map(tables.decided) & (group.winner != verdicts.EQUIVALENT)).sum()
+                    (
+                        ~group.winner.map(tables.decided) & (group.winner != verdicts.EQUIVALENT)
+                    ).sum()
                 ),
                 "geomean_ratio": float(np.exp(np.log(group.ratio).mean())),
                 "min_ratio": float(group.ratio.min()),

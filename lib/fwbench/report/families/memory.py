@@ -5,8 +5,16 @@ bytes go, and the memory-time curve against the checkpointing baselines.
 from __future__ import annotations
 
 from fwbench.report import charts, memory_breakdown, memory_curve
-from fwbench.report.items import Each, Figure, Note, Section, Table, empty, literal, nonempty, records
-
+from fwbench.report.items import (
+    Each,
+    Figure,
+    Note,
+    Section,
+    Table,
+    literal,
+    nonempty,
+    records,
+)
 
 MEMORY_METHOD_COLUMNS = {"model", "framework", "peak_mem_bytes"}
 
@@ -43,8 +51,7 @@ METHODS = Section(
         ),
         Each(
             lambda a: [
-                Note(literal(t))
-                for t in memory_breakdown.breakdown_sentences(a.memory_breakdown)
+                Note(literal(t)) for t in memory_breakdown.breakdown_sentences(a.memory_breakdown)
             ]
         ),
         Figure(

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fwbench.report.items import Section, Table, empty, records, throughput
-
+from fwbench.report.items import Section, Table, empty, records
 
 PREDICTION_GROUP = "hold-out or query"
 

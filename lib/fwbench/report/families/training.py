@@ -6,10 +6,19 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fwbench.report import sentences, charts, tables
+from fwbench.report import charts, sentences
+from fwbench.report.items import (
+    Figure,
+    Note,
+    Section,
+    Table,
+    empty,
+    nonempty,
+    ratio_heatmap,
+    records,
+    throughput,
+)
 from fwbench.vocab import framework_label, model_label
-from fwbench.report.items import Figure, Note, Section, Table, empty, nonempty, records, ratio_heatmap, throughput
-
 
 TRAINING_SPEED = [
     "step_time_p50_ms",
@@ -280,8 +289,7 @@ TRAINING = Section(
         ),
         Table(
             "training_convergence",
-            "Validation top-1 (%) after the last epoch and mean train loss over the last "
-            "epoch.",
+            "Validation top-1 (%) after the last epoch and mean train loss over the last epoch.",
             lambda a: a.convergence,
             records("training", CONVERGENCE_METRICS),
             when=nonempty("convergence_curves"),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from fwbench.report.items import Section, Table, empty, records
 
-
 VALIDATION = Section(
     "Validation",
     "Both frameworks compute the same function: output and gradient agreement, FLOP and "

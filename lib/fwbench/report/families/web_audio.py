@@ -5,7 +5,16 @@ browser, per runtime and thread count, and what each browser can run.
 from __future__ import annotations
 
 from fwbench.report import audio
-from fwbench.report.items import Each, Figure, Note, Section, Table, empty, literal, nonempty, records
+from fwbench.report.items import (
+    Each,
+    Figure,
+    Note,
+    Section,
+    Table,
+    literal,
+    nonempty,
+    records,
+)
 
 
 def _web_audio_notes(analysis) -> list:
@@ -43,8 +52,7 @@ WEB_AUDIO = Section(
         ),
         Table(
             "web_audio_skipped",
-            "Runtimes that did not run here, with the reason each gave (the browser's own "
-            "words).",
+            "Runtimes that did not run here, with the reason each gave (the browser's own words).",
             lambda a: a.web_audio_skipped,
             records("web_audio", ["latency_p50_ms"]),
             when=nonempty("web_audio_skipped"),
