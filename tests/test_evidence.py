@@ -36,11 +36,12 @@ def clone(tmp_path_factory):
 
 
 def manifest_hashes(root):
+    """The committed manifests the clone checked out (the sparse clone lists the others too)."""
     tracked = git("ls-files", "executed", cwd=root).splitlines()
     return {
         name: hashlib.sha256((root / name).read_bytes()).hexdigest()
         for name in tracked
-        if name.endswith("/manifest.json")
+        if name.endswith("/manifest.json") and (root / name).is_file()
     }
 
 
