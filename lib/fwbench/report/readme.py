@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +29,9 @@ from fwbench.vocab import (
     setting_words,
     threads_words,
 )
+
+# a run named by its id in a sentence ("of run" and the id), which the front page words otherwise
+NAMED_RUN = re.compile(r"\brun `?\d{8}T\d{6}Z`?")
 
 
 def markers(campaign: str) -> tuple[str, str]:
@@ -266,7 +270,8 @@ def results_block(
     if brief:
         parts += inference_part(matrix, report_link)
         parts += notes_part(content, "trust", "How far these ratios can be trusted", report_link)
-        return "\n\n".join(parts)
+        # the front page names no run: the report it links to does
+        return NAMED_RUN.sub("the newest run", "\n\n".join(parts))
     figure = Path(figures_dir) / "ratio_matrix.png"
     if figure.is_file():
         parts.append(

@@ -125,8 +125,8 @@ def tally_sentence(matrix: pd.DataFrame, comparison: str) -> str:
 
 def kind_sentences(kinds: pd.DataFrame) -> list[str]:
     """Per architecture, best modes: the geometric mean of the ratios and the verdicts' tally. A
-    framework "leads" only where some verdict found a winner; otherwise the mean is reported as a
-    mean, not as a lead."""
+    framework "leads" only where it alone has verdicts in its favour and the mean agrees; otherwise
+    the mean is reported as a mean, not as a lead."""
     out = []
     for r in kinds[kinds.comparison == "best"].itertuples() if not kinds.empty else []:
         spread = (
@@ -134,19 +134,20 @@ def kind_sentences(kinds: pd.DataFrame) -> list[str]:
             f"{r.jax_wins}, PyTorch wins {r.torch_wins}, equivalent {r.equivalent}, "
             f"undecided {r.undecided}"
         )
-        if r.jax_wins + r.torch_wins == 0:
-            out.append(
-                f"On {kind_label(r.kind)}s (best modes), no comparison has a faster framework; "
-                f"the JAX ÷ PyTorch ratios have a geometric mean of {times(r.geomean_ratio)} "
-                f"({spread})."
-            )
-            continue
-        lead = "JAX leads" if r.geomean_ratio > 1 else "PyTorch leads"
-        factor = r.geomean_ratio if r.geomean_ratio > 1 else 1.0 / r.geomean_ratio
-        out.append(
-            f"On {kind_label(r.kind)}s (best modes), {lead} by a geometric mean of {times(factor)} "
-            f"({spread})."
-        )
+        head = f"On {kind_label(r.kind)}s (best modes)"
+        mean = f"the JAX ÷ PyTorch ratios have a geometric mean of {times(r.geomean_ratio)}"
+        jax_leads = r.jax_wins > 0 and r.torch_wins == 0 and r.geomean_ratio > 1
+        torch_leads = r.torch_wins > 0 and r.jax_wins == 0 and r.geomean_ratio < 1
+        if jax_leads or torch_leads:
+            lead = "JAX leads" if jax_leads else "PyTorch leads"
+            factor = r.geomean_ratio if jax_leads else 1.0 / r.geomean_ratio
+            out.append(f"{head}, {lead} by a geometric mean of {times(factor)} ({spread}).")
+        elif r.jax_wins and r.torch_wins:
+            out.append(f"{head}, each framework is faster somewhere; {mean} ({spread}).")
+        elif not (r.jax_wins or r.torch_wins):
+            out.append(f"{head}, no comparison has a faster framework; {mean} ({spread}).")
+        else:
+            out.append(f"{head}, {mean} ({spread}).")
     return out
 
 
