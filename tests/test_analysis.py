@@ -12,9 +12,7 @@ import pytest
 
 from fwbench import vocab
 from fwbench.report import charts, outline, regressions, roofline, sentences, tables
-from fwbench.report.families import analysis as analysis_report
-from fwbench.report.families import inference as inference_report
-from fwbench.report.families import training as training_report
+from fwbench.report.family_reports import analysis_report, inference_report, training_report
 from fwbench.report.sections import ReportContent
 from fwbench.results import db
 from fwbench.results.records import Recorder

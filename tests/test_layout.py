@@ -171,14 +171,15 @@ def test_every_notebook_family_has_its_room():
 
 def test_every_family_has_its_report_module_and_the_outline_shows_each_section_once():
     from fwbench import vocab
-    from fwbench.report import families, outline
+    from fwbench.report import family_reports as families
+    from fwbench.report import outline
 
     named = set(vocab.FAMILIES.values()) | set(vocab.NOTEBOOK_FAMILIES.values())
     assert named == set(families.BY_FAMILY) | set(families.WITHOUT_SECTIONS)
     assert not set(families.BY_FAMILY) & set(families.WITHOUT_SECTIONS)
     for name, module in families.BY_FAMILY.items():
-        assert module.__name__ == f"fwbench.report.families.{name}", name
-        assert module.SECTIONS, f"report/families/{name}.py has no sections"
+        assert module.__name__ == f"fwbench.report.family_reports.{name}_report", name
+        assert module.SECTIONS, f"report/family_reports/{name}_report.py has no sections"
     every = [section for module in families.BY_FAMILY.values() for section in module.SECTIONS]
     assert sorted(map(id, outline.SECTIONS)) == sorted(map(id, every))
     assert len({s.title for s in outline.SECTIONS}) == len(outline.SECTIONS)

@@ -242,7 +242,7 @@ def test_evaluate_never_fits_on_the_model_it_recommends_for(monkeypatch):
 
 
 def test_the_reports_prediction_table_keeps_hold_outs_and_queries_apart():
-    from fwbench.report.families import prediction as prediction_report
+    from fwbench.report.family_reports import prediction_report
 
     def row(metric, value, **extra):
         return {

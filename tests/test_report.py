@@ -19,7 +19,7 @@ import pytest
 from fwbench import cli
 from fwbench.pipeline import runner
 from fwbench.report import readme, render
-from fwbench.report.families import distributed as distributed_report
+from fwbench.report.family_reports import distributed_report
 from tests.conftest import run_cli
 from tests.synthetic_run import (
     BASELINE_RUN,

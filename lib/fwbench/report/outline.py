@@ -2,8 +2,8 @@
 computed from, and the one loop that fills a ``ReportContent``.
 
 What a section is made of is ``report/items.py``; each family's sections are
-``report/families/<family>.py``. notebooks/20_analysis.py calls ``build``, and ``fwbench report``
-runs that notebook, so what the notebook shows and what the report says come from the same loop.
+``report/family_reports/<family>_report.py``. notebooks/20_analysis.py calls ``build``, and
+``fwbench report`` runs that notebook, so what the notebook shows and what the report says come from the same loop.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import pandas as pd
 from fwbench.report import (
     audio,
     charts,
-    families,
     memory_breakdown,
     memory_curve,
     regressions,
@@ -27,6 +26,7 @@ from fwbench.report import (
     trust,
     why,
 )
+from fwbench.report import family_reports as families
 from fwbench.report.items import Each, Figure, Note, Section, Table, fill
 from fwbench.report.sections import ReportContent
 
@@ -76,7 +76,7 @@ class Analysis:
 
     @cached_property
     def latency(self) -> pd.DataFrame:
-        return families.inference.latency_at_smallest_batch(self.meas)
+        return families.inference_report.latency_at_smallest_batch(self.meas)
 
     @cached_property
     def latency_batches(self) -> str:
@@ -84,7 +84,7 @@ class Analysis:
 
     @cached_property
     def memory(self) -> pd.DataFrame:
-        return families.inference.memory_table(self.meas)
+        return families.inference_report.memory_table(self.meas)
 
     @cached_property
     def compile_times(self) -> pd.DataFrame:
@@ -96,12 +96,12 @@ class Analysis:
         return (
             pd.DataFrame()
             if self.matrix.empty
-            else families.inference.break_even_table(self.matrix, self.meas)
+            else families.inference_report.break_even_table(self.matrix, self.meas)
         )
 
     @cached_property
     def energy(self) -> pd.DataFrame:
-        return families.inference.energy_table(self.meas)
+        return families.inference_report.energy_table(self.meas)
 
     @cached_property
     def calibration(self) -> pd.DataFrame:
@@ -121,7 +121,7 @@ class Analysis:
 
     @cached_property
     def kind_table(self) -> pd.DataFrame:
-        return families.inference.kind_summary(self.matrix, self.kinds)
+        return families.inference_report.kind_summary(self.matrix, self.kinds)
 
     @cached_property
     def training(self) -> pd.DataFrame:
@@ -137,27 +137,31 @@ class Analysis:
 
     @cached_property
     def train_speed(self) -> pd.DataFrame:
-        return tables.metric_table(self.meas, families.training.TRAINING_SPEED, "training")
+        return tables.metric_table(self.meas, families.training_report.TRAINING_SPEED, "training")
 
     @cached_property
     def train_memory(self) -> pd.DataFrame:
-        return families.inference.memory_table(self.meas, "training")
+        return families.inference_report.memory_table(self.meas, "training")
 
     @cached_property
     def parity_curves(self) -> pd.DataFrame:
-        return families.training.parity_curves(self.meas)
+        return families.training_report.parity_curves(self.meas)
 
     @cached_property
     def parity(self) -> pd.DataFrame:
-        return families.training.check_table(self.meas, families.training.PARITY_METRICS)
+        return families.training_report.check_table(
+            self.meas, families.training_report.PARITY_METRICS
+        )
 
     @cached_property
     def convergence_curves(self) -> pd.DataFrame:
-        return families.training.convergence_curves(self.meas)
+        return families.training_report.convergence_curves(self.meas)
 
     @cached_property
     def convergence(self) -> pd.DataFrame:
-        return families.training.check_table(self.meas, families.training.CONVERGENCE_METRICS)
+        return families.training_report.check_table(
+            self.meas, families.training_report.CONVERGENCE_METRICS
+        )
 
     @cached_property
     def memory_methods(self) -> pd.DataFrame:
@@ -178,19 +182,19 @@ class Analysis:
 
     @cached_property
     def prediction(self) -> pd.DataFrame:
-        return families.prediction.prediction_table(self.meas)
+        return families.prediction_report.prediction_table(self.meas)
 
     @cached_property
     def distributed(self) -> pd.DataFrame:
-        return families.distributed.distributed_table(self.meas)
+        return families.distributed_report.distributed_table(self.meas)
 
     @cached_property
     def distributed_parity(self) -> pd.DataFrame:
-        return families.distributed.distributed_parity_table(self.meas)
+        return families.distributed_report.distributed_parity_table(self.meas)
 
     @cached_property
     def busbw(self) -> pd.DataFrame:
-        return families.distributed.busbw_table(self.meas)
+        return families.distributed_report.busbw_table(self.meas)
 
     @cached_property
     def web_audio(self) -> pd.DataFrame:
@@ -272,15 +276,15 @@ class Analysis:
 
     @cached_property
     def failures(self) -> pd.DataFrame:
-        return families.analysis.failures_table(self.meas, self.cells)
+        return families.analysis_report.failures_table(self.meas, self.cells)
 
     @cached_property
     def retries(self) -> pd.DataFrame:
-        return families.analysis.retries_table(self.cells)
+        return families.analysis_report.retries_table(self.cells)
 
     @cached_property
     def shared(self) -> pd.DataFrame:
-        return families.analysis.shared_machine_table(self.cells)
+        return families.analysis_report.shared_machine_table(self.cells)
 
 
 def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> Analysis:
@@ -327,27 +331,27 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
 
 
 SECTIONS: tuple[Section, ...] = (
-    families.inference.COMPARISON,
-    families.analysis.TRUST,
-    families.inference.WHY,
-    families.inference.THROUGHPUT,
-    families.inference.LATENCY,
-    families.inference.MEMORY,
-    families.inference.COMPILE,
-    families.inference.ENERGY,
-    families.calibration.ROOFLINE,
-    families.calibration.MFU,
-    families.inference.KINDS,
-    families.training.TRAINING,
-    families.memory.METHODS,
-    families.validation.VALIDATION,
-    families.distributed.DISTRIBUTED,
-    families.web_audio.WEB_AUDIO,
-    families.prediction.PREDICTION,
-    families.analysis.HISTORY,
-    families.analysis.FAILURES,
-    families.analysis.RETRIES,
-    families.analysis.SHARED_MACHINE,
+    families.inference_report.COMPARISON,
+    families.analysis_report.TRUST,
+    families.inference_report.WHY,
+    families.inference_report.THROUGHPUT,
+    families.inference_report.LATENCY,
+    families.inference_report.MEMORY,
+    families.inference_report.COMPILE,
+    families.inference_report.ENERGY,
+    families.calibration_report.ROOFLINE,
+    families.calibration_report.MFU,
+    families.inference_report.KINDS,
+    families.training_report.TRAINING,
+    families.memory_report.METHODS,
+    families.validation_report.VALIDATION,
+    families.distributed_report.DISTRIBUTED,
+    families.web_audio_report.WEB_AUDIO,
+    families.prediction_report.PREDICTION,
+    families.analysis_report.HISTORY,
+    families.analysis_report.FAILURES,
+    families.analysis_report.RETRIES,
+    families.analysis_report.SHARED_MACHINE,
 )
 
 
@@ -401,7 +405,7 @@ def add_section(
 def summarise(content: ReportContent, analysis: Analysis) -> None:
     """The executive summary, methodology and limitations."""
     a = analysis
-    training = families.training.training_sentences(a.train_matrix, a.parity, a.convergence)
+    training = families.training_report.training_sentences(a.train_matrix, a.parity, a.convergence)
     content.summary = sentences.executive_summary(
         a.matrix,
         a.kind_table,

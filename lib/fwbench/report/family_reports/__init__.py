@@ -6,28 +6,28 @@ itself (trust, history, failures), whatever family it measured. ``WITHOUT_SECTIO
 families that have none, and why.
 """
 
-from fwbench.report.families import (
-    analysis,
-    calibration,
-    distributed,
-    inference,
-    memory,
-    prediction,
-    training,
-    validation,
-    web_audio,
+from fwbench.report.family_reports import (
+    analysis_report,
+    calibration_report,
+    distributed_report,
+    inference_report,
+    memory_report,
+    prediction_report,
+    training_report,
+    validation_report,
+    web_audio_report,
 )
 
 BY_FAMILY = {
-    "analysis": analysis,
-    "calibration": calibration,
-    "distributed": distributed,
-    "inference": inference,
-    "memory": memory,
-    "prediction": prediction,
-    "training": training,
-    "validation": validation,
-    "web_audio": web_audio,
+    "analysis": analysis_report,
+    "calibration": calibration_report,
+    "distributed": distributed_report,
+    "inference": inference_report,
+    "memory": memory_report,
+    "prediction": prediction_report,
+    "training": training_report,
+    "validation": validation_report,
+    "web_audio": web_audio_report,
 }
 WITHOUT_SECTIONS = {
     "setup": "00_setup records the environment, which the report's methodology states",
