@@ -51,10 +51,10 @@ def repo_root() -> Path:
     return find_repo_root(cwd)
 
 
-def report_dirs(name: str, publish: bool = False) -> tuple[Path, Path]:
-    """Where report ``name`` and its figures go: ``report/NAME`` and ``figures/NAME`` when it is
-    published, else the same under ``local/``."""
-    base = repo_root() if publish else repo_root() / LOCAL_DIR
+def report_dirs(root: Path, name: str, publish: bool = False) -> tuple[Path, Path]:
+    """Where report ``name`` and its figures go in checkout ``root``: ``report/NAME`` and
+    ``figures/NAME`` when it is published, else the same under ``local/``."""
+    base = root if publish else root / LOCAL_DIR
     return base / "report" / name, base / "figures" / name
 
 
@@ -99,7 +99,7 @@ def build_report(
         raise ReportError(f"the index knows run {run_id} but {run_dir} is missing; pass its --out")
 
     root = repo_root()
-    default_report, default_figures = report_dirs(into or campaign, publish)
+    default_report, default_figures = report_dirs(root, into or campaign, publish)
     report_dir = Path(report_dir or default_report).resolve()
     figures_dir = Path(figures_dir or default_figures).resolve()
     params = {
