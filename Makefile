@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.fwbench-installed
 CAMPAIGN ?= params/smoke.yaml
 
-.PHONY: run test setup lint lab browser slurm web jemalloc clean-db help
+.PHONY: run test setup lint lab browser slurm web jemalloc gpu-kit clean-db help
 
 help:
 	@echo "make run   set up .venv, run $(CAMPAIGN) and build its report"
@@ -16,6 +16,7 @@ help:
 	@echo "make slurm    install Debian's Slurm and munge for tests/test_slurm.py (root, apt)"
 	@echo "make jemalloc install Debian's jemalloc, which params/memory_seed.yaml preloads (root, apt)"
 	@echo "make web      install onnxruntime-web (npm ci in web/) for 14_web_audio's browser runtimes"
+	@echo "make gpu-kit  download the wheels a GPU node without network lacks into gpu/kit/ (see gpu/run.sh)"
 
 setup: $(STAMP)
 
@@ -80,6 +81,27 @@ jemalloc:
 	/sbin/ldconfig -p | grep -q 'libjemalloc.so.2 ' || \
 	  { DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q libjemalloc2; }
+
+# The offline kit gpu/run.sh installs on a GPU node that cannot reach a registry: the wheels of
+# gpu/kit.txt at constraints.txt's versions for the node's Python (GPU_PYTHON, manylinux x86-64),
+# without dependencies, plus the Flax that gpu/run.sh falls back on when the node's has no working
+# NNX (GPU_FLAX: Flax 0.12.8 to 0.12.9 fail to import beside JAX 0.11, the node's), and the commit
+# the kit was made from (the node gets no .git). pip matches each manylinux tag exactly, hence the
+# list.
+GPU_PYTHON ?= 3.12
+GPU_FLAX ?= 0.12.12
+GPU_KIT := gpu/kit
+GPU_PLATFORMS := $(foreach n,28 27 26 17 5,--platform manylinux_2_$(n)_x86_64) \
+	--platform manylinux2014_x86_64 --platform manylinux1_x86_64
+GPU_DOWNLOAD = $(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: \
+	--python-version $(GPU_PYTHON) --implementation cp $(GPU_PLATFORMS)
+gpu-kit:
+	rm -rf $(GPU_KIT) && mkdir -p $(GPU_KIT)/fallback
+	$(GPU_DOWNLOAD) -c constraints.txt -d $(GPU_KIT) -r gpu/kit.txt
+	$(GPU_DOWNLOAD) -d $(GPU_KIT)/fallback flax==$(GPU_FLAX)
+	{ git rev-parse HEAD; git status --porcelain --untracked-files=no | grep -q . && echo dirty || echo clean; } \
+	  | paste -sd' ' > $(GPU_KIT)/COMMIT
+	@du -sh $(GPU_KIT); ls $(GPU_KIT) | wc -l
 
 # onnxruntime-web, pinned by web/package-lock.json, for the browser runtimes of 14_web_audio.
 web: web/node_modules/.fwbench-installed

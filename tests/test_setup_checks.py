@@ -9,9 +9,19 @@ from fwbench.families import setup
 
 def test_a_missing_package_fails_its_import_check_with_the_reason(monkeypatch):
     monkeypatch.setattr(setup, "REQUIRED", ("numpy", "fwbench_no_such_package"))
+    monkeypatch.setattr(setup, "OPTIONAL", ())
     present, missing = setup.check_imports()
     assert present.passed and present.detail == np.__version__
     assert not missing.passed and missing.detail.startswith("ModuleNotFoundError")
+
+
+def test_a_missing_index_engine_passes_and_says_where_to_index(monkeypatch):
+    # a GPU node's offline kit carries no DuckDB: its runs are indexed elsewhere, not refused
+    monkeypatch.setattr(setup, "REQUIRED", ())
+    monkeypatch.setattr(setup, "OPTIONAL", ("fwbench_no_such_index_engine",))
+    (check,) = setup.check_imports()
+    assert check.passed and check.detail.startswith("absent (ModuleNotFoundError")
+    assert "fwbench ingest" in check.detail
 
 
 def test_the_matmul_check_tells_fp32_from_tf32_rounding():

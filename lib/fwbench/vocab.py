@@ -83,9 +83,11 @@ ENV_NOTEBOOK = "FWBENCH_NOTEBOOK"
 ENV_CELL = "FWBENCH_CELL"
 ENV_TRIAL = "FWBENCH_TRIAL"
 ENV_EXECUTED_DIR = "FWBENCH_EXECUTED_DIR"
-# Read from the user's environment: the index path and the kernel the runner starts.
+# Read from the user's environment: the index path, the kernel the runner starts, and the commit
+# of a checkout copied without .git (a GPU node's: gpu/run.sh sets it from the kit).
 ENV_DB = "FWBENCH_DB"
 ENV_KERNEL = "FWBENCH_KERNEL"
+ENV_COMMIT = "FWBENCH_COMMIT"
 ENV_PREFIX = "FWBENCH_"
 
 # Every bootstrap interval: resamples, and the sample cap above which a seeded subsample is drawn.

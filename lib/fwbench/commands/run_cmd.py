@@ -50,6 +50,13 @@ def add_parser(sub) -> None:
         help="limit for each code cell of a notebook, above 0; past it the cell is recorded as "
         "timeout",
     )
+    run.add_argument(
+        "--no-index",
+        action="store_true",
+        help="do not add the runs to the results index; for a machine without its database "
+        "engine (a GPU node's offline kit, gpu/run.sh): index them later with fwbench ingest "
+        "where the index lives. A report needs the index, so none is built",
+    )
     run.add_argument("--db", help="database path (default: $FWBENCH_DB, else OUT/fwbench.duckdb)")
     run.add_argument(
         "--executor",
@@ -120,14 +127,14 @@ def handle(args) -> int:
             only=args.only,
             timeout=args.timeout,
             slurm=slurm,
-            after_run=functools.partial(_ingest_run, db_path, refused),
+            after_run=functools.partial(_ingest_run, None if args.no_index else db_path, refused),
         )
     except (RunnerBusy, CampaignError, SlurmUnavailable) as exc:
         return fail(str(exc))
     if refused:
         return EXIT_CELL_FAILED
     failed = any(r.status != "ok" for o in outcomes for r in o.results.values())
-    if campaign.report and not args.only:
+    if campaign.report and not args.only and not args.no_index:
         from fwbench.report.render import ReportError, build_report
 
         # once, after the last run: the report reads every run of the campaign from the index
@@ -174,10 +181,15 @@ def _checked_options(args) -> tuple[int | None, str | None]:
     return invocations, None
 
 
-def _ingest_run(db_path: Path, refused: list[str], outcome) -> None:
+def _ingest_run(db_path: Path | None, refused: list[str], outcome) -> None:
     """Index one run of the series as it ends, so that a series stopped half-way leaves its
-    finished runs indexed; a run whose ingest is refused joins ``refused``."""
+    finished runs indexed; a run whose ingest is refused joins ``refused``. No ``db_path``
+    (``--no-index``): only say how the run went."""
     failed = [k for k, r in outcome.results.items() if r.status != "ok"]
+    if db_path is None:
+        ok = len(outcome.results) - len(failed)
+        print(f"{outcome.run_dir}: {ok} ok, {len(failed)} not ok; not indexed", flush=True)
+        return
     try:
         counts = db.ingest(outcome.run_dir, db_path)
     except db.IngestError as exc:

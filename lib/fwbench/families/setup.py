@@ -10,7 +10,10 @@ import numpy as np
 
 from fwbench.measure import precision
 
-REQUIRED = ("torch", "torchvision", "jax", "flax", "optax", "papermill", "duckdb", "altair")
+REQUIRED = ("torch", "torchvision", "jax", "flax", "optax", "papermill", "altair")
+# Needed only where runs are indexed: a GPU node without it runs `fwbench run --no-index` (its
+# offline kit carries no DuckDB) and its runs are indexed where the index lives.
+OPTIONAL = ("duckdb",)
 
 
 @dataclass
@@ -25,14 +28,17 @@ class Check:
 
 def check_imports() -> list[Check]:
     checks = []
-    for name in REQUIRED:
+    for name in REQUIRED + OPTIONAL:
         try:
             module = importlib.import_module(name)
             checks.append(
                 Check(f"import {name}", "-", "-", True, getattr(module, "__version__", "?"))
             )
         except Exception as exc:  # an import can fail with any error (e.g. torchvision's nms op)
-            checks.append(Check(f"import {name}", "-", "-", False, f"{type(exc).__name__}: {exc}"))
+            why = f"{type(exc).__name__}: {exc}"
+            if name in OPTIONAL:
+                why = f"absent ({why}); index this machine's runs elsewhere: fwbench ingest"
+            checks.append(Check(f"import {name}", "-", "-", name in OPTIONAL, why))
     return checks
 
 

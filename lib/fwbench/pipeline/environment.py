@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from fwbench.measure.device import cpu_identity, cpu_model_name, heap_allocator
+from fwbench.vocab import ENV_COMMIT
 
 PACKAGES = (
     "torch",
@@ -39,6 +40,9 @@ def now_iso() -> str:
 
 
 def git_sha(cwd: str | os.PathLike | None = None) -> str | None:
+    """The checkout's commit, ``-dirty`` when tracked files differ; a copy without ``.git`` gives
+    the commit its copier named in ``FWBENCH_COMMIT`` (e.g. ``<sha> dirty``), else None."""
+    named = os.environ.get(ENV_COMMIT, "").split()
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
@@ -52,7 +56,9 @@ def git_sha(cwd: str | os.PathLike | None = None) -> str | None:
         ).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        return None
+        if not named:
+            return None
+        return named[0] + ("-dirty" if named[1:] == ["dirty"] else "")
 
 
 def package_versions() -> dict:

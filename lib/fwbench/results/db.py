@@ -11,7 +11,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import duckdb
 import jsonschema
 import nbformat
 
@@ -68,6 +67,10 @@ def connect(db_path: str | os.PathLike, read_only: bool = False):
     if read_only and not db_path.exists():
         raise FileNotFoundError(f"no database at {db_path}; run `fwbench ingest` first")
     db_path.parent.mkdir(parents=True, exist_ok=True)
+    # here, not at the top: a GPU node runs campaigns with `fwbench run --no-index` and carries
+    # no DuckDB (gpu/kit.txt), so only the commands that open the index need it
+    import duckdb
+
     con = duckdb.connect(str(db_path), read_only=read_only)
     if not read_only:
         con.execute(SCHEMA_SQL)

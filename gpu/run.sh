@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Run the GPU lease campaigns on a node without network, inside a hard time cap, and pack the
+# executed run into one archive.
+#
+#   gpu/run.sh [--out DIR] [--cap SECONDS] [--cell-cap SECONDS] [CAMPAIGN.yaml ...]
+#
+# Defaults: params/gpu_lease.yaml, then params/gpu_lease_fp32.yaml while time is left; the archive
+# goes to --out, else $OUT, else local/gpu/; the whole series stops at --cap (470 s) and any one
+# code cell at --cell-cap (240 s). Needs the kit `make gpu-kit` wrote to gpu/kit/ on a machine
+# with the registries. The node's torch, torchvision, JAX and Flax are used as they are; Flax comes
+# from the kit only when the node's has no NNX. Runs are not indexed here (no DuckDB on the node):
+# unpack the archive into executed/ and run `fwbench ingest` where the index lives.
+# Exit status: 0 every cell ok; 1 a cell failed or the cap cut the series; 2 bad input or no kit.
+set -u -o pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$root/local/gpu}
+cap=470
+cell_cap=240
+campaigns=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --out) out=$2; shift 2 ;;
+    --cap) cap=$2; shift 2 ;;
+    --cell-cap) cell_cap=$2; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "gpu/run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) campaigns+=("$1"); shift ;;
+  esac
+done
+[ ${#campaigns[@]} -gt 0 ] || campaigns=(params/gpu_lease.yaml params/gpu_lease_fp32.yaml)
+case "$cap$cell_cap" in *[!0-9]*|'') echo "gpu/run.sh: --cap and --cell-cap take whole seconds" >&2; exit 2 ;; esac
+kit=$root/gpu/kit
+if ! ls "$kit"/*.whl >/dev/null 2>&1; then
+  echo "gpu/run.sh: no kit in gpu/kit/: run 'make gpu-kit' on a machine with the registries" >&2
+  exit 2
+fi
+for c in "${campaigns[@]}"; do
+  [ -f "$root/$c" ] || [ -f "$c" ] || { echo "gpu/run.sh: no campaign file $c" >&2; exit 2; }
+done
+deadline=$(( $(date +%s) + cap ))
+python=${PYTHON:-python3}
+cd "$root" || exit 2
+mkdir -p "$out"
+work=$(mktemp -d)
+log=$work/run.log
+say() { echo "gpu/run.sh: $*" | tee -a "$log" >&2; }
+
+# the kit, offline, beside the node's packages (never over them)
+site=$work/site
+"$python" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir \
+  --target "$site" "$kit"/*.whl 2>&1 | tee -a "$log" || { say "the kit did not install"; exit 2; }
+export PYTHONPATH=$root/lib:$site${PYTHONPATH:+:$PYTHONPATH}
+nnx_check='from flax import nnx; nnx.Linear, nnx.Rngs'
+if ! "$python" -c "$nnx_check" >>"$log" 2>&1; then
+  say "this node's Flax has no working NNX: using the kit's $(basename "$kit"/fallback/flax-*.whl)"
+  "$python" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir \
+    --target "$work/flax" "$kit"/fallback/flax-*.whl 2>&1 | tee -a "$log"
+  export PYTHONPATH=$work/flax:$PYTHONPATH
+  "$python" -c "$nnx_check" >>"$log" 2>&1 || say "nor has the kit's: the JAX cells will fail"
+fi
+# no .git travels: records name the commit the kit was made from
+[ -f "$kit/COMMIT" ] && export FWBENCH_COMMIT="$(cat "$kit/COMMIT")"
+# ipykernel's own kernel, run by this Python with the PYTHONPATH above
+export FWBENCH_KERNEL=python3 PYTHONUNBUFFERED=1
+{ nvidia-smi -L 2>&1 || true; "$python" -c 'import sys, torch, jax, flax
+print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available(),
+      "jax", jax.__version__, jax.devices(), "flax", flax.__version__)' 2>&1; } | tee -a "$log"
+
+status=0
+for c in "${campaigns[@]}"; do
+  left=$(( deadline - $(date +%s) ))
+  if [ "$left" -lt 60 ]; then
+    say "skipped $c: ${left} s of the ${cap} s cap left"
+    status=1
+    continue
+  fi
+  say "running $c with ${left} s left"
+  timeout --kill-after=15 "$left" "$python" -m fwbench run "$c" --no-index \
+    --timeout "$cell_cap" --out "$work/executed" 2>&1 | tee -a "$log"
+  rc=$?
+  case $rc in
+    0) ;;
+    124|137) say "the cap cut $c short: its finished cells are kept"; status=1 ;;
+    *) say "$c ended with status $rc"; status=1 ;;
+  esac
+done
+
+# one archive: at most 16 MiB comes back from a node per file
+tar -czf "$out/gpu_run.tar.gz" -C "$work" executed run.log 2>/dev/null ||
+  tar -czf "$out/gpu_run.tar.gz" -C "$work" run.log
+say "packed $(du -h "$out/gpu_run.tar.gz" | cut -f1) into $out/gpu_run.tar.gz"
+exit $status
