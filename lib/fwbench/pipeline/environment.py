@@ -40,9 +40,14 @@ def now_iso() -> str:
 
 
 def git_sha(cwd: str | os.PathLike | None = None) -> str | None:
-    """The checkout's commit, ``-dirty`` when tracked files differ; a copy without ``.git`` gives
-    the commit its copier named in ``FWBENCH_COMMIT`` (e.g. ``<sha> dirty``), else None."""
+    """The checkout's commit, ``-dirty`` when tracked files differ, or None outside a checkout.
+
+    A copy of a checkout sent elsewhere (a GPU node's) names its commit in ``FWBENCH_COMMIT``
+    (``<sha> clean`` or ``<sha> dirty``), which wins: such a copy may carry a stale ``.git``
+    (seen on a node: the records named a commit two before the one that ran)."""
     named = os.environ.get(ENV_COMMIT, "").split()
+    if named:
+        return named[0] + ("-dirty" if named[1:] == ["dirty"] else "")
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
@@ -56,9 +61,7 @@ def git_sha(cwd: str | os.PathLike | None = None) -> str | None:
         ).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        if not named:
-            return None
-        return named[0] + ("-dirty" if named[1:] == ["dirty"] else "")
+        return None
 
 
 def package_versions() -> dict:
