@@ -71,6 +71,7 @@ class Section:
     empty_note: Text = ""
     part: str = "results"  # or "failures": where the report places it
     name: str = ""  # a stable key for other readers of content.json (fwbench readme)
+    when: Test | None = None  # left out of the report, heading and all, where this is false
 
 
 class _Fields(dict):

@@ -332,6 +332,7 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
 
 SECTIONS: tuple[Section, ...] = (
     families.inference_report.COMPARISON,
+    families.inference_report.PUBLISHED_SECTION,
     families.analysis_report.TRUST,
     families.inference_report.WHY,
     families.inference_report.THROUGHPUT,
@@ -392,6 +393,8 @@ def add_section(
 ) -> None:
     """Start ``section`` in ``content`` and add its items, or its empty note; ``show`` sees the
     heading and notes as markdown, and each figure and table, for a notebook to display."""
+    if section.when is not None and not section.when(analysis):
+        return
     intro = fill(section.intro, analysis)
     content.section(section.title, intro, part=section.part, name=section.name)
     show(f"### {section.title}\n\n{intro}")

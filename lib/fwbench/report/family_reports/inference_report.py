@@ -106,6 +106,59 @@ def break_even_table(matrix: pd.DataFrame, meas: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# Published throughputs to place a GPU run beside: the 594Project study this project started from,
+# on an H100 NVL at batch 128 in fp32 as that study reported it (its TF32 settings are not
+# stated; JAX rounds fp32 matmuls and convolutions to TF32 on such a GPU unless told otherwise).
+PUBLISHED = {
+    "source": "594Project study",
+    "device": "NVIDIA H100 NVL",
+    "precision": "fp32",
+    "batch_size": 128,
+    "img_s": {
+        "resnet50": {"torch": 5915, "jax": 11739},
+        "vit_b_16": {"torch": 946, "jax": 530},
+        "mobilenet_v3_small": {"torch": 37325, "jax": 56123},
+        "efficientnet_b0": {"torch": 9027, "jax": 16510},
+    },
+}
+
+
+def published_table(matrix: pd.DataFrame) -> pd.DataFrame:
+    """Each best-mode GPU comparison at the published batch size beside the published figures for
+    the same model: both throughputs, both JAX ÷ PyTorch ratios, and ours ÷ theirs per side."""
+    if matrix.empty:
+        return pd.DataFrame()
+    figures = PUBLISHED["img_s"]
+    mine = matrix[
+        (matrix.comparison == "best")
+        & (matrix.batch_size == PUBLISHED["batch_size"])
+        & matrix.device_name.str.startswith("NVIDIA")
+        & matrix.model.isin(list(figures))
+    ]
+    rows = []
+    for r in mine.itertuples():
+        theirs = figures[r.model]
+        rows.append(
+            {
+                "model": r.model,
+                "device_name": r.device_name,
+                "precision": r.precision,
+                "batch_size": r.batch_size,
+                "torch_img_s": r.torch_img_s,
+                "jax_img_s": r.jax_img_s,
+                "ratio": r.ratio,
+                "published_device": PUBLISHED["device"],
+                "published_precision": PUBLISHED["precision"],
+                "published_torch_img_s": float(theirs["torch"]),
+                "published_jax_img_s": float(theirs["jax"]),
+                "published_ratio": theirs["jax"] / theirs["torch"],
+                "torch_vs_published": r.torch_img_s / theirs["torch"],
+                "jax_vs_published": r.jax_img_s / theirs["jax"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def energy_table(meas: pd.DataFrame) -> pd.DataFrame:
     return tables.metric_table(meas, ["energy_j_per_img"]).dropna(subset=["energy_j_per_img"])
 
@@ -402,4 +455,24 @@ KINDS = Section(
 )
 
 
-SECTIONS = (COMPARISON, WHY, THROUGHPUT, LATENCY, MEMORY, COMPILE, ENERGY, KINDS)
+PUBLISHED_SECTION = Section(
+    "Beside published figures",
+    "This run's best modes at batch 128 on a GPU beside the throughputs the 594Project study "
+    "published for an H100 NVL in fp32 at batch 128. Different GPUs (an H200 has the H100's "
+    "compute and more memory bandwidth), software versions and precision settings: the study "
+    "does not state its TF32 settings, and fwbench's fp32 turns TF32 off on both sides (its tf32 "
+    "turns it on for both). Read the published JAX ÷ PyTorch ratio beside ours, not as a check.",
+    (
+        Table(
+            "published",
+            "Images/s per framework here and as published, both JAX ÷ PyTorch ratios, and ours ÷ "
+            "published per framework (single trials here: within-run medians).",
+            lambda a: published_table(a.matrix),
+            records("inference", ["throughput_img_s"]),
+        ),
+    ),
+    when=lambda a: not published_table(a.matrix).empty,
+)
+
+
+SECTIONS = (COMPARISON, PUBLISHED_SECTION, WHY, THROUGHPUT, LATENCY, MEMORY, COMPILE, ENERGY, KINDS)
