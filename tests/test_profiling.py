@@ -3,6 +3,9 @@ term, and the why-sentence on breakdowns with a known answer."""
 
 from __future__ import annotations
 
+import gzip
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -210,6 +213,10 @@ def test_torch_profiles_of_known_programs(build, shape, category, tmp_path, monk
     assert _dominant(profile) == category
     assert 0 < profile.busy_ms <= profile.wall_ms
     assert profile.overhead_ms == pytest.approx(profile.wall_ms - profile.busy_ms)
+    # the raw trace is kept, gzipped: the evidence stops growing by a trace's full size
+    assert profile.trace_path.endswith(".json.gz")
+    with gzip.open(profile.trace_path) as fh:
+        assert "traceEvents" in json.load(fh)
 
 
 def test_pytorchs_fused_attention_layer_is_opened_into_matmuls_and_attention(tmp_path, monkeypatch):
@@ -290,6 +297,8 @@ def test_jax_profiles_of_known_programs(index, tmp_path, monkeypatch):
     assert profile.category_ms, "the trace held no event named after an HLO instruction"
     assert _dominant(profile) == category
     assert 0 < profile.busy_ms <= profile.wall_ms
+    assert not list(tmp_path.rglob("*.xplane.pb"))
+    assert list(tmp_path.rglob("*.xplane.pb.gz"))
 
 
 def _breakdown_rows(framework, variant, values, wall=None, unnamed=False):
