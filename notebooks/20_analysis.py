@@ -33,6 +33,7 @@ baseline_run_id = ""  # empty: the run before run_id
 db_path = ""  # empty: $FWBENCH_DB, else executed/fwbench.duckdb
 figures_dir = ""  # empty: local/figures/<campaign> (git ignores local/)
 report_dir = ""  # empty: local/report/<campaign>
+figure_formats = "svg,html,png"  # each figure's files; a published report commits "svg" alone
 
 # %%
 from pathlib import Path
@@ -73,6 +74,7 @@ content = ReportContent(
     analysis.baseline_run_id,
     figures_dir=root / (figures_dir or f"local/figures/{campaign}"),
     report_dir=root / (report_dir or f"local/report/{campaign}"),
+    figure_formats=tuple(figure_formats.split(",")),
 )
 
 

@@ -22,6 +22,8 @@ LONGEST_FIRST = (
     "test_training.py",
     "test_slurm.py",
     "test_web_audio.py",
+    # a real campaign through gpu/run.sh from a copy of the checkout, about 110 s
+    "test_gpu_kit.py",
     "test_campaign_report.py",
     "test_prediction_recommend.py",
     "test_models_resnet_vit.py",

@@ -322,20 +322,22 @@ def test_curve_table_pairs_trials_and_states_the_goal_and_the_curves():
     # the time itself keeps the spread between trials
     assert table.loc["none", "time_low"] < 100.0 < table.loc["none", "time_high"]
     text = " ".join(memory_curve.sentences(table.reset_index()))
-    assert "our plan saves 60.0% of the activation memory at +10.0%" in text
+    assert "the μ-TWO plan saves 60.0% of the activation memory at +10.0%" in text
     assert "meets the 50% goal" in text
     # +40% and +35%, each with a zero-width interval over the trials: both shown beyond +33%
     assert "torch.utils.checkpoint: every point's time interval lies above +33%" in text
-    # checkpoint_every_4 (800 MiB, 135 ms): our plan reaches 700 MiB in 110 ms -> below it; the
+    # checkpoint_every_4 (800 MiB, 135 ms): the μ-TWO plan reaches 700 MiB in 110 ms -> below it; the
     # trials' shared noise cancels trial by trial, so the paired interval has no width
     assert (
-        "at checkpoint_every_4's peak of 800 MiB our plan takes 110 ms against its 135 ms "
-        "(ours/its 0.815 [0.815, 0.815] over 3 paired trials): our curve lies below it" in text
+        "at checkpoint_every_4's peak of 800 MiB the μ-TWO plan takes 110 ms against its 135 ms "
+        "(ours/its 0.815 [0.815, 0.815] over 3 paired trials): the μ-TWO curve lies below it"
+        in text
     )
-    # checkpoint_every_1 (600 MiB, 140 ms): our plan needs 150 ms to get under 600 MiB -> above
+    # checkpoint_every_1 (600 MiB, 140 ms): the μ-TWO plan needs 150 ms to get under 600 MiB -> above
     assert (
-        "at checkpoint_every_1's peak of 600 MiB our plan takes 150 ms against its 140 ms "
-        "(ours/its 1.071 [1.071, 1.071] over 3 paired trials): our curve lies above it" in text
+        "at checkpoint_every_1's peak of 600 MiB the μ-TWO plan takes 150 ms against its 140 ms "
+        "(ours/its 1.071 [1.071, 1.071] over 3 paired trials): the μ-TWO curve lies above it"
+        in text
     )
     memory_curve.curve_chart(table.reset_index()).to_dict()
 
@@ -352,7 +354,7 @@ def test_the_curves_meet_where_the_paired_trials_cannot_tell_them_apart():
     table = memory_curve.curve_table(meas)
     text = " ".join(memory_curve.sentences(table))
     assert (
-        "at checkpoint_every_4's peak of 800 MiB our plan takes 119 ms against its 135 ms "
+        "at checkpoint_every_4's peak of 800 MiB the μ-TWO plan takes 119 ms against its 135 ms "
         "(ours/its 0." in text
     )
     assert "over 3 paired trials): the trials do not tell the two apart, so the curves" in text
@@ -360,10 +362,10 @@ def test_the_curves_meet_where_the_paired_trials_cannot_tell_them_apart():
     one = memory_curve.curve_table(_curve_meas().query("trial == 1"))
     text = " ".join(memory_curve.sentences(one))
     assert (
-        "our plan takes 110 ms against its 135 ms (one trial in common, no interval): one trial "
-        "does not place our curve against it" in text
+        "the μ-TWO plan takes 110 ms against its 135 ms (one trial in common, no interval): one trial "
+        "does not place the μ-TWO curve against it" in text
     )
-    assert "our curve lies" not in text
+    assert "the μ-TWO curve lies" not in text
     # a kind that did not run is said to be not run, not to have missed the time goal; one
     # trial's overhead (the notebook's own record) is said to have no interval
     alone = _curve_meas().query("trial == 1 and not mode.str.startswith('checkpoint')")
@@ -831,15 +833,15 @@ def test_a_baseline_below_our_whole_curve_is_called_above_it_with_the_plans_reas
     # -1.0, -1.5 and -2.0% over three trials: [-2.7%, -0.3%], inside the bar
     text = sentences_with([-1.0, -1.5, -2.0])
     assert (
-        "checkpoint_every_1 reaches 550 MiB in 130 ms: less memory than our plan's lowest point "
+        "checkpoint_every_1 reaches 550 MiB in 130 ms: less memory than the μ-TWO plan's lowest point "
         "(mu_two@0.2: 600 MiB in 160 ms), in less time (ours/its 1.231 [1.231, 1.231] over 3 "
-        "paired trials): our curve lies above it; why: the time model foresaw the cost (1.50× "
+        "paired trials): the μ-TWO curve lies above it; why: the time model foresaw the cost (1.50× "
         "the unplanned graph predicted for mu_two@0.2, 1.52× measured; its error over trials "
         "-1.5% [-2.7%, -0.3%] over 3 trials (-1.0%, -1.5%, -2.0%), inside ±5%)" in text
     )
     assert "mu_two@0.2 replays 4,000 ms of profiled forward nodes, 45% of it on nodes" in text
     # slower than our lowest point as well: the curves do not meet, and no reason is owed
-    assert "checkpoint_every_4 reaches 580 MiB, below every peak our plan reached" in text
+    assert "checkpoint_every_4 reaches 580 MiB, below every peak the μ-TWO plan reached" in text
     # a model that missed in every trial: the cost lies partly outside it
     text = sentences_with([-21.0, -20.5, -21.5])
     assert "why: part of the cost lies outside the time model (" in text
@@ -885,7 +887,7 @@ def test_a_compiled_plan_is_read_against_the_traced_step_compiled_whole():
     }
     text = " ".join(memory_curve.sentences(table))
     assert (
-        "our plan at budget 0.5 peaks at 700 MiB run eagerly and 1260 MiB compiled; the same "
+        "the μ-TWO plan at budget 0.5 peaks at 700 MiB run eagerly and 1260 MiB compiled; the same "
         "traced step without a plan, compiled, peaks at 1400 MiB, so compiled the plan changes "
         "the peak by -10.0% (the model compiled without a budget: 1100 MiB); compiled into 17 "
         "graphs where the unplanned step made 1, its plan running 8 replays of a random op" in text
@@ -901,8 +903,9 @@ def test_a_compiled_plan_is_read_against_the_traced_step_compiled_whole():
     # the compiled curve starts at the unplanned compiled step: at 1300 MiB the plan's 1260 MiB
     # point is reached in 85 ms, faster than the baseline's 90
     assert (
-        "at compile_budget_0.5's peak of 1300 MiB our plan takes 85 ms against its 90 ms "
-        "(ours/its 0.944 [0.944, 0.944] over 3 paired trials): our curve lies below it" in text
+        "at compile_budget_0.5's peak of 1300 MiB the μ-TWO plan takes 85 ms against its 90 ms "
+        "(ours/its 0.944 [0.944, 0.944] over 3 paired trials): the μ-TWO curve lies below it"
+        in text
     )
 
 

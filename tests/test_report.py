@@ -95,6 +95,15 @@ def test_figures_are_written_in_three_formats(built):
         assert "<svg" in (base.with_suffix(".svg")).read_text()[:500]
         html = base.with_suffix(".html").read_text()
         assert "vegaEmbed" in html and '"tooltip"' in html, name
+    assert "[PNG](" in built["text"] and "[interactive](" in built["text"]
+
+
+def test_a_published_report_commits_its_figures_as_svg_alone(built):
+    published = built["out"].parent / "figures" / CAMPAIGN
+    assert {p.suffix for p in published.iterdir()} == {".svg"}
+    assert {p.stem for p in published.iterdir()} == set(FIGURES)
+    # its markdown links no format it did not write
+    assert "[PNG](" not in built["first"] and "[interactive](" not in built["first"]
 
 
 def test_summary_sentences_match_the_inserted_samples(built):
@@ -175,9 +184,12 @@ def test_analysis_notebook_joins_the_audit_trail(built):
 
 def test_rebuilding_gives_the_same_report(built):
     def strip(text):
+        # the published report (first) links only its SVG: the other formats' links go
         lines = text.splitlines()
         return [
-            LINK_RE.sub("]()", ln) for ln in lines if not ln.startswith(render.GENERATED_PREFIX)
+            LINK_RE.sub("]()", ln).replace(" ([interactive](), [PNG]())", "")
+            for ln in lines
+            if not ln.startswith(render.GENERATED_PREFIX)
         ]
 
     assert strip(built["first"]) == strip(built["text"])
@@ -514,7 +526,7 @@ def test_the_slides_stand_alone_and_render_in_chromium(built, capsys, tmp_path):
     n_slides = page_html.count('<section class="slide"')
     figures = json.loads((root / CAMPAIGN / "content.json").read_text())
     n_figures = sum(i["kind"] == "figure" for s in figures["sections"] for i in s["items"])
-    assert page_html.count("data:image/png;base64,") == n_figures
+    assert page_html.count("data:image/svg+xml;base64,") == n_figures
     assert n_slides >= 4 + min(n_figures, 1)
     assert cli.main(["slides", "nosuch", "--reports", str(root)]) == 2
 

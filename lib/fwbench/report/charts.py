@@ -62,8 +62,22 @@ def use_theme() -> None:
     alt.theme.enable(THEME)
 
 
-def save(chart: alt.TopLevelMixin, directory: Path, name: str, title: str, caption: str) -> dict:
-    """Write ``name``.png (scaled), .svg and .html (interactive, with tooltips)."""
+# Every figure as SVG (what a report embeds), HTML (interactive, with tooltips) and PNG (scaled),
+# except in a published report: the committed evidence keeps SVG alone, and `fwbench report`
+# without --publish makes all three in local/ whenever someone wants the others.
+FIGURE_FORMATS = ("svg", "html", "png")
+PUBLISHED_FORMATS = ("svg",)
+
+
+def save(
+    chart: alt.TopLevelMixin,
+    directory: Path,
+    name: str,
+    title: str,
+    caption: str,
+    formats: tuple[str, ...] = FIGURE_FORMATS,
+) -> dict:
+    """Write ``name`` in each of ``formats``: .svg, .html (interactive), .png (scaled)."""
     use_theme()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -71,7 +85,7 @@ def save(chart: alt.TopLevelMixin, directory: Path, name: str, title: str, capti
         title=alt.TitleParams(title, subtitle=textwrap.wrap(caption, CAPTION_WIDTH))
     )
     paths = {}
-    for fmt in ("png", "svg", "html"):
+    for fmt in formats:
         path = directory / f"{name}.{fmt}"
         options = {"scale_factor": PNG_SCALE} if fmt == "png" else {}
         titled.save(str(path), format=fmt, **options)

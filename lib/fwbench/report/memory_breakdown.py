@@ -54,7 +54,7 @@ def _labels(table: pd.DataFrame) -> pd.Series:
 
 def breakdown_table(meas: pd.DataFrame) -> pd.DataFrame:
     """One row per model, cell, batch size, plan and part: MiB at the simulated peak (median over
-    trials), for the unplanned graph and for our plan at its smallest budget."""
+    trials), for the unplanned graph and for the μ-TWO plan at its smallest budget."""
     rows = memory_rows(meas)
     rows = rows[rows.metric == METRIC] if not rows.empty else rows
     if rows.empty:

@@ -1,6 +1,6 @@
 """The report's memory-time curve (12_memory's records): every method's peak memory against its
 iteration time per model and batch size, with the time's interval from the spread between
-trials, the activation goal, and where our plan's curve lies against each baseline's.
+trials, the activation goal, and where the μ-TWO plan's curve lies against each baseline's.
 
 A method's kind and budget live in the records' ``extra`` (``{"method": "mu_two", "budget":
 0.5}``); its full name is the ``mode``. Times are paired by trial with the plain eager step
@@ -292,7 +292,7 @@ GOAL_KINDS = ("mu_two", "checkpoint")  # the eager methods the activation goal i
 
 
 def best_within(table: pd.DataFrame, overhead_pct: float = OVERHEAD_GOAL_PCT) -> dict[str, object]:
-    """Per goal kind (our plan, checkpointing), the measured row that saves the most activation
+    """Per goal kind (the μ-TWO plan, checkpointing), the measured row that saves the most activation
     memory within ``overhead_pct`` of added time by its point estimate, or None where no row of
     that kind stays within it. Simulated rows (swap) never count: their saving was not measured.
     12_memory reads its one trial this way; the report's verdicts, over trials, are
@@ -431,7 +431,7 @@ def optimizer_floor(cell: pd.DataFrame) -> float:
 
     Where the simulator's parts at the peak were recorded, a method whose peak holds no
     activation is on the floor and its measured peak is the floor. Runs before the parts only
-    show it by its effect: two methods that keep different activations, our plan at two budgets
+    show it by its effect: two methods that keep different activations, the μ-TWO plan at two budgets
     or a plan and a checkpointing segmentation, measure the same lowest peak, which no activation
     can then be setting."""
     eager = cell[cell.measured.astype(bool) & (cell.mode_group == "eager")]
@@ -483,7 +483,7 @@ def floor_sentence(name: str, group: pd.DataFrame) -> str | None:
 
 
 def _point_at_peak(points: pd.DataFrame, peak: float):
-    """The fastest point of our curve at or below a given peak: what our plan offers there; None
+    """The fastest point of the μ-TWO curve at or below a given peak: what that plan offers there; None
     where the peak lies outside the curve's range."""
     if points.empty or not points.peak_mem_bytes.min() <= peak <= points.peak_mem_bytes.max():
         return None
@@ -537,10 +537,10 @@ def _against(ours: pd.DataFrame, row) -> str:
         where = {
             "tied": "the trials do not tell the two apart, so the curves meet there",
             # two point estimates of one process are not a comparison of the methods
-            None: "one trial does not place our curve against it",
-        }.get(verdict, f"our curve lies {verdict} it")
+            None: "one trial does not place the μ-TWO curve against it",
+        }.get(verdict, f"the μ-TWO curve lies {verdict} it")
         words = (
-            f"at {row.method}'s peak of {mib:.0f} MiB our plan takes {point.iter_time_ms:.0f} ms "
+            f"at {row.method}'s peak of {mib:.0f} MiB the μ-TWO plan takes {point.iter_time_ms:.0f} ms "
             f"against its {row.iter_time_ms:.0f} ms ({paired}): {where}"
         )
         return words + _why_slower(point) if verdict == "above" else words
@@ -555,13 +555,13 @@ def _against(ours: pd.DataFrame, row) -> str:
         }.get(verdict, "less time")
         return (
             f"{row.method} reaches {mib:.0f} MiB in {row.iter_time_ms:.0f} ms: less memory than "
-            f"our plan's lowest point ({lowest.method}: {lo / 2**20:.0f} MiB in "
-            f"{lowest.iter_time_ms:.0f} ms), in {time_words} ({paired}): our curve lies above it"
+            f"the μ-TWO plan's lowest point ({lowest.method}: {lo / 2**20:.0f} MiB in "
+            f"{lowest.iter_time_ms:.0f} ms), in {time_words} ({paired}): the μ-TWO curve lies above it"
             + _why_slower(lowest)
         )
     side = "below" if row.peak_mem_bytes < lo else "above"
     return (
-        f"{row.method} reaches {mib:.0f} MiB, {side} every peak our plan reached "
+        f"{row.method} reaches {mib:.0f} MiB, {side} every peak the μ-TWO plan reached "
         f"({lo / 2**20:.0f}-{hi / 2**20:.0f} MiB), so the curves do not meet there"
     )
 
@@ -624,7 +624,7 @@ def overhead_words(row) -> str:
 
 
 def sentences(table: pd.DataFrame) -> list[str]:
-    """Per model and batch size: the activation memory our plan and the checkpointing baselines
+    """Per model and batch size: the activation memory the μ-TWO plan and the checkpointing baselines
     save against the goal (>= 50% within +33% time, decided by the overhead's interval over
     trials), the methods that end on Adam's floor, where our curve lies against each baseline at
     equal peak memory, the simulator's errors over trials and the float64 proof."""
@@ -639,7 +639,7 @@ def sentences(table: pd.DataFrame) -> list[str]:
         measured = group[group.measured]
         goal = []
         points = goal_points(group)
-        for kind, words in (("mu_two", "our plan"), ("checkpoint", "torch.utils.checkpoint")):
+        for kind, words in (("mu_two", "the μ-TWO plan"), ("checkpoint", "torch.utils.checkpoint")):
             best, verdict = points[kind]
             if best is None:
                 goal.append(
@@ -809,7 +809,7 @@ def _compiled_sentences(name: str, measured: pd.DataFrame) -> list[str]:
         if eager is None or pd.isna(eager):
             continue
         words = (
-            f"{name}, compiled: our plan at budget {row.budget:g} peaks at {eager / 2**20:.0f} MiB "
+            f"{name}, compiled: the μ-TWO plan at budget {row.budget:g} peaks at {eager / 2**20:.0f} MiB "
             f"run eagerly and {row.peak_mem_bytes / 2**20:.0f} MiB compiled"
         )
         if whole is not None and not pd.isna(whole):

@@ -272,7 +272,7 @@ def results_block(
         parts += notes_part(content, "trust", "How far these ratios can be trusted", report_link)
         # the front page names no run: the report it links to does
         return NAMED_RUN.sub("the newest run", "\n\n".join(parts))
-    figure = Path(figures_dir) / "ratio_matrix.png"
+    figure = Path(figures_dir) / "ratio_matrix.svg"
     if figure.is_file():
         parts.append(
             f"![JAX ÷ PyTorch throughput ratio, run {run_id}]({_link(figure, readme_dir)})"

@@ -22,7 +22,7 @@ import pandas as pd
 from fwbench.pipeline import runner
 from fwbench.pipeline.campaign import Cell, find_repo_root, make_slug
 from fwbench.pipeline.environment import now_iso
-from fwbench.report import sections
+from fwbench.report import charts, sections
 from fwbench.report.tables import error_line, resolve_runs
 from fwbench.results import db
 
@@ -109,6 +109,7 @@ def build_report(
         "db_path": _from_root(db_path.resolve(), root),
         "figures_dir": _from_root(figures_dir, root),
         "report_dir": _from_root(report_dir, root),
+        "figure_formats": ",".join(charts.PUBLISHED_FORMATS if publish else charts.FIGURE_FORMATS),
     }
     cell = Cell(
         notebook=NOTEBOOK,
@@ -195,10 +196,16 @@ def _section_markdown(section: dict, content: dict, out: Path, report_dir: Path,
         elif item["kind"] == "figure":
             counters["figure"] += 1
             base = _rel(figures_dir / item["name"], report_dir)
+            formats = content.get("figure_formats", charts.FIGURE_FORMATS)
+            others = [
+                f"[{label}]({base}.{fmt})"
+                for fmt, label in (("html", "interactive"), ("png", "PNG"))
+                if fmt in formats
+            ]
             parts.append(
                 f"![{item['title']}]({base}.svg)\n\n"
-                f"*Figure {counters['figure']}. {item['caption']}* "
-                f"([interactive]({base}.html), [PNG]({base}.png))"
+                f"*Figure {counters['figure']}. {item['caption']}*"
+                + (f" ({', '.join(others)})" if others else "")
             )
         elif item["kind"] == "table":
             counters["table"] += 1

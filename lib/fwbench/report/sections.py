@@ -33,6 +33,7 @@ class ReportContent:
     methodology: list[str] = field(default_factory=list)
     limitations: list[str] = field(default_factory=list)
     sections: list[dict] = field(default_factory=list)
+    figure_formats: tuple[str, ...] = charts.FIGURE_FORMATS
 
     def section(self, title: str, intro: str = "", part: str = "results", name: str = "") -> None:
         """Start a section; ``part`` is "results" or "failures" (where the report places it);
@@ -50,7 +51,7 @@ class ReportContent:
         self._add({"kind": "note", "text": text})
 
     def figure(self, chart, name: str, title: str, caption: str):
-        charts.save(chart, self.figures_dir, name, title, caption)
+        charts.save(chart, self.figures_dir, name, title, caption, self.figure_formats)
         self._add({"kind": "figure", "name": name, "title": title, "caption": caption})
         return chart
 

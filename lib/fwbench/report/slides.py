@@ -87,12 +87,13 @@ def _bullets(items: list[str]) -> str:
 
 
 def _figure(figures_dir: Path, item: dict) -> str:
-    png = Path(figures_dir) / f"{item['name']}.png"
-    if not png.is_file():
+    # SVG: the one format a published report keeps
+    svg = Path(figures_dir) / f"{item['name']}.svg"
+    if not svg.is_file():
         return ""
-    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    data = base64.b64encode(svg.read_bytes()).decode("ascii")
     return (
-        f'<figure><img alt="{html.escape(item["title"])}" src="data:image/png;base64,{data}">'
+        f'<figure><img alt="{html.escape(item["title"])}" src="data:image/svg+xml;base64,{data}">'
         f"<figcaption>{_inline(item['caption'])}</figcaption></figure>"
     )
 

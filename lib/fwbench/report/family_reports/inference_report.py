@@ -339,13 +339,15 @@ LATENCY = Section(
 MEMORY = Section(
     "Memory",
     "Peak device memory per batch size (torch max_memory_allocated, JAX peak_bytes_in_use, "
-    "CPU peak RSS) and images/s per GB of that peak.",
+    "CPU peak RSS) and images/s per GB of that peak. PyTorch's GPU peak is reset before the "
+    "timed calls; JAX's cannot be reset, so on a GPU it is the process's peak so far, compilation "
+    "and input staging included (each record's note says which).",
     (
         Figure(
             "memory_scaling",
             "Peak memory vs batch size",
-            "Peak memory during the timed calls, per framework and mode, on {devices}; GB = "
-            "10⁹ bytes; both axes logarithmic.",
+            "Peak memory per framework and mode (JAX on a GPU: the process's peak so far), on "
+            "{devices}; GB = 10⁹ bytes; both axes logarithmic.",
             lambda a: charts.by_batch(a.memory, "peak_mem_gb", "peak memory (GB)"),
         ),
         Figure(
