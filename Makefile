@@ -49,7 +49,8 @@ test: lint
 
 # JupyterLab on the project, loopback only (its URL with the token is printed). jupyter_config/ on
 # JUPYTER_CONFIG_PATH makes notebooks/*.py open as notebooks with the fwbench kernel, and the
-# kernel gets the runner's JAX allocator setting so its records measure what a campaign's do.
+# kernel gets the runner's JAX allocator and profiler log settings (pipeline/trial.py), so its
+# records measure what a campaign's do.
 # tests/test_lab.py starts the server the same way. Jupyter refuses root unless told; containers
 # and CI run as root, and the server only listens on loopback behind a token.
 # Extra options: make lab LAB_ARGS="--port 9999 --no-browser"
@@ -57,6 +58,7 @@ LAB_ARGS ?=
 lab: $(STAMP)
 	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter_config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 	XLA_PYTHON_CLIENT_PREALLOCATE="$${XLA_PYTHON_CLIENT_PREALLOCATE:-false}" \
+	KINETO_LOG_LEVEL="$${KINETO_LOG_LEVEL:-6}" \
 	$(BIN)/jupyter-lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir="$(CURDIR)" \
 	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 

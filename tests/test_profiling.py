@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -517,3 +518,29 @@ def test_the_parts_of_a_gap_add_up_to_it_on_real_profiles(tmp_path, monkeypatch)
     assert sum(listed) == pytest.approx(total, abs=0.005 * (len(listed) + 1))
     shown = gaps[gaps.gap_ms.abs() >= why.SHOWN_MS]
     assert len(listed) == len(shown) and f"{label} " in sentence
+
+
+def test_the_kernels_profiler_level_silences_kineto():
+    """The runner's kernels set KINETO_LOG_LEVEL (trial.KERNEL_ENV_DEFAULTS): at that level a
+    PyTorch profile prints nothing of Kineto's own, where the default prints its probe lines."""
+    import subprocess
+    import sys
+
+    from fwbench.pipeline.trial import KERNEL_ENV_DEFAULTS
+
+    program = (
+        "import torch\n"
+        "from torch.profiler import ProfilerActivity, profile\n"
+        "with profile(activities=[ProfilerActivity.CPU]):\n"
+        "    torch.ones(8) @ torch.ones(8)\n"
+    )
+
+    def stderr(level):
+        env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+        if level is not None:
+            env["KINETO_LOG_LEVEL"] = level
+        done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True)
+        return done.stderr.decode()
+
+    assert "profiler_start" in stderr(None)
+    assert stderr(KERNEL_ENV_DEFAULTS["KINETO_LOG_LEVEL"]) == ""

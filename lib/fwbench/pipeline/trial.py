@@ -32,7 +32,11 @@ from fwbench.vocab import ANSI_RE, ENV_EXECUTED_DIR, ENV_KERNEL, ENV_PREFIX, ENV
 
 ERROR_TAIL_CHARS = 2000
 # The measurement rules want JAX's allocator to report real usage, not a preallocated pool.
-KERNEL_ENV_DEFAULTS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+# Set in each kernel unless the user's environment sets them: JAX allocates on demand, so its
+# peak memory is its own; Kineto (PyTorch's profiler) prints nothing of its own (level 6: its
+# profiler_start/stop probe lines and, on a machine without a GPU, a gpuGetDeviceCount error
+# otherwise reach every profiled notebook and the terminal). KINETO_LOG_LEVEL=0 shows them again.
+KERNEL_ENV_DEFAULTS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "KINETO_LOG_LEVEL": "6"}
 # A duet cell has one core: one thread for PyTorch's and the BLAS libraries' pools. XLA sizes its
 # pool from the cores the process may run on, which the pinning already makes one.
 DUET_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
