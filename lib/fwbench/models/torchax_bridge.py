@@ -1,0 +1,143 @@
+"""Any PyTorch model as a JAX function, through torchax: the same weights, PyTorch's own graph
+lowered to XLA (``torchax.extract_jax``), proven equal to PyTorch eager in float64 before use.
+
+torchax 0.0.13 (the newest on PyPI) does not import with the torch this project pins: at import
+and on first use it names aten overloads torch has since removed (the named-tensor ``Dimname``
+overloads, ``aten.cholesky``, ``aten.qr``), only as keys of its tables. ``load`` imports it with
+those lookups answered by inert placeholders, then puts torch's lookups back; ``SHIMMED`` lists
+the names that needed one (empty: the shim can go). torchax also registers its "jax" device as
+available, after which ``torch.compile`` fails in that process; ``load`` reports it unavailable
+again, and forbids ``torch.compile`` in the process all the same: fwbench times torch.compile
+and torchax in separate kernels, so neither pays for the other's patches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+
+import numpy as np
+
+# torchax's modules that name aten ops but are imported only when its environment is first built
+LATE_MODULES = (
+    "decompositions",
+    "ops.jaten",
+    "ops.jtorch",
+    "ops.jc10d",
+    "ops.jtorchvision_nms",
+    "ops.jimage",
+    "export",
+    "interop",
+)
+# the same-function bar of the float64 proof, relative to the largest logit
+FLOAT64_TOLERANCE = 1e-10
+
+SHIMMED: list[str] = []
+
+
+class TorchaxUnavailable(RuntimeError):
+    """torch.compile asked for in a process that imported torchax."""
+
+
+class _Absent:
+    """Stands for an aten op or overload this torch no longer has: hashable, equal only to
+    itself, so a table keyed by it never matches a real op."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __getattr__(self, key: str):
+        if key.startswith("__"):
+            raise AttributeError(key)
+        return _Absent(f"{self.name}.{key}")
+
+    def __repr__(self) -> str:
+        return f"<aten op absent from this torch: {self.name}>"
+
+
+@contextlib.contextmanager
+def _absent_aten_names(found: list[str]):
+    from torch import _ops
+
+    namespace_get = _ops._OpNamespace.__getattr__
+    packet_get = _ops.OpOverloadPacket.__getattr__
+
+    def namespace_getattr(self, name):
+        try:
+            return namespace_get(self, name)
+        except AttributeError:
+            if name.startswith("__") or self.name != "aten":
+                raise
+            found.append(f"aten.{name}")
+            return _Absent(f"aten.{name}")
+
+    def packet_getattr(self, key):
+        try:
+            return packet_get(self, key)
+        except AttributeError:
+            if key.startswith("__"):
+                raise
+            found.append(f"{self}.{key}")
+            return _Absent(f"{self}.{key}")
+
+    _ops._OpNamespace.__getattr__ = namespace_getattr
+    _ops.OpOverloadPacket.__getattr__ = packet_getattr
+    try:
+        yield
+    finally:
+        _ops._OpNamespace.__getattr__ = namespace_get
+        _ops.OpOverloadPacket.__getattr__ = packet_get
+
+
+def _no_compile(*_args, **_kwargs):
+    raise TorchaxUnavailable(
+        "torch.compile in a process that imported torchax: fwbench runs the two in separate "
+        "kernels (torchax's device registration changes what torch.compile sees)"
+    )
+
+
+def load():
+    """torchax, imported with the shim (once per process); torch.compile refuses from here on."""
+    if "torchax" in sys.modules:
+        return sys.modules["torchax"]
+    import torch
+
+    found: list[str] = []
+    with _absent_aten_names(found):
+        torchax = importlib.import_module("torchax")
+        for name in LATE_MODULES:
+            importlib.import_module(f"torchax.{name}")
+    SHIMMED[:] = sorted(set(found))
+    torchax.device_module.is_available = lambda: False
+    torch.compile = _no_compile
+    return torchax
+
+
+def jax_function(model):
+    """(weights, fn): ``fn(weights, x)`` runs ``model`` as a pure JAX function of its weights."""
+    torchax = load()
+    weights, fn = torchax.extract_jax(model)
+    return weights, lambda w, x: fn(w, (x,))
+
+
+def float64_agreement(model, x) -> float:
+    """The largest |torchax − PyTorch eager| over the largest |eager| logit, both in float64.
+
+    ``model`` and ``x`` (a torch tensor) are cast to float64; JAX's 64-bit mode must be on, and
+    the JAX output must come back in float64, or the proof would be of float32."""
+    import jax
+    import torch
+
+    if not jax.config.jax_enable_x64:
+        raise ValueError("the float64 proof needs jax_enable_x64 on (jax.config.update)")
+    model = model.double().eval()
+    x = x.double()
+    with torch.no_grad():
+        want = model(x).numpy()
+    weights, fn = jax_function(model)
+    got = jax.jit(fn)(weights, jax.numpy.asarray(x.numpy()))
+    got = np.asarray(jax.block_until_ready(got))
+    if got.dtype != np.float64:
+        raise ValueError(f"torchax returned {got.dtype}, not float64")
+    return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))

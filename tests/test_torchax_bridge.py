@@ -1,0 +1,90 @@
+"""PyTorch models as JAX functions through torchax: the import shim, the float64 proof and the
+rule that torchax and torch.compile never share a process. Each check runs in its own Python
+process, since importing torchax changes torch for the rest of the process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fwbench.models import torchax_bridge
+
+
+def run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+
+
+def test_torchax_still_needs_the_shim_on_this_torch():
+    # when this passes without the shim, torchax works with the pinned torch: drop the shim
+    done = run(
+        "import torch, torchax\ntorchax.default_env()\ntorchax.extract_jax(torch.nn.Linear(2, 2))\n"
+    )
+    assert done.returncode != 0 and "AttributeError" in done.stderr, done.stderr[-2000:]
+
+
+def test_with_the_shim_torchax_runs_and_names_what_was_shimmed():
+    done = run(
+        "import jax.numpy as jnp, torch\n"
+        "from fwbench.models import torchax_bridge as bridge\n"
+        "torchax = bridge.load()\n"
+        "torchax.default_env()\n"
+        "weights, fn = bridge.jax_function(torch.nn.Linear(3, 2))\n"
+        "print(len(bridge.SHIMMED), tuple(fn(weights, jnp.ones((1, 3))).shape))\n"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    shimmed, shape = done.stdout.split(maxsplit=1)
+    assert int(shimmed) > 0 and shape.strip() == "(1, 2)"
+
+
+def test_a_torchvision_model_is_the_same_function_in_float64():
+    done = run(
+        "import jax, torch, torchvision\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        "from fwbench.models import torchax_bridge as bridge\n"
+        "torch.manual_seed(0)\n"
+        "model = torchvision.models.resnet18(weights=None, num_classes=10)\n"
+        "print(bridge.float64_agreement(model, torch.randn(2, 3, 32, 32)))\n"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout) <= torchax_bridge.FLOAT64_TOLERANCE
+
+
+def test_the_float64_proof_refuses_without_jax_64_bit_mode():
+    # float32 agreement (about 1e-7) would pass for a proof it is not
+    done = run(
+        "import torch\n"
+        "from fwbench.models import torchax_bridge as bridge\n"
+        "try:\n"
+        "    bridge.float64_agreement(torch.nn.Linear(3, 2), torch.ones(1, 3))\n"
+        "except ValueError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("refused:") and "jax_enable_x64" in done.stdout
+
+
+@pytest.mark.parametrize("order", ["torchax first", "compile first"])
+def test_torchax_and_torch_compile_never_share_a_process(order):
+    steps = {
+        "torchax first": (
+            "bridge.load()\n"
+            "try:\n"
+            "    torch.compile(lambda a: a + 1)(torch.ones(2))\n"
+            "except bridge.TorchaxUnavailable:\n"
+            "    print('refused')\n"
+        ),
+        # the other way round: a compiled function first, then torchax, then compile again
+        "compile first": (
+            "torch.compile(lambda a: a * 2)(torch.ones(2))\n"
+            "bridge.load()\n"
+            "try:\n"
+            "    torch.compile(lambda a: a + 1)(torch.ones(2))\n"
+            "except bridge.TorchaxUnavailable:\n"
+            "    print('refused')\n"
+        ),
+    }
+    done = run("import torch\nfrom fwbench.models import torchax_bridge as bridge\n" + steps[order])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "refused"
