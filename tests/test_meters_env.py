@@ -31,6 +31,43 @@ def test_cpu_peak_rss_sees_a_large_temporary_allocation():
     assert "RSS" in reading.source
 
 
+class _StatsDevice:
+    """A JAX device's memory_stats as an accelerator reports them (a CPU device reports none):
+    ``in_use`` is set by the test, the peak follows it and never falls, as XLA's does."""
+
+    def __init__(self, peak: int):
+        self.in_use, self.peak = 0, peak
+
+    def set(self, in_use: int) -> None:
+        self.in_use, self.peak = in_use, max(self.peak, in_use)
+
+    def memory_stats(self) -> dict:
+        return {"bytes_in_use": self.in_use, "peak_bytes_in_use": self.peak}
+
+
+def test_a_jax_region_that_raises_the_process_peak_reads_it_exactly(monkeypatch):
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    dev = _StatsDevice(peak=500)
+    with measure_peak_memory("jax", "cuda", dev) as reading:
+        dev.set(800)
+        dev.set(100)
+    assert reading.bytes == 800 and reading.source.endswith("peak_bytes_in_use")
+
+
+def test_a_jax_region_below_an_earlier_peak_is_sampled_not_given_that_peak(monkeypatch):
+    # compilation set the process peak at 5000; the timed calls never pass 700
+    import time
+
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    dev = _StatsDevice(peak=5000)
+    with measure_peak_memory("jax", "cuda", dev) as reading:
+        dev.set(700)
+        time.sleep(0.05)
+        dev.set(200)
+    assert reading.bytes == 700
+    assert reading.source.endswith("sampled") and "5000 B" in reading.note
+
+
 def test_energy_on_cpu_is_measured_or_says_why():
     with measure_energy("cpu") as reading:
         sum(range(10000))

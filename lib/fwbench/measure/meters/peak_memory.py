@@ -1,9 +1,11 @@
 """Peak memory of a region of code, measured the way each platform allows.
 
 - torch on CUDA: ``max_memory_allocated`` after ``reset_peak_memory_stats`` (the allocator's view).
-- JAX on an accelerator: ``memory_stats()["peak_bytes_in_use"]``. XLA offers no reset, so the value is
-  the process peak so far; each cell runs in a fresh kernel and batch sizes go up, so it is the peak of
-  the largest batch so far. Needs ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` or the pool hides usage.
+- JAX on an accelerator: XLA offers no reset of ``memory_stats()["peak_bytes_in_use"]``. Where the
+  region raises it, the new value is the region's own peak, exactly; where an earlier peak (often
+  compilation's autotuning) stands above the region's, ``bytes_in_use`` sampled through the region
+  stands in, and the note says so. Needs ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` or the pool hides
+  usage.
 - CPU (either framework): peak resident set size of this process during the region. Linux keeps
   an exact high-water mark (VmHWM) that writing "5" to /proc/self/clear_refs resets; elsewhere a
   psutil sampling thread stands in (it can miss peaks while a C call holds the GIL).
@@ -29,21 +31,28 @@ class PeakMemory:
     note: str = ""
 
 
-class _RssSampler(threading.Thread):
-    def __init__(self):
+class _Sampler(threading.Thread):
+    """The largest value ``read()`` returned from start to stop, read every RSS_SAMPLE_SECONDS."""
+
+    def __init__(self, read):
         super().__init__(daemon=True)
-        self.process = psutil.Process(os.getpid())
-        self.peak = self.process.memory_info().rss
+        self.read = read
+        self.peak = read()
         self._halt = threading.Event()
 
     def run(self):
         while not self._halt.wait(RSS_SAMPLE_SECONDS):
-            self.peak = max(self.peak, self.process.memory_info().rss)
+            self.peak = max(self.peak, self.read())
 
     def stop(self) -> int:
         self._halt.set()
         self.join()
-        return max(self.peak, self.process.memory_info().rss)
+        return max(self.peak, self.read())
+
+
+def _rss_sampler() -> _Sampler:
+    process = psutil.Process(os.getpid())
+    return _Sampler(lambda: process.memory_info().rss)
 
 
 def _reset_rss_high_water_mark() -> bool:
@@ -85,20 +94,33 @@ def measure_peak_memory(framework: str, device: str, jax_device=None):
         reading.source = "torch.cuda.max_memory_allocated"
         return
     if framework == "jax" and device != "cpu":
-        yield reading
         stats = jax_device.memory_stats() if jax_device is not None else None
-        if stats and "peak_bytes_in_use" in stats:
-            reading.bytes = int(stats["peak_bytes_in_use"])
-            reading.source = "jax memory_stats peak_bytes_in_use"
-            if os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "").lower() != "false":
-                reading.note = "XLA preallocation was on; peak includes the preallocated pool"
-            else:
-                reading.note = "process peak so far (XLA has no reset)"
-        else:
+        if not stats or "peak_bytes_in_use" not in stats:
+            yield reading
             reading.source = "unavailable"
             reading.note = "this JAX backend reports no memory_stats"
+            return
+        before = int(stats["peak_bytes_in_use"])
+        sampler = _Sampler(lambda: int(jax_device.memory_stats()["bytes_in_use"]))
+        sampler.start()
+        try:
+            yield reading
+        finally:
+            sampled = sampler.stop()
+        after = int(jax_device.memory_stats()["peak_bytes_in_use"])
+        if after > before:
+            reading.bytes, reading.source = after, "jax memory_stats peak_bytes_in_use"
+            reading.note = "the region raised the process peak: its own peak, exactly"
+        else:
+            reading.bytes, reading.source = sampled, "jax memory_stats bytes_in_use, sampled"
+            reading.note = (
+                f"sampled every {RSS_SAMPLE_SECONDS * 1e3:g} ms in the region: the process peak "
+                f"({after} B) was set before it, e.g. by compilation, and XLA has no reset"
+            )
+        if os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "").lower() != "false":
+            reading.note = "XLA preallocation was on; peak includes the preallocated pool"
         return
-    sampler = _RssSampler()
+    sampler = _rss_sampler()
     sampler.start()
     try:
         yield reading

@@ -340,14 +340,15 @@ MEMORY = Section(
     "Memory",
     "Peak device memory per batch size (torch max_memory_allocated, JAX peak_bytes_in_use, "
     "CPU peak RSS) and images/s per GB of that peak. PyTorch's GPU peak is reset before the "
-    "timed calls; JAX's cannot be reset, so on a GPU it is the process's peak so far, compilation "
-    "and input staging included (each record's note says which).",
+    "timed calls; JAX's cannot be reset, so where compilation set a higher peak before them, "
+    "bytes in use sampled through the timed calls stand in (runs before that rule hold the "
+    "process's peak so far; each record's note says which).",
     (
         Figure(
             "memory_scaling",
             "Peak memory vs batch size",
-            "Peak memory per framework and mode (JAX on a GPU: the process's peak so far), on "
-            "{devices}; GB = 10⁹ bytes; both axes logarithmic.",
+            "Peak memory during the timed calls per framework and mode (JAX on a GPU: see the "
+            "section's note), on {devices}; GB = 10⁹ bytes; both axes logarithmic.",
             lambda a: charts.by_batch(a.memory, "peak_mem_gb", "peak memory (GB)"),
         ),
         Figure(
