@@ -11,6 +11,9 @@
 # The weights are torchvision's, ported to Flax (`fwbench.models.build_pair`), so both frameworks
 # run the same function (01_validation proves it). Inputs are seeded random batches already on the
 # device, rotated. A batch size that runs out of memory is recorded as `oom` and the loop goes on.
+# `framework: jax, mode: torchax` runs PyTorch's own module as a JAX function instead (any model,
+# no twin needed), once a float64 proof against PyTorch eager has passed; a model torchax cannot
+# trace is a `skipped` record naming why. It never stands for JAX in a JAX-vs-PyTorch ratio.
 #
 # **Run it:** `fwbench run params/smoke.yaml --only '10_inference/*'`
 #
@@ -22,7 +25,7 @@ model = "resnet50"
 framework = "torch"  # one of: torch, jax
 device = "auto"  # one of: auto, cpu, cuda, mps, tpu
 precision = "fp32"  # one of: fp32, tf32, bf16, fp16
-mode = "default"  # one of: default, eager, compile, compile-max-autotune, jit
+mode = "default"  # one of: default, eager, compile, compile-max-autotune, jit, torchax
 channels_last = False
 cudnn_benchmark = False
 batch_sizes = [1, 8]
@@ -61,6 +64,14 @@ if framework == "torch":
     settings["torch.backends.cudnn.benchmark"] = cudnn_benchmark
     torch_model = build_torch(model, seed=seed, image_size=image_size)
     side = bench.TorchSide(torch_model, kind, precision, mode, channels_last and spec.kind == "cnn")
+elif mode == "torchax":
+    # PyTorch's own graph on XLA (any model build_torch makes): proven the same function as
+    # PyTorch eager in float64 before anything is timed; a model torchax cannot trace is skipped
+    torch_model = build_torch(model, seed=seed, image_size=image_size)
+    proof = bench.torchax_proof(torch_model, image_size, seed)
+    side = None if proof["failure"] else bench.TorchaxSide(torch_model, kind, precision)
+    settings["torchax"] = bench.TorchaxSide.GIVEN
+    print(f"float64 proof: {proof}")
 else:
     # the JAX side takes its weights from the same seeded torchvision model, ported
     torch_model, flax_model = build_pair(model, seed=seed, image_size=image_size)
@@ -89,7 +100,15 @@ rec = Recorder(
     },
 )
 results = []
-for bs in batch_sizes:
+if mode == "torchax":
+    rec.add(
+        "float64_max_rel_err",
+        proof["error"],
+        "ratio",
+        status="skipped" if proof["failure"] else "ok",
+        error=proof["failure"],
+    )
+for bs in batch_sizes if side is not None else []:
     result = bench.run_batch_size(
         side, bs, image_size, rule, warmup=warmup, block_size=block_size, seed=seed
     )

@@ -46,7 +46,10 @@ MEMORY_COMPILED_KINDS = ("compile_budget", "compiled_mu_two", "compiled_graph")
 # What each framework does when a user changes nothing; a notebook's mode "default" resolves to it.
 DEFAULT_MODE = {"torch": "eager", "jax": "jit"}
 # The ways each notebook can run each framework; a campaign is checked against them before it runs.
-INFERENCE_MODES = {"torch": ("eager", "compile", "compile-max-autotune"), "jax": ("jit",)}
+INFERENCE_MODES = {"torch": ("eager", "compile", "compile-max-autotune"), "jax": ("jit", "torchax")}
+# JAX modes that run PyTorch's own graph (models/torchax_bridge) rather than a Flax twin: never
+# JAX's side of a JAX-vs-PyTorch comparison, which is about the frameworks' own ways to run.
+TORCH_GRAPH_MODES = ("torchax",)
 TRAINING_MODES = {"torch": ("eager", "compile"), "jax": ("jit",)}
 NOTEBOOK_MODES = {
     "10_inference": (INFERENCE_MODES, "mode"),

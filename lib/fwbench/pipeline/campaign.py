@@ -542,6 +542,8 @@ def _check_twin(path: Path, notebook: str, declared: dict, cell: dict) -> None:
     values = {k: p.default for k, p in declared.items()} | cell
     if values.get("framework", "jax") != "jax":
         return
+    if values.get("mode") in vocab.TORCH_GRAPH_MODES:
+        return  # PyTorch's own graph on XLA: no twin needed
     try:
         require_twin(values["model"])
     except ValueError as exc:

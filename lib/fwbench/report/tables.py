@@ -14,12 +14,13 @@ import pandas as pd
 
 from fwbench.measure import verdicts
 from fwbench.measure.stats import bootstrap_ci, ratio_ci
-from fwbench.vocab import ANSI_RE, DEFAULT_MODE
+from fwbench.vocab import ANSI_RE, DEFAULT_MODE, TORCH_GRAPH_MODES
 
 # The ratio bootstrap is seeded so that a report rebuilt from the same data is identical.
 RATIO_SEED = 0
 ANALYSIS_NOTEBOOK = "20_analysis"
-# A framework's "default" variant is vocab.DEFAULT_MODE; "best" is whichever variant is fastest.
+# A framework's "default" variant is vocab.DEFAULT_MODE; "best" is whichever variant is fastest, of JAX's
+# own (a TORCH_GRAPH_MODES variant runs PyTorch's graph: never JAX's side of a comparison).
 # ``threads`` is part of a CPU configuration (one core and two are two points of hardware); see
 # ``_tidy`` for what it holds elsewhere.
 CONFIG = ["model", "device", "device_name", "precision", "threads", "batch_size"]
@@ -233,6 +234,7 @@ def _column(frame: pd.DataFrame, name: str, missing):
 
 def pick_arm(group: pd.DataFrame, framework: str, comparison: str):
     side = group[(group.framework == framework) & ~group.variant.str.endswith(COPY_SUFFIX)]
+    side = side[~side.variant.isin(TORCH_GRAPH_MODES)]
     if comparison == "defaults":
         side = side[side.variant == DEFAULT_MODE[framework]]
     if side.empty:

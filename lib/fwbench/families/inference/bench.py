@@ -147,6 +147,63 @@ class JaxSide:
         result.bytes_per_img = cost["bytes_accessed"] / x.shape[0] or None
 
 
+class TorchaxSide(JaxSide):
+    """PyTorch's own module run as a JAX function through torchax, timed exactly as ``JaxSide``:
+    XLA gets PyTorch's graph as PyTorch wrote it (NCHW layout, its attention unfused, the weights
+    as arguments of the jitted function), not a Flax port."""
+
+    GIVEN = {"graph": "PyTorch's, through torchax", "layout": "NCHW", "weights": "arguments"}
+
+    def __init__(self, torch_model, device: str, prec: str):
+        import jax
+
+        from fwbench.models import torchax_bridge
+
+        self.device = device
+        self.jax_device = fw_device.jax_device(device)
+        self.dtype = precision.jax_dtype(prec)
+        model = torch_model.to(dtype=precision.torch_dtype(prec)).eval()
+        weights, fn = torchax_bridge.jax_function(model)
+        self.state = jax.device_put(weights, self.jax_device)
+        self.jitted = jax.jit(fn)
+        self.compiled = {}
+
+    def inputs(self, batches: list[np.ndarray]):
+        import jax
+
+        return [
+            jax.device_put(np.ascontiguousarray(b), self.jax_device).astype(self.dtype)
+            for b in batches
+        ]
+
+
+def torchax_proof(torch_model, image_size: int, seed: int) -> dict:
+    """The float64 proof a torchax cell passes before anything is timed: the largest relative
+    logit difference from PyTorch eager on one seeded image, with JAX's 64-bit mode on for the
+    proof alone; ``failure`` names what went wrong (a model torchax cannot trace), else None."""
+    import copy
+
+    import jax
+    import torch
+
+    from fwbench.data import synthetic_batch
+    from fwbench.models import torchax_bridge
+
+    x = torch.from_numpy(synthetic_batch(1, image_size, seed)[0])
+    was = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        error = torchax_bridge.float64_agreement(copy.deepcopy(torch_model), x)
+    except Exception as exc:  # a model torchax cannot trace: any error, named in the record
+        return {"error": None, "failure": f"{type(exc).__name__}: {exc}"[:500]}
+    finally:
+        jax.config.update("jax_enable_x64", was)
+    failure = None
+    if not error <= torchax_bridge.FLOAT64_TOLERANCE:
+        failure = f"float64 logits differ by {error:.2e}, above {torchax_bridge.FLOAT64_TOLERANCE}"
+    return {"error": error, "failure": failure}
+
+
 def run_batch_size(
     side,
     batch_size: int,
