@@ -64,3 +64,36 @@ def test_torchax_never_stands_for_jax_in_a_comparison():
     )
     assert tables.pick_arm(group, "jax", "best").variant == "jit"
     assert tables.pick_arm(group.iloc[[0, 2]], "jax", "best") is None
+
+
+def test_the_report_lists_each_torchax_model_with_its_proof_or_why_not():
+    from fwbench.report.family_reports import inference_report
+
+    def row(model, metric, value, status="ok", error=None, batch_size=None):
+        return {
+            "family": "inference",
+            "mode": "torchax",
+            "model": model,
+            "device_name": "CPU",
+            "precision": "fp32",
+            "metric": metric,
+            "value": value,
+            "status": status,
+            "error": error,
+            "batch_size": batch_size,
+        }
+
+    meas = pd.DataFrame(
+        [
+            row("squeezenet1_1", "float64_max_rel_err", 3e-15),
+            row("squeezenet1_1", "throughput_img_s", 120.0, batch_size=1),
+            row("odd_net", "float64_max_rel_err", None, "skipped", "NotImplementedError: aten.x"),
+            {**row("resnet50", "throughput_img_s", 50.0, batch_size=1), "mode": "jit"},
+        ]
+    )
+    table = inference_report.torchax_table(meas).set_index("model")
+    assert list(table.index) == ["odd_net", "squeezenet1_1"]
+    assert table.loc["squeezenet1_1", "throughput_img_s"] == 120.0
+    assert table.loc["odd_net", "proof"] == "skipped"
+    assert table.loc["odd_net", "why_not"].startswith("NotImplementedError")
+    assert inference_report.torchax_table(meas[meas["mode"] == "jit"]).empty

@@ -333,6 +333,7 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
 SECTIONS: tuple[Section, ...] = (
     families.inference_report.COMPARISON,
     families.inference_report.PUBLISHED_SECTION,
+    families.inference_report.TORCHAX,
     families.analysis_report.TRUST,
     families.inference_report.WHY,
     families.inference_report.THROUGHPUT,

@@ -25,7 +25,7 @@ from fwbench.report.items import (
     records,
     throughput,
 )
-from fwbench.vocab import kind_label, series_label
+from fwbench.vocab import TORCH_GRAPH_MODES, kind_label, series_label
 
 
 def latency_at_smallest_batch(meas: pd.DataFrame) -> pd.DataFrame:
@@ -157,6 +157,27 @@ def published_table(matrix: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def torchax_table(meas: pd.DataFrame) -> pd.DataFrame:
+    """Each model run through torchax (10_inference's torchax mode): its float64 proof against
+    PyTorch eager, or why it failed, and the images/s it then reached per batch size."""
+    if meas.empty:
+        return pd.DataFrame()
+    arms = meas[(meas.family == "inference") & (meas["mode"].isin(TORCH_GRAPH_MODES))]
+    proofs = arms[arms.metric == "float64_max_rel_err"]
+    if proofs.empty:
+        return pd.DataFrame()
+    keys = ["model", "device_name"]
+    table = proofs[[*keys, "status", "value", "error"]].rename(
+        columns={"status": "proof", "value": "float64_max_rel_err", "error": "why_not"}
+    )
+    speed = arms[(arms.metric == "throughput_img_s") & (arms.status == "ok")]
+    speed = speed[[*keys, "precision", "batch_size", "value"]].rename(
+        columns={"value": "throughput_img_s"}
+    )
+    table = table.merge(speed, on=keys, how="left")
+    return table.sort_values([*keys, "batch_size"]).reset_index(drop=True)
 
 
 def energy_table(meas: pd.DataFrame) -> pd.DataFrame:
@@ -478,4 +499,34 @@ PUBLISHED_SECTION = Section(
 )
 
 
-SECTIONS = (COMPARISON, PUBLISHED_SECTION, WHY, THROUGHPUT, LATENCY, MEMORY, COMPILE, ENERGY, KINDS)
+TORCHAX = Section(
+    "Through torchax",
+    "PyTorch models run as JAX functions (10_inference's torchax mode): XLA compiles PyTorch's "
+    "own graph, with no Flax twin. Each was first proven the same function as PyTorch eager in "
+    "float64 (logits within 1e-10 relative); a model that failed the proof or could not be traced "
+    "was not timed, and the table says why. These arms are never JAX's side of a ratio above.",
+    (
+        Table(
+            "torchax",
+            "Per model: the float64 proof (ok or skipped), the largest relative logit difference, "
+            "why a model was not timed, and its images/s per batch size.",
+            lambda a: torchax_table(a.meas),
+            records("inference", ["float64_max_rel_err", "throughput_img_s"]),
+        ),
+    ),
+    when=lambda a: not torchax_table(a.meas).empty,
+)
+
+
+SECTIONS = (
+    COMPARISON,
+    PUBLISHED_SECTION,
+    TORCHAX,
+    WHY,
+    THROUGHPUT,
+    LATENCY,
+    MEMORY,
+    COMPILE,
+    ENERGY,
+    KINDS,
+)
