@@ -38,31 +38,35 @@ def test_with_the_shim_torchax_runs_and_names_what_was_shimmed():
     assert int(shimmed) > 0 and shape.strip() == "(1, 2)"
 
 
-def test_a_torchvision_model_is_the_same_function_in_float64():
+def test_a_torchvision_model_is_the_same_function_in_float64_and_only_with_64_bit_jax():
+    # one process: the proof first refuses without JAX's 64-bit mode (float32 agreement, about
+    # 1e-7, would pass for a proof it is not), then passes with it
     done = run(
         "import jax, torch, torchvision\n"
-        "jax.config.update('jax_enable_x64', True)\n"
         "from fwbench.models import torchax_bridge as bridge\n"
         "torch.manual_seed(0)\n"
         "model = torchvision.models.resnet18(weights=None, num_classes=10)\n"
-        "print(bridge.float64_agreement(model, torch.randn(2, 3, 32, 32)))\n"
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert float(done.stdout) <= torchax_bridge.FLOAT64_TOLERANCE
-
-
-def test_the_float64_proof_refuses_without_jax_64_bit_mode():
-    # float32 agreement (about 1e-7) would pass for a proof it is not
-    done = run(
-        "import torch\n"
-        "from fwbench.models import torchax_bridge as bridge\n"
+        "x = torch.randn(2, 3, 32, 32)\n"
         "try:\n"
-        "    bridge.float64_agreement(torch.nn.Linear(3, 2), torch.ones(1, 3))\n"
+        "    bridge.float64_agreement(model, x)\n"
         "except ValueError as exc:\n"
-        "    print('refused:', exc)\n"
+        "    print('refused:', 'jax_enable_x64' in str(exc))\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        "print(bridge.float64_agreement(model, x))\n"
+        # a zero-initialised head (torchvision's ViT has one) gives zero logits: no proof
+        "head = torch.nn.Linear(3, 2)\n"
+        "torch.nn.init.zeros_(head.weight); torch.nn.init.zeros_(head.bias)\n"
+        "try:\n"
+        "    bridge.float64_agreement(head, torch.ones(1, 3))\n"
+        "except ValueError as exc:\n"
+        "    print('refused:', 'all zero' in str(exc))\n"
+        "print(bridge.float64_agreement(bridge.without_zero_weights(head), torch.ones(1, 3)))\n"
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("refused:") and "jax_enable_x64" in done.stdout
+    refused, error, zero_refused, redrawn = done.stdout.splitlines()
+    assert refused == "refused: True" and zero_refused == "refused: True"
+    assert float(error) <= torchax_bridge.FLOAT64_TOLERANCE
+    assert float(redrawn) <= torchax_bridge.FLOAT64_TOLERANCE
 
 
 @pytest.mark.parametrize("order", ["torchax first", "compile first"])

@@ -140,4 +140,26 @@ def float64_agreement(model, x) -> float:
     got = np.asarray(jax.block_until_ready(got))
     if got.dtype != np.float64:
         raise ValueError(f"torchax returned {got.dtype}, not float64")
-    return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+    scale = np.max(np.abs(want))
+    if not scale > 0:
+        raise ValueError(
+            "PyTorch's logits are all zero: they prove nothing (give the model weights)"
+        )
+    return float(np.max(np.abs(got - want)) / scale)
+
+
+def without_zero_weights(model, seed: int = 0):
+    """A copy of ``model`` whose all-zero parameters (a zero-initialised classifier head, as
+    torchvision's ViT has, or zero biases) are drawn afresh: the same function of other weights,
+    whose logits are not all zero, so a proof on it compares something."""
+    import copy
+
+    import torch
+
+    model = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.numel() and not param.any():
+                param.copy_(torch.randn(param.shape, generator=gen, dtype=param.dtype) * 0.02)
+    return model
