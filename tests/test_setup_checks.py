@@ -53,3 +53,23 @@ def test_jax_matmul_and_xla_compile_pass_on_the_cpu():
     assert setup.check_jax_matmul(cpu, "cpu", size=64).passed
     compiled = setup.check_xla_compile(cpu, "cpu")
     assert compiled.passed, compiled.detail
+
+
+def test_the_xla_check_asks_for_fp32_matmuls_where_a_gpu_would_round_to_tf32(monkeypatch):
+    # a GPU's default rounds fp32 matmuls to TF32 (the check read 26.2252 for 26.2140 on an
+    # H200); a CPU ignores the request, so the program XLA is given is what is checked
+    import jax
+    from jax._src import stages
+
+    programs = []
+    compile_lowered = stages.Lowered.compile
+
+    def remember(self, *args, **kwargs):
+        programs.append(self.as_text())
+        return compile_lowered(self, *args, **kwargs)
+
+    monkeypatch.setattr(stages.Lowered, "compile", remember)
+    check = setup.check_xla_compile(jax.devices("cpu")[0], "cpu")
+    assert check.passed, check.detail
+    (program,) = programs
+    assert "precision = [HIGHEST, HIGHEST]" in program
