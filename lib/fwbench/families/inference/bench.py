@@ -100,19 +100,28 @@ class TorchSide:
 
 
 class JaxSide:
+    # the NCHW host batches, reordered to the layout the function takes: a Flax twin's is NHWC
+    INPUT_AXES = (0, 2, 3, 1)
+
     def __init__(self, flax_model, device: str, prec: str):
-        import jax
         from flax import nnx
 
-        self.device = device
-        self.jax_device = fw_device.jax_device(device)
-        self.dtype = precision.jax_dtype(prec)
         graphdef, state = nnx.split(flax_model)
-        self.state = jax.device_put(precision.cast_floating(state, self.dtype), self.jax_device)
 
         def forward(state, x):
             return nnx.merge(graphdef, state)(x)
 
+        dtype = precision.jax_dtype(prec)
+        self._place(precision.cast_floating(state, dtype), forward, device, dtype)
+
+    def _place(self, state, forward, device: str, dtype) -> None:
+        """``forward(state, x)`` jitted, with ``state`` (already in ``dtype``) on the device."""
+        import jax
+
+        self.device = device
+        self.jax_device = fw_device.jax_device(device)
+        self.dtype = dtype
+        self.state = jax.device_put(state, self.jax_device)
         self.jitted = jax.jit(forward)
         self.compiled = {}
 
@@ -120,9 +129,9 @@ class JaxSide:
         import jax
 
         return [
-            jax.device_put(np.ascontiguousarray(b.transpose(0, 2, 3, 1)), self.jax_device).astype(
-                self.dtype
-            )
+            jax.device_put(
+                np.ascontiguousarray(b.transpose(self.INPUT_AXES)), self.jax_device
+            ).astype(self.dtype)
             for b in batches
         ]
 
@@ -153,28 +162,15 @@ class TorchaxSide(JaxSide):
     as arguments of the jitted function), not a Flax port."""
 
     GIVEN = {"graph": "PyTorch's, through torchax", "layout": "NCHW", "weights": "arguments"}
+    INPUT_AXES = (0, 1, 2, 3)  # NCHW, as PyTorch takes them
 
     def __init__(self, torch_model, device: str, prec: str):
-        import jax
-
         from fwbench.models import torchax_bridge
 
-        self.device = device
-        self.jax_device = fw_device.jax_device(device)
-        self.dtype = precision.jax_dtype(prec)
+        # cast by PyTorch, as PyTorch itself would run the model at this precision
         model = torch_model.to(dtype=precision.torch_dtype(prec)).eval()
         weights, fn = torchax_bridge.jax_function(model)
-        self.state = jax.device_put(weights, self.jax_device)
-        self.jitted = jax.jit(fn)
-        self.compiled = {}
-
-    def inputs(self, batches: list[np.ndarray]):
-        import jax
-
-        return [
-            jax.device_put(np.ascontiguousarray(b), self.jax_device).astype(self.dtype)
-            for b in batches
-        ]
+        self._place(weights, fn, device, precision.jax_dtype(prec))
 
 
 def torchax_proof(torch_model, image_size: int, seed: int) -> dict:
