@@ -34,8 +34,8 @@ run: $(STAMP)
 	$(BIN)/fwbench run $(CAMPAIGN)
 
 lint: $(STAMP)
-	$(BIN)/ruff check lib tests notebooks
-	$(BIN)/ruff format --check lib tests notebooks
+	$(BIN)/ruff check lib tests notebooks examples
+	$(BIN)/ruff format --check lib tests notebooks examples
 
 # --durations: the slowest tests named in every log, since the suite's time budget is watched.
 # TEST_WORKERS pytest-xdist workers, each given a whole test file at a time (a file's fixtures

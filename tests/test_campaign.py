@@ -1,6 +1,7 @@
 import pytest
 
-from fwbench.pipeline.campaign import CampaignError, load_campaign, preload_found
+from fwbench.pipeline.campaign import CampaignError, load_campaign
+from fwbench.pipeline.cell_checks import preload_found
 from fwbench.pipeline.notebook_params import read_parameters
 from tests.conftest import REPO, STANDIN, run_cli
 

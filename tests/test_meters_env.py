@@ -8,7 +8,7 @@ import pytest
 from fwbench.measure import device
 from fwbench.measure.meters import measure_energy, measure_peak_memory
 from fwbench.pipeline import environment
-from fwbench.pipeline.campaign import preload_found
+from fwbench.pipeline.cell_checks import preload_found
 
 HAS_CUDA = False
 try:

@@ -8,6 +8,10 @@ lazily so that ``import fwbench`` stays cheap and torch-only users never import 
 Any other torchvision classification model is accepted on the PyTorch side only: ``get_spec``
 builds its spec from torchvision's own metadata (``get_model_weights``, read without downloading
 anything), and ``require_twin`` turns a request for its JAX side into one clear message.
+
+A model from outside the library (``fwbench.models.declared``: a campaign's ``models:`` section,
+``FWBENCH_MODELS`` in a kernel, or a package's entry point) gets a spec whose parameter count and
+GMACs are counted on the model itself; ``declare`` registers it in this process.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 import functools
 import importlib
 from dataclasses import dataclass
+
+from fwbench.models import declared
 
 
 @dataclass(frozen=True)
@@ -27,10 +33,17 @@ class ModelSpec:
     flax_module: str | None  # module with build_flax(num_classes, *, rngs, ...) and links(model)
     label: str  # how tables, charts and sentences name it
     flax_kwargs: tuple = ()  # (name, value) pairs build_flax takes to build this variant
+    declaration: declared.Declaration | None = None  # a model from outside the library
 
     @property
     def has_twin(self) -> bool:
         return self.flax_module is not None
+
+    @property
+    def published(self) -> bool:
+        """Whether ``param_count`` and ``gmacs`` are torchvision's published figures (a declared
+        model's are counted on the model, so checking the model against them proves nothing)."""
+        return self.declaration is None
 
     def size_kwargs(self, image_size: int | None) -> dict:
         """Builder kwargs for a non-native input size; only a ViT's architecture depends on it
@@ -42,6 +55,8 @@ class ModelSpec:
 
     def torch_model(self, num_classes: int = 1000, *, image_size: int | None = None):
         """The torchvision reference with random (seeded by the caller) initialisation."""
+        if self.declaration is not None:
+            return declared.build(self.declaration, num_classes)
         import torchvision
 
         builder = getattr(torchvision.models, self.name)
@@ -49,6 +64,8 @@ class ModelSpec:
 
     def flax_impl(self):
         require_twin(self.name)
+        if self.declaration is not None:
+            return declared.flax_module(self.declaration)
         return importlib.import_module(self.flax_module)
 
     def build_flax(self, num_classes: int, *, rngs, **size_kwargs):
@@ -172,29 +189,74 @@ MODELS: dict[str, ModelSpec] = {
 
 
 def get_spec(name: str) -> ModelSpec:
-    """The twin's spec, or for any other torchvision classification model a PyTorch-only spec."""
+    """The twin's spec, a declared model's, or for any other torchvision classification model a
+    PyTorch-only spec."""
+    spec = _find(name)
+    if spec is None:
+        raise KeyError(
+            f"unknown model {name!r}: the models with a Flax twin are "
+            f"{', '.join(twin_models())}, any torchvision classification model runs on PyTorch "
+            "alone (torchvision.models.list_models(module=torchvision.models)), and a model of "
+            "your own is declared in a campaign's 'models:' section (CONTRIBUTING.md)"
+        )
+    return spec
+
+
+def _find(name: str) -> ModelSpec | None:
     if name in MODELS:
         return MODELS[name]
+    if name in DECLARED:
+        return DECLARED[name]
     if name in torchvision_models():
         return _torchvision_spec(name)
-    raise KeyError(
-        f"unknown model {name!r}: the models with a Flax twin are {', '.join(twin_models())}, and "
-        "any torchvision classification model runs on PyTorch alone "
-        "(torchvision.models.list_models(module=torchvision.models))"
-    )
+    if not isinstance(name, str) or not declared.NAME_RE.match(name):
+        return None
+    found = declared.from_environment().get(name) or declared.from_entry_point(name)
+    return declare(found) if found else None
 
 
 def is_known(name: str) -> bool:
-    return name in MODELS or name in torchvision_models()
+    return _find(name) is not None
+
+
+# the models declared in this process (a campaign's, or found in FWBENCH_MODELS or an entry point)
+DECLARED: dict[str, ModelSpec] = {}
+
+
+def declare(declaration: declared.Declaration) -> ModelSpec:
+    """Register a declared model in this process: its builder and twin imported, its size counted
+    on the model. Raises ``declared.DeclarationError`` with one line on any problem."""
+    name = declaration.name
+    if name in MODELS or name in torchvision_models():
+        raise declared.DeclarationError(
+            f"model {name!r}: the registry already has a model of that name; choose another"
+        )
+    if name in DECLARED and DECLARED[name].declaration == declaration:
+        return DECLARED[name]
+    counted = declared.count(declaration)
+    if declaration.flax:
+        declared.flax_module(declaration)
+    spec = ModelSpec(
+        name=name,
+        kind=declaration.kind,
+        param_count=counted.param_count,
+        gmacs=counted.gmacs,
+        image_size=declaration.image_size,
+        flax_module=declaration.flax,
+        label=declaration.label or name,
+        declaration=declaration,
+    )
+    DECLARED[name] = spec
+    return spec
 
 
 def twin_models() -> list[str]:
-    return [name for name, spec in MODELS.items() if spec.has_twin]
+    return [name for name, spec in {**MODELS, **DECLARED}.items() if spec.has_twin]
 
 
 def require_twin(name: str) -> None:
     """Raise the one-line answer to a request for the JAX side of a model that has none."""
-    spec = MODELS.get(name)
+    spec = _find(name)
     if spec is None or not spec.has_twin:
         raise ValueError(
             f"{name} has no Flax twin, so it runs on PyTorch only; the models with a JAX side "

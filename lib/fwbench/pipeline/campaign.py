@@ -33,6 +33,11 @@ the copy's slug ends in ``__aa_copy=1`` (before any trial) and its notebook gets
 ``aa_copy = 1``, which it records in every record's ``extra``. A copy is an arm like any other
 (interleaved with the rest, re-run when shared), so an A/A comparison sees exactly the noise a
 real comparison sees. The key, the slug, the parameter and the record field share one word.
+
+``models:`` (top level) declares models from outside the library by import path
+(``fwbench.models.declared``): each is imported and counted before any step is checked, so a typo
+in it is one line and exit status 2, and every cell's kernel gets the declarations in
+``FWBENCH_MODELS``. A ``path`` in a declaration is read from the campaign file's folder.
 """
 
 from __future__ import annotations
@@ -42,15 +47,21 @@ import itertools
 import os
 import random
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from fwbench import vocab
-from fwbench.models.registry import get_spec, require_twin
-from fwbench.pipeline.notebook_params import REGISTRY_MODELS, NotebookParameter, read_parameters
+from fwbench.models.declared import to_environment
+from fwbench.pipeline.cell_checks import (
+    CampaignError,
+    check_mode,
+    check_preload,
+    check_twin,
+    declare_models,
+    validate,
+)
+from fwbench.pipeline.notebook_params import NotebookParameter, read_parameters
 
 STEP_KEYS = {
     "notebook",
@@ -73,6 +84,7 @@ CAMPAIGN_KEYS = {
     "seed",
     "rerun_shared",
     "invocations",
+    "models",
 }
 # The parameter (and record field) that marks an A/A copy; the runner owns it, so a campaign never
 # sets it by hand and the slug and the records always agree.
@@ -83,10 +95,6 @@ STEP_ORDERS = ("sequential", "interleaved")  # a duet spans two steps, so only a
 DEFAULT_RERUN_SHARED = 2
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class CampaignError(ValueError):
-    """Bad input in a campaign file: reported as one message, exit status 2, nothing written."""
 
 
 @dataclass
@@ -121,6 +129,7 @@ class Campaign:
     rerun_shared: int = 0  # how often an interleaved trial run on a shared machine is run again
     order: str = "sequential"  # the campaign-level order; "duet" pairs the rounds' cells
     invocations: int = 1  # how many runs one ``fwbench run`` makes, one after the other
+    models: dict = field(default_factory=dict)  # name -> Declaration, from ``models:``
 
     def select(self, pattern: str | None) -> list[Cell]:
         if not pattern:
@@ -297,33 +306,7 @@ def _check_step(path: Path, i: int, step) -> None:
         raise CampaignError(f"{where}: 'when_env' must name one environment variable")
     _check_order(where, step, STEP_ORDERS)
     for key in ("retry_env", "kernel_env"):
-        _check_preload(where, key, step.get(key) or {})
-
-
-def _check_preload(where: str, key: str, env: dict) -> None:
-    """A library in LD_PRELOAD that the dynamic linker cannot find is only a warning on the
-    kernel's stderr, and the cell would run without it: refuse it here instead."""
-    for name in str(env.get("LD_PRELOAD") or "").replace(":", " ").split():
-        if not preload_found(name):
-            raise CampaignError(
-                f"{where}: {key} preloads {name}, which this machine's dynamic linker does not "
-                f"find; install it (for jemalloc: make jemalloc) or remove it from the step"
-            )
-
-
-def preload_found(name: str) -> bool:
-    """Whether ``name`` (a path, or a file name the linker looks up in its cache) exists."""
-    if "/" in name:
-        return Path(name).is_file()
-    for ldconfig in ("ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"):
-        try:
-            listing = subprocess.run(
-                [ldconfig, "-p"], capture_output=True, text=True, check=True
-            ).stdout
-        except (OSError, subprocess.CalledProcessError):
-            continue
-        return any(line.strip().startswith(f"{name} ") for line in listing.splitlines())
-    return False
+        check_preload(where, key, step.get(key) or {})
 
 
 def _check_order(where: str, data: dict, allowed: tuple = ORDERS) -> None:
@@ -395,6 +378,8 @@ def load_campaign(path: str | Path) -> Campaign:
         )
     for i, step in enumerate(steps):
         _check_step(path, i, step)
+    models = declare_models(path, data.get("models"))
+    models_env = to_environment(models)
     varying = _varying_step_params(steps)
 
     cells: list[Cell] = []
@@ -431,9 +416,9 @@ def load_campaign(path: str | Path) -> Campaign:
         short_name = Path(nb_name).stem
         for combo in itertools.product(*(grid[k] for k in keys)):
             cell_params = {**params, **dict(zip(keys, combo, strict=True))}
-            _validate(path, short_name, declared, cell_params)
-            _check_mode(path, short_name, {k: p.default for k, p in declared.items()} | cell_params)
-            _check_twin(path, short_name, declared, cell_params)
+            validate(path, short_name, declared, cell_params)
+            check_mode(path, short_name, {k: p.default for k, p in declared.items()} | cell_params)
+            check_twin(path, short_name, declared, cell_params)
             for trial, copy in itertools.product(range(1, trials + 1), copies):
                 cells.append(
                     Cell(
@@ -451,7 +436,10 @@ def load_campaign(path: str | Path) -> Campaign:
                         parameters=cell_params | ({AA_COPY: 1} if copy else {}),
                         trial=trial if trials > 1 else 0,
                         retry_env={k: str(v) for k, v in (step.get("retry_env") or {}).items()},
-                        kernel_env={k: str(v) for k, v in (step.get("kernel_env") or {}).items()},
+                        kernel_env={
+                            **{k: str(v) for k, v in (step.get("kernel_env") or {}).items()},
+                            **models_env,
+                        },
                         timeout=step.get("timeout"),
                         step=i + 1,
                         interleaved=interleaved,
@@ -484,6 +472,7 @@ def load_campaign(path: str | Path) -> Campaign:
         rerun_shared=rerun_shared,
         order=default_order,
         invocations=invocations,
+        models=models,
     )
 
 
@@ -513,70 +502,3 @@ def _check_duet(path: Path, steps: list, cells: list[Cell]) -> None:
             f"{path}: the two duet steps (steps {trialled[0]} and {trialled[1]}) must have the "
             "same 'trials' and the same 'grid', so that their cells pair one to one"
         )
-
-
-def _validate(path: Path, notebook: str, declared: dict[str, NotebookParameter], cell: dict):
-    for key, value in cell.items():
-        if key not in declared:
-            raise CampaignError(
-                f"{path}: notebook {notebook} has no parameter {key!r}; "
-                f"its parameters are: {', '.join(sorted(declared))}"
-            )
-        problem = declared[key].check(value)
-        if problem:
-            raise CampaignError(f"{path}: notebook {notebook}, parameter {key!r}: {problem}")
-        if key.endswith("_path") and isinstance(value, str) and value:
-            if not Path(value).expanduser().exists():
-                raise CampaignError(
-                    f"{path}: notebook {notebook}, parameter {key!r}: {value} does not exist"
-                )
-
-
-def _check_twin(path: Path, notebook: str, declared: dict, cell: dict) -> None:
-    """A JAX cell of a model without a Flax twin is bad input, not a failed cell.
-
-    A notebook with a registry ``model`` and no ``framework`` parameter compares both sides
-    (01_validation), so it needs the twin too."""
-    if "model" not in declared or declared["model"].choices is not REGISTRY_MODELS:
-        return
-    values = {k: p.default for k, p in declared.items()} | cell
-    if values.get("framework", "jax") != "jax":
-        return
-    if values.get("mode") in vocab.TORCH_GRAPH_MODES:
-        return  # PyTorch's own graph on XLA: no twin needed
-    try:
-        require_twin(values["model"])
-    except ValueError as exc:
-        raise CampaignError(f"{path}: notebook {notebook}: {exc}") from None
-
-
-def _check_mode(path: Path, notebook: str, parameters: dict) -> None:
-    # e.g. ``framework: jax, mode: compile`` is bad input before anything runs, not a failed cell
-    _check_framework_choice(path, notebook, parameters)
-    if notebook not in vocab.NOTEBOOK_MODES or not {"framework", "mode"} <= set(parameters):
-        return
-    modes, what = vocab.NOTEBOOK_MODES[notebook]
-    try:
-        vocab.resolve_mode(parameters["framework"], parameters["mode"], modes, what)
-    except ValueError as exc:
-        raise CampaignError(f"{path}: notebook {notebook}: {exc}") from None
-
-
-def _check_framework_choice(path: Path, notebook: str, parameters: dict) -> None:
-    """A value the cell's framework lacks (``framework: torch, strategy: dp``) is bad input."""
-    if notebook not in vocab.NOTEBOOK_FRAMEWORK_CHOICES or "framework" not in parameters:
-        return
-    key, choices = vocab.NOTEBOOK_FRAMEWORK_CHOICES[notebook]
-    allowed = choices.get(parameters["framework"], ())
-    if key in parameters and parameters[key] not in allowed:
-        raise CampaignError(
-            f"{path}: notebook {notebook}: {key} {parameters[key]!r} is not a "
-            f"{parameters['framework']} {key}; choose from {allowed}"
-        )
-    # tensor parallelism splits Linear layers: the transformers' MLPs, not a CNN's convolutions
-    if parameters.get(key) == "tp" and "model" in parameters:
-        if get_spec(parameters["model"]).kind != "transformer":
-            raise CampaignError(
-                f"{path}: notebook {notebook}: strategy 'tp' splits a transformer's Linear "
-                f"layers; {parameters['model']} is a CNN (use vit_b_16)"
-            )
