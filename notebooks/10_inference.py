@@ -14,6 +14,9 @@
 # `framework: jax, mode: torchax` runs PyTorch's own module as a JAX function instead (any model,
 # no twin needed), once a float64 proof against PyTorch eager has passed; a model torchax cannot
 # trace is a `skipped` record naming why. It never stands for JAX in a JAX-vs-PyTorch ratio.
+# A text or speech model (transformers' BERT-base, ViT-base and wav2vec2-base from their configs:
+# `hf_bert_base`, `hf_vit_base`, `hf_wav2vec2_base`) takes `seq_len` token ids or audio samples
+# per input instead of an image, and its "images" per second are inputs per second.
 #
 # **Run it:** `fwbench run params/smoke.yaml --only '10_inference/*'`
 #
@@ -30,6 +33,7 @@ channels_last = False
 cudnn_benchmark = False
 batch_sizes = [1, 8]
 image_size = 224
+seq_len = 0  # a text or speech model's input: tokens or audio samples (0: the model's own length)
 min_iters = 5
 min_seconds = 0.5
 warmup = 3
@@ -53,6 +57,8 @@ from fwbench.results.records import Recorder
 # first: XLA sizes its thread pool from the cores the process may use when its backend starts
 threads = fw_device.limit_threads(threads)
 spec = get_spec(model)
+# an image's pixels a side, or a text or speech model's tokens or samples
+size = image_size if spec.inputs == "image" else seq_len or spec.image_size
 mode = vocab.resolve_mode(framework, mode)  # "default": torch eager, JAX jit
 kind = fw_device.resolve_device(framework, device)
 name = fw_device.device_name(framework, kind)
@@ -68,7 +74,7 @@ elif mode == "torchax":
     # PyTorch's own graph on XLA (any model build_torch makes): proven the same function as
     # PyTorch eager in float64 before anything is timed; a model torchax cannot trace is skipped
     torch_model = build_torch(model, seed=seed, image_size=image_size)
-    proof = bench.torchax_proof(torch_model, image_size, seed)
+    proof = bench.torchax_proof(torch_model, size, seed, spec.inputs)
     side = None if proof["failure"] else bench.TorchaxSide(torch_model, kind, precision)
     settings["torchax"] = bench.TorchaxSide.GIVEN
     print(f"float64 proof: {proof}")
@@ -94,6 +100,8 @@ rec = Recorder(
         "settings": settings,
         "channels_last": bool(channels_last and spec.kind == "cnn" and framework == "torch"),
         "image_size": image_size,
+        # only for a text or speech model, so an image model's records are unchanged
+        **({"inputs": spec.inputs, "seq_len": size} if spec.inputs != "image" else {}),
         "stop_rule": {"min_iters": min_iters, "min_seconds": min_seconds, "warmup": warmup},
         # only on copies, so the records of every cell made before A/A copies are unchanged
         **({"aa_copy": 1} if aa_copy else {}),
@@ -110,7 +118,14 @@ if mode == "torchax":
     )
 for bs in batch_sizes if side is not None else []:
     result = bench.run_batch_size(
-        side, bs, image_size, rule, warmup=warmup, block_size=block_size, seed=seed
+        side,
+        bs,
+        size,
+        rule,
+        warmup=warmup,
+        block_size=block_size,
+        seed=seed,
+        inputs=spec.inputs,
     )
     results.append(result)
     bench.add_records(rec, result)
@@ -182,7 +197,7 @@ if profile:
 
     found = None
     for batch_size in [r.batch_size for r in results if r.status == "ok"]:
-        found = profile_side(side, framework, batch_size, image_size, seed)
+        found = profile_side(side, framework, batch_size, size, seed, spec.inputs)
         for category, ms in found.rows():
             rec.add(
                 "op_time_ms",

@@ -15,7 +15,12 @@ from fwbench.data.preprocess import (
     resize_size_for,
     to_nhwc,
 )
-from fwbench.data.synthetic import digits_dataset, rotating_batches, synthetic_batch
+from fwbench.data.synthetic import (
+    digits_dataset,
+    rotating_batches,
+    synthetic_batch,
+    synthetic_input,
+)
 
 __all__ = [
     "IMAGENET_MEAN",
@@ -30,5 +35,6 @@ __all__ = [
     "resize_size_for",
     "rotating_batches",
     "synthetic_batch",
+    "synthetic_input",
     "to_nhwc",
 ]

@@ -22,6 +22,24 @@ def synthetic_batch(
     return images, labels
 
 
+# token ids are drawn below this: a valid id in any text model's vocabulary (BERT's has 30,522)
+TOKEN_IDS = 1000
+INPUT_KINDS = ("image", "tokens", "audio")
+
+
+def synthetic_input(inputs: str, batch_size: int, size: int, seed: int) -> np.ndarray:
+    """One seeded batch of a model's input kind: float32 NCHW images of ``size`` pixels a side,
+    int64 token ids of ``size`` tokens, or float32 audio of ``size`` samples."""
+    if inputs == "image":
+        return synthetic_batch(batch_size, size, seed)[0]
+    rng = np.random.default_rng(seed)
+    if inputs == "tokens":
+        return rng.integers(0, TOKEN_IDS, size=(batch_size, size), dtype=np.int64)
+    if inputs == "audio":
+        return rng.standard_normal((batch_size, size), dtype=np.float32)
+    raise ValueError(f"inputs must be one of {INPUT_KINDS}, got {inputs!r}")
+
+
 def rotating_batches(
     n: int, batch_size: int, image_size: int, seed: int = 0, num_classes: int = 1000
 ) -> list[tuple[np.ndarray, np.ndarray]]:

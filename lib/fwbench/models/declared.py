@@ -163,19 +163,30 @@ def count(declaration: Declaration) -> Counted:
     """Parameters and GMACs from the model: built on the meta device (no memory, no weights),
     one image of the native size through ``FlopCounterMode`` (2 FLOPs per multiply-add)."""
     import torch
+
+    size = declaration.image_size
+    return count_module(
+        lambda: build(declaration),
+        lambda: torch.empty(1, 3, size, size, device="meta"),
+        f"model {declaration.name!r}: one {size}px image",
+    )
+
+
+def count_module(make_model, make_input, what: str) -> Counted:
+    """``make_model()`` built on the meta device: its parameters, and the GMACs of one call on
+    ``make_input()`` (a meta tensor) by ``FlopCounterMode``."""
+    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     with torch.device("meta"):
-        model = build(declaration)
+        model = make_model()
     params = sum(p.numel() for p in model.parameters())
-    x = torch.empty(1, 3, declaration.image_size, declaration.image_size, device="meta")
     try:
         with FlopCounterMode(display=False) as counter, torch.no_grad():
-            model.eval()(x)
+            model.eval()(make_input())
     except Exception as exc:  # the user's forward: any failure is the declaration's
         raise DeclarationError(
-            f"model {declaration.name!r}: one {declaration.image_size}px image does not go "
-            f"through it ({type(exc).__name__}: {exc})"
+            f"{what} does not go through it ({type(exc).__name__}: {exc})"
         ) from None
     return Counted(int(params), counter.get_total_flops() / 2e9)
 

@@ -16,6 +16,7 @@ GMACs are counted on the model itself; ``declare`` registers it in this process.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ class ModelSpec:
     label: str  # how tables, charts and sentences name it
     flax_kwargs: tuple = ()  # (name, value) pairs build_flax takes to build this variant
     declaration: declared.Declaration | None = None  # a model from outside the library
+    builder: str | None = None  # "module:function" building a non-torchvision library model
+    inputs: str = "image"  # what one input is: "image", "tokens" or "audio" (samples)
 
     @property
     def has_twin(self) -> bool:
@@ -43,7 +46,12 @@ class ModelSpec:
     def published(self) -> bool:
         """Whether ``param_count`` and ``gmacs`` are torchvision's published figures (a declared
         model's are counted on the model, so checking the model against them proves nothing)."""
-        return self.declaration is None
+        return self.declaration is None and self.builder is None
+
+    def input_shape(self, batch_size: int, size: int | None = None) -> tuple:
+        """One batch's shape: images NCHW, token ids or audio samples (batch, length)."""
+        size = size or self.image_size
+        return (batch_size, 3, size, size) if self.inputs == "image" else (batch_size, size)
 
     def size_kwargs(self, image_size: int | None) -> dict:
         """Builder kwargs for a non-native input size; only a ViT's architecture depends on it
@@ -57,6 +65,9 @@ class ModelSpec:
         """The torchvision reference with random (seeded by the caller) initialisation."""
         if self.declaration is not None:
             return declared.build(self.declaration, num_classes)
+        if self.builder is not None:
+            module, function = self.builder.split(":")
+            return getattr(importlib.import_module(module), function)(num_classes)
         import torchvision
 
         builder = getattr(torchvision.models, self.name)
@@ -209,6 +220,8 @@ def _find(name: str) -> ModelSpec | None:
         return DECLARED[name]
     if name in torchvision_models():
         return _torchvision_spec(name)
+    if name in _hf_names():
+        return _hf_spec(name)
     if not isinstance(name, str) or not declared.NAME_RE.match(name):
         return None
     found = declared.from_environment().get(name) or declared.from_entry_point(name)
@@ -227,7 +240,7 @@ def declare(declaration: declared.Declaration) -> ModelSpec:
     """Register a declared model in this process: its builder and twin imported, its size counted
     on the model. Raises ``declared.DeclarationError`` with one line on any problem."""
     name = declaration.name
-    if name in MODELS or name in torchvision_models():
+    if name in MODELS or name in torchvision_models() or name in _hf_names():
         raise declared.DeclarationError(
             f"model {name!r}: the registry already has a model of that name; choose another"
         )
@@ -292,6 +305,40 @@ def _torchvision_spec(name: str) -> ModelSpec:
         flax_module=None,
         label=name,
     )
+
+
+def _hf_names() -> frozenset[str]:
+    from fwbench.models import hf_models
+
+    return frozenset(hf_models.MODELS)
+
+
+@functools.cache
+def _hf_spec(name: str) -> ModelSpec:
+    """A transformers model's spec, its size counted on the model (on the meta device)."""
+    import torch
+
+    from fwbench.models import hf_models
+
+    entry = hf_models.MODELS[name]
+    spec = ModelSpec(
+        name=name,
+        kind=entry.kind,
+        param_count=0,
+        gmacs=0.0,
+        image_size=entry.native_size,
+        flax_module=None,
+        label=entry.label,
+        builder=entry.builder,
+        inputs=entry.inputs,
+    )
+    dtype = torch.long if entry.inputs == "tokens" else torch.float32
+    counted = declared.count_module(
+        spec.torch_model,
+        lambda: torch.zeros(spec.input_shape(1), dtype=dtype, device="meta"),
+        f"{name}: one input",
+    )
+    return dataclasses.replace(spec, param_count=counted.param_count, gmacs=counted.gmacs)
 
 
 def build_torch(

@@ -74,10 +74,13 @@ class TorchSide:
     def inputs(self, batches: list[np.ndarray]):
         import torch
 
+        # token ids stay integers; only an image batch has a memory format
         return [
             torch.from_numpy(b)
-            .to(device=self.device, dtype=self.dtype)
-            .contiguous(memory_format=self.memory_format)
+            .to(device=self.device, dtype=self.dtype if b.dtype.kind == "f" else None)
+            .contiguous(
+                memory_format=self.memory_format if b.ndim == 4 else torch.contiguous_format
+            )
             for b in batches
         ]
 
@@ -128,10 +131,12 @@ class JaxSide:
     def inputs(self, batches: list[np.ndarray]):
         import jax
 
+        # an image batch is reordered to the function's layout; token ids stay integers
         return [
             jax.device_put(
-                np.ascontiguousarray(b.transpose(self.INPUT_AXES)), self.jax_device
-            ).astype(self.dtype)
+                np.ascontiguousarray(b.transpose(self.INPUT_AXES) if b.ndim == 4 else b),
+                self.jax_device,
+            ).astype(self.dtype if b.dtype.kind == "f" else b.dtype)
             for b in batches
         ]
 
@@ -173,19 +178,20 @@ class TorchaxSide(JaxSide):
         self._place(weights, fn, device, precision.jax_dtype(prec))
 
 
-def torchax_proof(torch_model, image_size: int, seed: int) -> dict:
+def torchax_proof(torch_model, size: int, seed: int, inputs: str = "image") -> dict:
     """The float64 proof a torchax cell passes before anything is timed: the largest relative
-    logit difference from PyTorch eager on one seeded image, with JAX's 64-bit mode on for the
+    output difference from PyTorch eager on one seeded input (an image of ``size`` pixels a side,
+    or ``size`` tokens or audio samples), with JAX's 64-bit mode on for the
     proof alone, on a copy whose all-zero weights are drawn afresh (a zero-initialised head gives
     zero logits, which prove nothing); ``failure`` names what went wrong (a model torchax cannot
     trace), else None."""
     import jax
     import torch
 
-    from fwbench.data import synthetic_batch
+    from fwbench.data import synthetic_input
     from fwbench.models import torchax_bridge
 
-    x = torch.from_numpy(synthetic_batch(1, image_size, seed)[0])
+    x = torch.from_numpy(synthetic_input(inputs, 1, size, seed))
     was = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
     try:
@@ -211,16 +217,19 @@ def run_batch_size(
     block_size: int,
     seed: int,
     energy_device_index: int = 0,
+    inputs: str = "image",
 ) -> BatchResult:
-    """Measure one batch size; an out-of-memory error becomes an ``oom`` result."""
-    from fwbench.data import synthetic_batch
+    """Measure one batch size; an out-of-memory error becomes an ``oom`` result. ``image_size``
+    is the input's size: pixels a side, or tokens or audio samples as ``inputs`` says."""
+    from fwbench.data import synthetic_input
     from fwbench.measure.stats import summarize
 
     result = BatchResult(batch_size)
     framework = "jax" if isinstance(side, JaxSide) else "torch"
     try:
         host = [
-            synthetic_batch(batch_size, image_size, seed + i)[0] for i in range(N_ROTATING_BATCHES)
+            synthetic_input(inputs, batch_size, image_size, seed + i)
+            for i in range(N_ROTATING_BATCHES)
         ]
         inputs = side.inputs(host)
         del host

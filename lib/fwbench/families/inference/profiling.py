@@ -253,10 +253,12 @@ def compress_xplanes(folder: Path) -> None:
         raw.unlink()
 
 
-def profile_side(side, framework: str, batch_size: int, image_size: int, seed: int) -> OpProfile:
-    from fwbench.data import synthetic_batch
+def profile_side(
+    side, framework: str, batch_size: int, size: int, seed: int, inputs: str = "image"
+) -> OpProfile:
+    from fwbench.data import synthetic_input
 
-    x = side.inputs([synthetic_batch(batch_size, image_size, seed)[0]])[0]
+    x = side.inputs([synthetic_input(inputs, batch_size, size, seed)])[0]
     if framework == "jax":
         if x.shape not in side.compiled:
             side.compiled[x.shape] = side.jitted.lower(side.state, x).compile()

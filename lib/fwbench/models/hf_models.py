@@ -1,0 +1,78 @@
+"""Transformers models built from their configs (random weights; nothing is downloaded), for the
+PyTorch side and for PyTorch's own graph on JAX's compiler (torchax). None has a Flax twin.
+
+Each is the encoder alone and returns its last hidden state, the tensor the float64 proof compares
+and the timing returns: BERT-base over token ids, ViT-base over images, wav2vec2-base (the speech
+family's ``base`` configuration) over raw 16 kHz audio. Attention is PyTorch's
+``scaled_dot_product_attention`` ("sdpa"): transformers' "eager" attention computes its softmax in
+float32 whatever the model's dtype, which would cap a float64 proof near 1e-8. wav2vec2's
+weight-normalised positional convolution is folded into a plain weight, as for inference:
+torchax has no lowering for the parametrisation's ``aten::set_``, and the function is the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Entry:
+    builder: str  # "module:function", called with num_classes (which an encoder ignores)
+    inputs: str  # "tokens", "image" or "audio"
+    native_size: int  # tokens, pixels per side, or audio samples
+    kind: str
+    label: str
+
+
+MODELS = {
+    "hf_bert_base": Entry(f"{__name__}:bert_base", "tokens", 128, "transformer", "BERT-base (HF)"),
+    "hf_vit_base": Entry(f"{__name__}:vit_base", "image", 224, "transformer", "ViT-base (HF)"),
+    "hf_wav2vec2_base": Entry(
+        f"{__name__}:wav2vec2_base", "audio", 16_000, "transformer", "wav2vec2-base (HF)"
+    ),
+}
+
+
+class LastHidden(nn.Module):
+    """A transformers encoder returning its last hidden state as one tensor."""
+
+    def __init__(self, encoder: nn.Module):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, x):
+        return self.encoder(x).last_hidden_state
+
+
+def bert_base(num_classes: int = 1000) -> LastHidden:
+    from transformers import BertConfig, BertModel
+
+    del num_classes
+    config = BertConfig(attn_implementation="sdpa")
+    return LastHidden(BertModel(config, add_pooling_layer=False))
+
+
+def vit_base(num_classes: int = 1000) -> LastHidden:
+    from transformers import ViTConfig, ViTModel
+
+    del num_classes
+    config = ViTConfig(attn_implementation="sdpa")
+    return LastHidden(ViTModel(config, add_pooling_layer=False))
+
+
+def wav2vec2_base(num_classes: int = 1000) -> LastHidden:
+    from torch.nn.utils import parametrize
+    from transformers import Wav2Vec2Model
+
+    from fwbench.models.speech import hf_config
+
+    del num_classes
+    config = hf_config("base")
+    config._attn_implementation = "sdpa"
+    model = Wav2Vec2Model(config)
+    conv = model.encoder.pos_conv_embed.conv
+    if parametrize.is_parametrized(conv):
+        parametrize.remove_parametrizations(conv, "weight", leave_parametrized=True)
+    return LastHidden(model)
