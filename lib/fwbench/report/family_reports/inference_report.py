@@ -503,12 +503,14 @@ TORCHAX = Section(
     "Through torchax",
     "PyTorch models run as JAX functions (10_inference's torchax mode): XLA compiles PyTorch's "
     "own graph, with no Flax twin. Each was first proven the same function as PyTorch eager in "
-    "float64 (logits within 1e-10 relative); a model that failed the proof or could not be traced "
-    "was not timed, and the table says why. These arms are never JAX's side of a ratio above.",
+    "float64 (outputs within 1e-10 relative: a classifier's logits, an encoder's last hidden "
+    "state); a model that failed the proof or could not be traced was not timed, and the table "
+    "says why. A text or speech model's images/s are its inputs per second (token sequences, "
+    "audio clips). These arms are never JAX's side of a ratio above.",
     (
         Table(
             "torchax",
-            "Per model: the float64 proof (ok or skipped), the largest relative logit difference, "
+            "Per model: the float64 proof (ok or skipped), the largest relative output difference, "
             "why a model was not timed, and its images/s per batch size.",
             lambda a: torchax_table(a.meas),
             records("inference", ["float64_max_rel_err", "throughput_img_s"]),
