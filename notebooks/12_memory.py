@@ -23,7 +23,7 @@
 # ResNet-152's whole traced step did not finish in 9 min.
 
 # %% tags=["parameters"]
-model = "bert"  # one of: resnet50, resnet152, vit_b_16, bert, bert_encoder
+model = "bert"  # one of: resnet50, resnet152, vit_b_16, bert, bert_encoder, or a registry model
 batch_sizes = [4]  # > 0
 image_size = 32  # vision models only
 seq_len = 32  # bert and bert_encoder only

@@ -148,3 +148,42 @@ def test_the_example_runs_through_validation_inference_and_training(tmp_path):
         ("training", "jit"),
     }
     assert records[records.metric == "fp64_param_parity_max_rel"].value.max() <= 1e-10
+
+
+MEMORY = """campaign: mine_memory
+models:
+  tinycnn: {{torch: my_model.torch_side:build, flax: my_model.flax_twin, path: {path},
+            image_size: 32}}
+steps:
+  - notebook: 12_memory
+    params: {{model: tinycnn, image_size: 32, num_classes: 10, batch_sizes: [4],
+             budget_fractions: [0.5], checkpoint_every: [1], sqrt_n: false, profile_iters: 1,
+             timing_iters: 1}}
+"""
+
+
+def test_a_declared_model_goes_through_the_memory_study(tmp_path):
+    campaign = tmp_path / "memory.yaml"
+    campaign.write_text(MEMORY.format(path=EXAMPLE))
+    out = tmp_path / "out"
+    done = run_cli("run", campaign, "--out", out, "--no-index")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (nb,) = out.glob("mine_memory/*/12_memory/*.ipynb")
+    records = pd.DataFrame(db._records_in(nbformat.read(nb, as_version=4)))
+    peaks = records[(records.metric == "peak_mem_bytes") & (records.status == "ok")]
+    assert {"graph", "checkpoint_every_1"} <= set(peaks["mode"]), sorted(set(peaks["mode"]))
+
+
+def test_a_chain_of_blocks_is_what_checkpointing_wraps():
+    from torch import nn
+
+    from fwbench.families.memory.cases import chain_blocks
+
+    small, large = nn.Sequential(nn.Linear(2, 2), nn.ReLU()), nn.ModuleList(
+        [nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)]
+    )
+    model = nn.Module()
+    model.head, model.body = small, large
+    assert chain_blocks(model) == list(large)
+    with pytest.raises(ValueError, match="no top-level"):
+        chain_blocks(nn.Linear(2, 2))

@@ -27,7 +27,8 @@ def add_parser(sub) -> None:
         "--resume",
         action="store_true",
         help="re-run only cells without an ok result in the latest run of this campaign, then "
-        "start the runs its series still lacks (see --invocations)",
+        "start the runs its series still lacks (see --invocations), each executing the "
+        "notebooks the series' first run executed (taken from git)",
     )
     run.add_argument(
         "--invocations",

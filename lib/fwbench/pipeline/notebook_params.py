@@ -7,7 +7,8 @@ list, must be a number above zero. A number named as a size (``batch_size``, ``b
 ``image_size``, ``seq_len``, ``world_sizes``, ``timer_check_batch``, ...) is held above zero
 without it.
 A parameter called ``model`` (or ``<something>_model``) without such a comment must name a model the
-registry knows: one with a Flax twin, or any torchvision classification model (PyTorch only).
+registry knows: one with a Flax twin, any torchvision classification model (PyTorch only), or a
+declared one; a ``one of:`` list ending in "or a registry model" takes its names and those.
 """
 
 from __future__ import annotations
@@ -148,25 +149,43 @@ def _choices(lines: list[str], node: ast.stmt, name: str) -> tuple | None:
     text = " ".join(lines[node.lineno - 1 : node.end_lineno])
     match = ONE_OF_RE.search(text)
     if match:
-        return tuple(_literal(c.strip()) for c in match.group("choices").split(",") if c.strip())
+        choices = tuple(_literal(c.strip()) for c in match.group("choices").split(",") if c.strip())
+        if choices and choices[-1] == OR_REGISTRY:
+            return RegistryModels(choices[:-1])
+        return choices
     if name == "model" or name.endswith("_model"):
         return REGISTRY_MODELS
     return None
 
 
+# the last item of a ``one of:`` list that also takes every registry model (12_memory's model)
+OR_REGISTRY = "or a registry model"
+
+
 class RegistryModels:
     """The ``choices`` of a model parameter: too many to list (every torchvision classification
-    model), so membership asks the registry, and the error message names the twins."""
+    model, every declared one), so membership asks the registry, and the error message names the
+    twins. ``extra`` are names the notebook takes besides (``# one of: bert, or a registry
+    model``)."""
+
+    def __init__(self, extra: tuple = ()):
+        self.extra = tuple(extra)
 
     def __contains__(self, name) -> bool:
         from fwbench.models.registry import is_known
 
-        return isinstance(name, str) and is_known(name)
+        return isinstance(name, str) and (name in self.extra or is_known(name))
 
     def __iter__(self):
         from fwbench.models.registry import twin_models
 
-        return iter([*twin_models(), "or any torchvision classification model (PyTorch only)"])
+        return iter(
+            [
+                *self.extra,
+                *twin_models(),
+                "or any torchvision classification model (PyTorch only)",
+            ]
+        )
 
 
 REGISTRY_MODELS = RegistryModels()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from fwbench.pipeline import environment, executors
+from fwbench.pipeline import environment, executors, series_notebooks
 from fwbench.pipeline.campaign import Campaign, CampaignError, Cell, RunOrder
 from fwbench.pipeline.trial import (
     CellResult,
@@ -283,6 +283,8 @@ def run_series(
         if after_run is not None:
             after_run(outcomes[-1])
 
+    # the campaign's own notebooks: a run of a series may point its cells at its own copies
+    sources = {id(c): c.notebook_path for c in campaign.cells}
     with output_lock(out):
         series_id, last, left = None, 0, wanted
         if resume:
@@ -291,6 +293,8 @@ def run_series(
                 finish(run_dir, manifest)
                 series_id, last = series_of(manifest)
         for invocation in range(last + 1, last + 1 + left):
+            for c in campaign.cells:
+                c.notebook_path = sources[id(c)]
             run_dir, manifest = _new_run(campaign, out, series_id, invocation, wanted)
             series_id = manifest["series_id"]
             finish(run_dir, manifest)
@@ -300,6 +304,16 @@ def run_series(
 def _new_run(
     campaign: Campaign, out: Path, series_id: str | None, invocation: int, invocations: int
 ) -> tuple[Path, dict]:
+    # a later run of a series executes its first run's notebooks (series_notebooks); found, or
+    # refused, before anything is written
+    first = series_runs(out, campaign.name, series_id)[:1] if series_id else []
+    sources = (
+        series_notebooks.series_sources(
+            campaign.cells, json.loads((first[0] / "manifest.json").read_text())
+        )
+        if first
+        else {}
+    )
     run_id = new_run_id()
     run_dir = out / campaign.name / run_id
     while run_dir.exists():  # two runs started within one second
@@ -307,12 +321,14 @@ def _new_run(
         run_id = new_run_id()
         run_dir = out / campaign.name / run_id
     run_dir.mkdir(parents=True)
+    pinned = series_notebooks.pin(campaign.cells, run_dir, sources)
     manifest = {
         "campaign": campaign.name,
         "run_id": run_id,
         "series_id": series_id or run_id,
         "invocation": invocation,
         "invocations": invocations,
+        **({"series_notebooks": pinned} if pinned else {}),
         "campaign_file": str(campaign.path),
         "campaign_spec": campaign.raw,
         "started_at": environment.now_iso(),
@@ -344,6 +360,7 @@ def _finish_run(
     run_id = manifest["run_id"]
     series_id, invocation = series_of(manifest)
     invocations = int(manifest.get("invocations") or 1)
+    series_notebooks.repoint(cells, run_dir, manifest.get("series_notebooks") or {})
     context = {"run_id": run_id, "campaign": campaign.name}
     done = done_cells(run_dir, manifest)
     todo = [c for c in ordered_cells(campaign, cells, manifest) if c.key not in done]

@@ -12,6 +12,10 @@ reads a tensor's value back into Python (``aten._local_scalar_dense``).
 The blocks are what ``torch.utils.checkpoint`` wraps in the checkpointing baselines: the
 residual stages' bottlenecks, the encoder layers. Each block takes the previous block's output
 as its first argument, so any run of consecutive blocks can be checkpointed as one segment.
+
+Any other image model the registry knows (another torchvision classifier, or a model declared
+from outside the library) is built through the registry; its blocks are the items of its
+largest top-level ``nn.Sequential`` (or ``nn.ModuleList``), the chain such models are made of.
 """
 
 from __future__ import annotations
@@ -158,8 +162,41 @@ def build_case(
                 for b in stage
             ]
     else:
-        raise KeyError(f"unknown model {name!r}; the memory family knows {', '.join(MODELS)}")
+        model = _registry_image_model(name, num_classes)
+        batch = torch.randn(batch_size, 3, image_size, image_size, generator=gen)
+        targets = torch.randint(0, num_classes, (batch_size,), generator=gen)
+        loss_fn, blocks = nn.functional.cross_entropy, chain_blocks(model, name)
     if batch.is_floating_point():
         batch = batch.to(dtype)
     model.to(device=device, dtype=dtype).train()
     return ModelCase(name, model, batch.to(device), targets.to(device), loss_fn, blocks)
+
+
+def _registry_image_model(name: str, num_classes: int) -> nn.Module:
+    from fwbench.models.registry import get_spec
+
+    try:
+        spec = get_spec(name)
+    except KeyError:
+        raise KeyError(
+            f"unknown model {name!r}; the memory family knows {', '.join(MODELS)} and any image "
+            "model of the registry, declared ones included"
+        ) from None
+    if spec.inputs != "image":
+        raise KeyError(f"{name} takes {spec.inputs}, and the memory family trains image models")
+    return spec.torch_model(num_classes)
+
+
+def chain_blocks(model: nn.Module, name: str = "model") -> list[nn.Module]:
+    """The items of the model's largest (by parameters) top-level Sequential or ModuleList."""
+    chains = [
+        child
+        for child in model.children()
+        if isinstance(child, (nn.Sequential, nn.ModuleList)) and len(child) > 1
+    ]
+    if not chains:
+        raise ValueError(
+            f"{name} has no top-level nn.Sequential or nn.ModuleList of blocks to checkpoint"
+        )
+    largest = max(chains, key=lambda c: sum(p.numel() for p in c.parameters()))
+    return list(largest)
