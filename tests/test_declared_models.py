@@ -179,8 +179,9 @@ def test_a_chain_of_blocks_is_what_checkpointing_wraps():
 
     from fwbench.families.memory.cases import chain_blocks
 
-    small, large = nn.Sequential(nn.Linear(2, 2), nn.ReLU()), nn.ModuleList(
-        [nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)]
+    small, large = (
+        nn.Sequential(nn.Linear(2, 2), nn.ReLU()),
+        nn.ModuleList([nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)]),
     )
     model = nn.Module()
     model.head, model.body = small, large
