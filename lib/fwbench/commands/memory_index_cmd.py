@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
 
 
 def handle(args) -> int:
-    from fwbench.report import memory_index
+    from fwbench.report.family_reports import memory_index
     from fwbench.report.readme import ReadmeError
 
     try:

@@ -12,6 +12,7 @@ text is computed. Each family's sections live in ``report/family_reports/<family
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -111,19 +112,42 @@ def own_paths(_analysis: Analysis, frame: pd.DataFrame) -> list[str]:
     return list(frame.path.dropna())
 
 
-def nonempty(attribute: str) -> Test:
-    return lambda analysis: not getattr(analysis, attribute).empty
+Frame = str | Callable[[Analysis], pd.DataFrame]
 
 
-def empty(attribute: str) -> Test:
-    return lambda analysis: getattr(analysis, attribute).empty
+def per_analysis(make: Callable[[Analysis], Any]) -> Callable[[Analysis], Any]:
+    """A family's own frame of an analysis, computed once per analysis (``Analysis.once``):
+    the family's report module owns it, and ``Analysis`` keeps only what families share."""
+
+    @functools.wraps(make)
+    def once(analysis: Analysis):
+        return analysis.once(make)
+
+    return once
 
 
-def ratio_heatmap(attribute: str) -> Callable[[Analysis], object]:
-    return lambda analysis: charts.ratio_heatmap(getattr(analysis, attribute))
+def _frame(source: Frame) -> Callable[[Analysis], pd.DataFrame]:
+    """A frame by the analysis's attribute name, or a family's ``per_analysis`` function."""
+    return source if callable(source) else (lambda analysis: getattr(analysis, source))
 
 
-def throughput(attribute: str) -> Callable[[Analysis], object]:
+def nonempty(source: Frame) -> Test:
+    frame = _frame(source)
+    return lambda analysis: not frame(analysis).empty
+
+
+def empty(source: Frame) -> Test:
+    frame = _frame(source)
+    return lambda analysis: frame(analysis).empty
+
+
+def ratio_heatmap(source: Frame) -> Callable[[Analysis], object]:
+    frame = _frame(source)
+    return lambda analysis: charts.ratio_heatmap(frame(analysis))
+
+
+def throughput(source: Frame) -> Callable[[Analysis], object]:
+    frame = _frame(source)
     return lambda analysis: charts.by_batch(
-        getattr(analysis, attribute), "median", "images/s (median)", ci=("ci_low", "ci_high")
+        frame(analysis), "median", "images/s (median)", ci=("ci_low", "ci_high")
     )

@@ -15,10 +15,7 @@ from functools import cached_property
 import pandas as pd
 
 from fwbench.report import (
-    audio,
     charts,
-    memory_breakdown,
-    memory_curve,
     regressions,
     roofline,
     sentences,
@@ -27,6 +24,7 @@ from fwbench.report import (
     why,
 )
 from fwbench.report import family_reports as families
+from fwbench.report.family_reports import training_report
 from fwbench.report.items import Each, Figure, Note, Section, Table, fill
 from fwbench.report.sections import ReportContent
 
@@ -50,6 +48,15 @@ class Analysis:
     # to this one on the same CPU model and notebook sources
     pool_samples: pd.DataFrame = field(default_factory=pd.DataFrame)
     imported: object = None  # verdicts.Between a single run borrows, or None
+    # a family's own frames (items.per_analysis), each computed once
+    computed: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def once(self, make: Callable):
+        """``make(self)``, computed on first use: how a family's report module keeps its own
+        frames of this run without this class listing them."""
+        if make not in self.computed:
+            self.computed[make] = make(self)
+        return self.computed[make]
 
     def sources(self, rows: pd.DataFrame) -> list[str]:
         return tables.source_paths(rows, self.cells)
@@ -84,7 +91,7 @@ class Analysis:
 
     @cached_property
     def memory(self) -> pd.DataFrame:
-        return families.inference_report.memory_table(self.meas)
+        return tables.memory_table(self.meas)
 
     @cached_property
     def compile_times(self) -> pd.DataFrame:
@@ -122,91 +129,6 @@ class Analysis:
     @cached_property
     def kind_table(self) -> pd.DataFrame:
         return families.inference_report.kind_summary(self.matrix, self.kinds)
-
-    @cached_property
-    def training(self) -> pd.DataFrame:
-        return self.family("training")
-
-    @cached_property
-    def train_samples(self) -> pd.DataFrame:
-        return tables.throughput_samples(self.meas, "training")
-
-    @cached_property
-    def train_matrix(self) -> pd.DataFrame:
-        return tables.comparison_matrix(self.train_samples)
-
-    @cached_property
-    def train_speed(self) -> pd.DataFrame:
-        return tables.metric_table(self.meas, families.training_report.TRAINING_SPEED, "training")
-
-    @cached_property
-    def train_memory(self) -> pd.DataFrame:
-        return families.inference_report.memory_table(self.meas, "training")
-
-    @cached_property
-    def parity_curves(self) -> pd.DataFrame:
-        return families.training_report.parity_curves(self.meas)
-
-    @cached_property
-    def parity(self) -> pd.DataFrame:
-        return families.training_report.check_table(
-            self.meas, families.training_report.PARITY_METRICS
-        )
-
-    @cached_property
-    def convergence_curves(self) -> pd.DataFrame:
-        return families.training_report.convergence_curves(self.meas)
-
-    @cached_property
-    def convergence(self) -> pd.DataFrame:
-        return families.training_report.check_table(
-            self.meas, families.training_report.CONVERGENCE_METRICS
-        )
-
-    @cached_property
-    def memory_methods(self) -> pd.DataFrame:
-        # the peak's parts have a table of their own; their median would mean nothing here
-        return tables.family_table(self.meas[self.meas.metric != memory_breakdown.METRIC], "memory")
-
-    @cached_property
-    def memory_breakdown(self) -> pd.DataFrame:
-        return memory_breakdown.breakdown_table(self.meas)
-
-    @cached_property
-    def memory_curve(self) -> pd.DataFrame:
-        return memory_curve.curve_table(self.meas)
-
-    @cached_property
-    def validation(self) -> pd.DataFrame:
-        return tables.family_table(self.meas, "validation")
-
-    @cached_property
-    def prediction(self) -> pd.DataFrame:
-        return families.prediction_report.prediction_table(self.meas)
-
-    @cached_property
-    def distributed(self) -> pd.DataFrame:
-        return families.distributed_report.distributed_table(self.meas)
-
-    @cached_property
-    def distributed_parity(self) -> pd.DataFrame:
-        return families.distributed_report.distributed_parity_table(self.meas)
-
-    @cached_property
-    def busbw(self) -> pd.DataFrame:
-        return families.distributed_report.busbw_table(self.meas)
-
-    @cached_property
-    def web_audio(self) -> pd.DataFrame:
-        return audio.runtime_table(self.meas)
-
-    @cached_property
-    def web_audio_skipped(self) -> pd.DataFrame:
-        return audio.skipped_table(self.meas)
-
-    @cached_property
-    def web_audio_capabilities(self) -> pd.DataFrame:
-        return audio.capability_table(self.meas)
 
     @cached_property
     def history_runs(self) -> int:
@@ -409,7 +331,11 @@ def add_section(
 def summarise(content: ReportContent, analysis: Analysis) -> None:
     """The executive summary, methodology and limitations."""
     a = analysis
-    training = families.training_report.training_sentences(a.train_matrix, a.parity, a.convergence)
+    training = training_report.training_sentences(
+        training_report.matrix(a),
+        training_report.parity_checks(a),
+        training_report.convergence_checks(a),
+    )
     content.summary = sentences.executive_summary(
         a.matrix,
         a.kind_table,
@@ -421,7 +347,7 @@ def summarise(content: ReportContent, analysis: Analysis) -> None:
         a.trust_summary,
     )
     content.methodology = sentences.methodology(
-        a.run, a.meas, a.cells, [a.samples, a.train_samples]
+        a.run, a.meas, a.cells, [a.samples, training_report.samples(a)]
     )
     content.limitations = sentences.limitations(a.samples, a.meas)
 

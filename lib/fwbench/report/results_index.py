@@ -19,7 +19,8 @@ import pandas as pd
 
 from fwbench.pipeline import environment
 from fwbench.pipeline.trial import write_text_atomic
-from fwbench.report import memory_index, sections
+from fwbench.report import sections
+from fwbench.report.family_reports import memory_index
 from fwbench.report.render import html_report
 
 INDEX_NAME = "index"

@@ -563,3 +563,11 @@ def metric_columns(
     table = table.reset_index()
     table.columns.name = None
     return table[[*keys, *(m for m in metrics if m in table.columns)]]
+
+
+def memory_table(meas: pd.DataFrame, family: str = "inference") -> pd.DataFrame:
+    """Peak memory with images/s per GB, per cell of a family that records both."""
+    table = metric_table(meas, ["peak_mem_bytes", "throughput_img_s"], family)
+    table["peak_mem_gb"] = table.peak_mem_bytes / 1e9
+    table["img_s_per_gb"] = table.throughput_img_s / table.peak_mem_gb
+    return table.dropna(subset=["peak_mem_bytes"]).reset_index(drop=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fwbench.report import charts, tables
-from fwbench.report.items import Figure, Section, Table, nonempty, records
+from fwbench.report.items import Figure, Section, Table, nonempty, per_analysis, records
 
 DISTRIBUTED_METRICS = [
     "step_ms",
@@ -77,6 +77,21 @@ def busbw_table(meas: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+@per_analysis
+def runs(analysis):
+    return distributed_table(analysis.meas)
+
+
+@per_analysis
+def parity(analysis):
+    return distributed_parity_table(analysis.meas)
+
+
+@per_analysis
+def busbw(analysis):
+    return busbw_table(analysis.meas)
+
+
 DISTRIBUTED = Section(
     "Distributed training",
     "Each strategy on 1 and N worker processes (13_distributed): step time between barriers "
@@ -90,27 +105,27 @@ DISTRIBUTED = Section(
         Table(
             "distributed",
             "Step time, communication share, scaling efficiency and per-rank memory.",
-            lambda a: a.distributed,
+            runs,
             records("distributed", DISTRIBUTED_METRICS),
-            when=nonempty("distributed"),
+            when=nonempty(runs),
         ),
         Table(
             "distributed_parity",
             "The float64 gate: largest relative loss difference against the one-process "
             "references.",
-            lambda a: a.distributed_parity,
+            parity,
             records("distributed", DISTRIBUTED_PARITY_METRICS),
-            when=nonempty("distributed_parity"),
+            when=nonempty(parity),
         ),
         Figure(
             "allreduce_busbw",
             "All-reduce bus bandwidth",
             "One fp32 all-reduce per message size at the largest world size.",
-            lambda a: charts.busbw_chart(a.busbw),
-            when=nonempty("busbw"),
+            lambda a: charts.busbw_chart(busbw(a)),
+            when=nonempty(busbw),
         ),
     ),
-    empty=lambda a: a.distributed.empty and a.distributed_parity.empty,
+    empty=lambda a: runs(a).empty and parity(a).empty,
     empty_note="No distributed records in this run.",
     name="distributed",
 )

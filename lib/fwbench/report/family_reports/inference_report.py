@@ -38,13 +38,6 @@ def latency_at_smallest_batch(meas: pd.DataFrame) -> pd.DataFrame:
     return table[table.batch_size == smallest].reset_index(drop=True)
 
 
-def memory_table(meas: pd.DataFrame, family: str = "inference") -> pd.DataFrame:
-    table = tables.metric_table(meas, ["peak_mem_bytes", "throughput_img_s"], family)
-    table["peak_mem_gb"] = table.peak_mem_bytes / 1e9
-    table["img_s_per_gb"] = table.throughput_img_s / table.peak_mem_gb
-    return table.dropna(subset=["peak_mem_bytes"]).reset_index(drop=True)
-
-
 def break_even_images(compile_this, compile_other, s_per_img_this, s_per_img_other) -> float:
     """Images after which the faster side's extra compile time is paid back.
 

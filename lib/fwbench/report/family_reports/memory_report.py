@@ -4,7 +4,8 @@ bytes go, and the memory-time curve against the checkpointing baselines.
 
 from __future__ import annotations
 
-from fwbench.report import charts, memory_breakdown, memory_curve
+from fwbench.report import charts, tables
+from fwbench.report.family_reports import memory_breakdown, memory_curve
 from fwbench.report.items import (
     Each,
     Figure,
@@ -13,10 +14,28 @@ from fwbench.report.items import (
     Table,
     literal,
     nonempty,
+    per_analysis,
     records,
 )
 
 MEMORY_METHOD_COLUMNS = {"model", "framework", "peak_mem_bytes"}
+
+
+@per_analysis
+def methods(analysis):
+    # the peak's parts have a table of their own; their median would mean nothing here
+    meas = analysis.meas
+    return tables.family_table(meas[meas.metric != memory_breakdown.METRIC], "memory")
+
+
+@per_analysis
+def breakdown(analysis):
+    return memory_breakdown.breakdown_table(analysis.meas)
+
+
+@per_analysis
+def curve(analysis):
+    return memory_curve.curve_table(analysis.meas)
 
 
 METHODS = Section(
@@ -30,29 +49,27 @@ METHODS = Section(
     "activation_saved_pct is the peak a method saves against the eager step as a share of "
     "it. Swap plans (mu_two_swap@f) are simulated only, at the bandwidth named.",
     (
-        Each(lambda a: [Note(literal(t)) for t in memory_curve.sentences(a.memory_curve)]),
+        Each(lambda a: [Note(literal(t)) for t in memory_curve.sentences(curve(a))]),
         Figure(
             "memory_curve",
             "Memory-time curve",
             "Measured peak memory against iteration time, one line per method; the "
             "horizontal rule is the time's 95% t-interval over trials (each trial a fresh "
             "process). Eager and compiled methods are drawn in separate panels.",
-            lambda a: memory_curve.curve_chart(a.memory_curve),
-            when=lambda a: not a.memory_curve.empty and "time_low" in a.memory_curve,
+            lambda a: memory_curve.curve_chart(curve(a)),
+            when=lambda a: not curve(a).empty and "time_low" in curve(a),
         ),
         Table(
             "memory_curve",
             "Per method: peak memory, activation memory saved, iteration time (geometric "
             "mean over trials with its interval), overhead against the eager step paired by "
             "trial (with its interval), the simulator's errors and the float64 proof.",
-            lambda a: a.memory_curve,
+            curve,
             records("memory"),
-            when=nonempty("memory_curve"),
+            when=nonempty(curve),
         ),
         Each(
-            lambda a: [
-                Note(literal(t)) for t in memory_breakdown.breakdown_sentences(a.memory_breakdown)
-            ]
+            lambda a: [Note(literal(t)) for t in memory_breakdown.breakdown_sentences(breakdown(a))]
         ),
         Figure(
             "memory_breakdown",
@@ -62,34 +79,32 @@ METHODS = Section(
             "plan at its smallest budget, per batch size: the simulator's parts at its peak "
             "(median over trials), whose total is the measured peak to within the "
             "simulator's peak error above.",
-            lambda a: memory_breakdown.parts_chart(a.memory_breakdown),
-            when=lambda a: not a.memory_breakdown.empty,
+            lambda a: memory_breakdown.parts_chart(breakdown(a)),
+            when=lambda a: not breakdown(a).empty,
         ),
         Table(
             "memory_breakdown",
             "The peak's parts in MiB per model, batch size and plan, with the activations' "
             "share of the peak.",
-            lambda a: memory_breakdown.peak_shares(a.memory_breakdown),
+            lambda a: memory_breakdown.peak_shares(breakdown(a)),
             records("memory", [memory_breakdown.METRIC]),
-            when=lambda a: not a.memory_breakdown.empty,
+            when=lambda a: not breakdown(a).empty,
         ),
         Table(
             "memory_methods",
             "Memory-method metrics per mode.",
-            lambda a: a.memory_methods,
+            methods,
             records("memory"),
         ),
         Figure(
             "memory_methods",
             "Peak memory by method",
             "Peak memory of one training iteration per memory-saving method, per framework.",
-            lambda a: charts.by_mode_bars(
-                a.memory_methods, "peak_mem_bytes", "peak memory (bytes)"
-            ),
-            when=lambda a: MEMORY_METHOD_COLUMNS <= set(a.memory_methods.columns),
+            lambda a: charts.by_mode_bars(methods(a), "peak_mem_bytes", "peak memory (bytes)"),
+            when=lambda a: MEMORY_METHOD_COLUMNS <= set(methods(a).columns),
         ),
     ),
-    empty=lambda a: a.memory_methods.empty or "mode" not in a.memory_methods,
+    empty=lambda a: methods(a).empty or "mode" not in methods(a),
     empty_note="No memory-method records in this run.",
     name="memory",
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fwbench.report.items import Section, Table, empty, records
+from fwbench.report.items import Section, Table, empty, per_analysis, records
 
 PREDICTION_GROUP = "hold-out or query"
 
@@ -30,6 +30,11 @@ def prediction_table(meas: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+@per_analysis
+def predictions(analysis):
+    return prediction_table(analysis.meas)
+
+
 PREDICTION = Section(
     "Prediction",
     "How well the predictor does on configurations no fit has seen (21_prediction: grouped "
@@ -43,11 +48,11 @@ PREDICTION = Section(
         Table(
             "prediction",
             "Scores per hold-out (21_prediction) and per kind of query (22_recommend).",
-            lambda a: a.prediction,
+            predictions,
             records("prediction"),
         ),
     ),
-    empty=empty("prediction"),
+    empty=empty(predictions),
     empty_note="No prediction records in this run.",
 )
 

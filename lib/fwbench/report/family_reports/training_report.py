@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fwbench.report import charts, sentences
+from fwbench.report import charts, sentences, tables
 from fwbench.report.items import (
     Figure,
     Note,
@@ -14,6 +14,7 @@ from fwbench.report.items import (
     Table,
     empty,
     nonempty,
+    per_analysis,
     ratio_heatmap,
     records,
     throughput,
@@ -210,13 +211,58 @@ def training_sentences(matrix: pd.DataFrame, parity: pd.DataFrame, convergence: 
     return said
 
 
+@per_analysis
+def rows(analysis):
+    return analysis.family("training")
+
+
+@per_analysis
+def samples(analysis):
+    return tables.throughput_samples(analysis.meas, "training")
+
+
+@per_analysis
+def matrix(analysis):
+    return tables.comparison_matrix(samples(analysis))
+
+
+@per_analysis
+def speed(analysis):
+    return tables.metric_table(analysis.meas, TRAINING_SPEED, "training")
+
+
+@per_analysis
+def memory(analysis):
+    return tables.memory_table(analysis.meas, "training")
+
+
+@per_analysis
+def parity_steps(analysis):
+    return parity_curves(analysis.meas)
+
+
+@per_analysis
+def parity_checks(analysis):
+    return check_table(analysis.meas, PARITY_METRICS)
+
+
+@per_analysis
+def convergence_steps(analysis):
+    return convergence_curves(analysis.meas)
+
+
+@per_analysis
+def convergence_checks(analysis):
+    return check_table(analysis.meas, CONVERGENCE_METRICS)
+
+
 TRAINING = Section(
     "Training",
     "Training speed with every step synced (each framework at its default and best "
     "practice), then the proof that both frameworks train the same function: per-step loss "
     "parity from the same weights on the same batches, and convergence on real data.",
     (
-        Note("No training records in this run.", when=empty("training")),
+        Note("No training records in this run.", when=empty(rows)),
         Figure(
             "training_ratio_matrix",
             "JAX ÷ PyTorch training throughput",
@@ -224,24 +270,24 @@ TRAINING = Section(
             "step time), on {devices}; 95% bootstrap interval over steps (or trials, with "
             "three or more); ≈ marks equivalent within ±5%, ? inconclusive, (1 run) within "
             "one run.",
-            ratio_heatmap("train_matrix"),
-            when=nonempty("train_matrix"),
+            ratio_heatmap(matrix),
+            when=nonempty(matrix),
         ),
         Table(
             "training_ratio_matrix",
             "JAX ÷ PyTorch training throughput with 95% interval and the winner.",
-            lambda a: a.train_matrix,
+            matrix,
             records("training", ["throughput_img_s"]),
             drop=("device",),
-            when=nonempty("train_matrix"),
+            when=nonempty(matrix),
         ),
         Figure(
             "training_throughput",
             "Training throughput vs batch size",
             "Median training images/s over synced steps with its 95% bootstrap interval, per "
             "framework and mode; both axes logarithmic.",
-            throughput("train_samples"),
-            when=nonempty("train_speed"),
+            throughput(samples),
+            when=nonempty(speed),
         ),
         Figure(
             "training_memory",
@@ -249,17 +295,17 @@ TRAINING = Section(
             "Peak memory over the timed training steps (torch allocator or XLA memory_stats "
             "on a GPU; process peak RSS on a CPU, which includes the runtime), GB = 10⁹ "
             "bytes.",
-            lambda a: charts.by_batch(a.train_memory, "peak_mem_gb", "peak memory (GB)"),
-            when=lambda a: not a.train_speed.empty and not a.train_memory.empty,
+            lambda a: charts.by_batch(memory(a), "peak_mem_gb", "peak memory (GB)"),
+            when=lambda a: not speed(a).empty and not memory(a).empty,
         ),
         Table(
             "training_speed",
             "Training step time (p50, p95), images/s, compile time, peak memory and energy "
             "per step (median over trials).",
-            lambda a: a.train_speed,
+            speed,
             records("training", TRAINING_SPEED),
             drop=("device",),
-            when=nonempty("train_speed"),
+            when=nonempty(speed),
         ),
         Figure(
             "training_parity",
@@ -267,16 +313,16 @@ TRAINING = Section(
             "Per-step training loss of PyTorch (eager) and JAX (jit) from the same ported "
             "weights on the same batches, fp32 with TF32 off, dropout off; the panel title "
             "gives the largest relative difference over the steps (the bar is 1e-3).",
-            lambda a: charts.parity_chart(a.parity_curves),
-            when=nonempty("parity_curves"),
+            lambda a: charts.parity_chart(parity_steps(a)),
+            when=nonempty(parity_steps),
         ),
         Table(
             "training_parity",
             "Largest relative difference, JAX against PyTorch: per-step loss, parameters and "
             "BatchNorm statistics after the last step.",
-            lambda a: a.parity,
+            parity_checks,
             records("training", PARITY_METRICS),
-            when=nonempty("parity_curves"),
+            when=nonempty(parity_steps),
         ),
         Figure(
             "training_convergence",
@@ -284,15 +330,15 @@ TRAINING = Section(
             "Train loss per step and validation top-1 per epoch, both frameworks from the same "
             "weights, batches and learning-rate schedule (dropout on, each side its own "
             "masks).",
-            lambda a: charts.convergence_chart(a.convergence_curves),
-            when=nonempty("convergence_curves"),
+            lambda a: charts.convergence_chart(convergence_steps(a)),
+            when=nonempty(convergence_steps),
         ),
         Table(
             "training_convergence",
             "Validation top-1 (%) after the last epoch and mean train loss over the last epoch.",
-            lambda a: a.convergence,
+            convergence_checks,
             records("training", CONVERGENCE_METRICS),
-            when=nonempty("convergence_curves"),
+            when=nonempty(convergence_steps),
         ),
     ),
 )

@@ -4,7 +4,14 @@ FLOPs and parameter counts).
 
 from __future__ import annotations
 
-from fwbench.report.items import Section, Table, empty, records
+from fwbench.report import tables
+from fwbench.report.items import Section, Table, empty, per_analysis, records
+
+
+@per_analysis
+def checks(analysis):
+    return tables.family_table(analysis.meas, "validation")
+
 
 VALIDATION = Section(
     "Validation",
@@ -14,11 +21,11 @@ VALIDATION = Section(
         Table(
             "validation",
             "Validation metrics per model.",
-            lambda a: a.validation,
+            checks,
             records("validation"),
         ),
     ),
-    empty=empty("validation"),
+    empty=empty(checks),
     empty_note="No validation records in this run.",
 )
 

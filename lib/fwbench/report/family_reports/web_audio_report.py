@@ -4,7 +4,7 @@ browser, per runtime and thread count, and what each browser can run.
 
 from __future__ import annotations
 
-from fwbench.report import audio
+from fwbench.report.family_reports import web_audio_tables
 from fwbench.report.items import (
     Each,
     Figure,
@@ -13,12 +13,28 @@ from fwbench.report.items import (
     Table,
     literal,
     nonempty,
+    per_analysis,
     records,
 )
 
 
+@per_analysis
+def runtimes(analysis):
+    return web_audio_tables.runtime_table(analysis.meas)
+
+
+@per_analysis
+def skipped(analysis):
+    return web_audio_tables.skipped_table(analysis.meas)
+
+
+@per_analysis
+def capabilities(analysis):
+    return web_audio_tables.capability_table(analysis.meas)
+
+
 def _web_audio_notes(analysis) -> list:
-    return [Note(literal(text)) for text in audio.sentences(analysis.meas)]
+    return [Note(literal(text)) for text in web_audio_tables.sentences(analysis.meas)]
 
 
 WEB_AUDIO = Section(
@@ -38,34 +54,34 @@ WEB_AUDIO = Section(
             "Median latency / audio seconds per runtime, audio length and thread count; lower "
             "is faster, below 1 keeps up. Software WebGPU (SwiftShader) is a correctness "
             "check, not a GPU's speed.",
-            lambda a: audio.rtf_chart(a.web_audio),
-            when=nonempty("web_audio"),
+            lambda a: web_audio_tables.rtf_chart(runtimes(a)),
+            when=nonempty(runtimes),
         ),
         Table(
             "web_audio",
             "Latency p50/p95 (ms), real-time factor, load time (fetch and session creation, "
             "s), first call (s) and agreement with PyTorch, per runtime, thread count and "
             "audio length: medians over trials.",
-            lambda a: a.web_audio,
-            records("web_audio", audio.WEB_AUDIO_METRICS),
-            when=nonempty("web_audio"),
+            runtimes,
+            records("web_audio", web_audio_tables.WEB_AUDIO_METRICS),
+            when=nonempty(runtimes),
         ),
         Table(
             "web_audio_skipped",
             "Runtimes that did not run here, with the reason each gave (the browser's own words).",
-            lambda a: a.web_audio_skipped,
+            skipped,
             records("web_audio", ["latency_p50_ms"]),
-            when=nonempty("web_audio_skipped"),
+            when=nonempty(skipped),
         ),
         Table(
             "web_audio_capabilities",
             "The capability matrix: what each browser offered the page.",
-            lambda a: a.web_audio_capabilities,
+            capabilities,
             records("web_audio", ["browser_capabilities"]),
-            when=nonempty("web_audio_capabilities"),
+            when=nonempty(capabilities),
         ),
     ),
-    empty=lambda a: a.web_audio.empty and a.web_audio_skipped.empty,
+    empty=lambda a: runtimes(a).empty and skipped(a).empty,
     empty_note="No web-audio records in this run.",
     name="web_audio",
 )

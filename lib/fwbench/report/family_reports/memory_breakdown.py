@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from fwbench.pipeline.campaign import slug_settings
-from fwbench.report.memory_curve import FLOOR_WORDS, MODEL_WORDS, memory_rows
+from fwbench.report.family_reports.memory_curve import FLOOR_WORDS, MODEL_WORDS, memory_rows
 
 METRIC = "peak_part_bytes"
 PARTS = ["params", "gradients", "optimizer state", "activations", "other"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fwbench.report import memory_curve
+from fwbench.report.family_reports import memory_curve
 from fwbench.report.readme import rewrite_block
 from fwbench.report.sections import TABLES_DIR
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
