@@ -272,12 +272,10 @@ def test_the_reports_prediction_table_keeps_hold_outs_and_queries_apart():
     assert "hold-out: cpu" not in table.index  # skipped hold-outs carry no score
 
     # the README's rows say each goal and by how much it is met or missed
-    from fwbench.report import readme
-
     meas = pd.concat(
         [meas, pd.DataFrame([row("memory_error_pct", 4.0, holdout="memory_inference")])]
     )
-    _, block = readme.prediction_part(prediction_report.prediction_table(meas), "r.md")
+    _, block = prediction_report.readme_lines(prediction_report.prediction_table(meas), "r.md")
     lines = {line.split(" | ")[0].strip("| "): line for line in block.splitlines()}
     assert lines["hold-out: batch"].endswith("MAPE ≤ 10%: missed by 2.0 points |")
     assert lines["hold-out: family"].endswith("MAPE ≤ 15%: missed by 25.0 points |")

@@ -393,6 +393,8 @@ def test_a_second_report_of_one_campaign_has_its_own_folder_and_block(built, cap
 def test_the_readme_quotes_each_strategy_with_the_float64_gate_it_passed():
     import pandas as pd
 
+    from fwbench.report.family_reports import distributed_report
+
     table = pd.DataFrame(
         {
             "model": ["m", "m"],
@@ -418,13 +420,13 @@ def test_the_readme_quotes_each_strategy_with_the_float64_gate_it_passed():
             "status": ["ok"],
         }
     )
-    heading, markdown = readme.distributed_part(table, parity, "r.md")
+    heading, markdown = distributed_report.readme_lines(table, parity, "r.md")
     assert heading.startswith("Distributed training (fp32, one core per process)")
     lines = markdown.splitlines()
     # one process first, then two, the gate (the larger gap) on the distributed row only
     assert lines[2] == "| m | torch ddp | 1 | 20.0 |  |  | 2.0 |  |"
     assert lines[3] == "| m | torch ddp | 2 | 30.0 | 50% | 0.67 | 2.0 | 3.0e-13 (ok) |"
-    assert readme.distributed_part(table.iloc[0:0], parity, "r.md") == []
+    assert distributed_report.readme_lines(table.iloc[0:0], parity, "r.md") == []
 
 
 def test_the_bus_bandwidth_chart_draws_from_the_distributed_records_alone():

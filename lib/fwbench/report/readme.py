@@ -20,10 +20,9 @@ import pandas as pd
 
 from fwbench.pipeline import environment
 from fwbench.pipeline.trial import write_text_atomic
-from fwbench.report import sections
+from fwbench.report import family_reports, sections
+from fwbench.report.sections import markdown_table, notes_part, read_table
 from fwbench.vocab import (
-    PREDICTION_ERROR_METRICS,
-    PREDICTION_GOALS,
     model_label,
     series_label,
     setting_words,
@@ -45,22 +44,6 @@ class ReadmeError(ValueError):
 
 def _link(target: Path, readme_dir: Path) -> str:
     return Path(os.path.relpath(Path(target).resolve(), Path(readme_dir).resolve())).as_posix()
-
-
-def _table(tables: Path, name: str) -> pd.DataFrame:
-    path = tables / f"{name}.csv"
-    if not path.is_file():
-        return pd.DataFrame()
-    table = pd.read_csv(path)
-    if "threads" not in table and "precision" in table:
-        table["threads"] = 0  # a report built before threads were part of a configuration
-    return table
-
-
-def _markdown(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 VERDICT_NOTES = {
@@ -151,7 +134,7 @@ def inference_part(matrix: pd.DataFrame, report_link: str) -> list[str]:
                 row.append("; ".join(map(modes_label, variants.itertuples())))
             body.append(row + [cells.get(b, "") for b in batches])
         parts.append(f"{setting}, {label}{modes}:")
-        parts.append(_markdown(header, body))
+        parts.append(markdown_table(header, body))
     return parts
 
 
@@ -186,7 +169,7 @@ def training_part(matrix: pd.DataFrame, speed: pd.DataFrame, report_link: str) -
     return [
         f"Training, every step synced: JAX ÷ PyTorch images/s, {interval_words(rows)}, and "
         f"the median step time ([training]({report_link}#training)):",
-        _markdown(header, body),
+        markdown_table(header, body),
     ]
 
 
@@ -215,7 +198,7 @@ def mfu_part(mfu: pd.DataFrame, section: dict | None, run_id: str, report_link: 
         "MFU: achieved FLOP/s ÷ the device's ceiling, the best peak matmul FLOP/s any framework's "
         f"02_calibrate reached on the same device, precision and threads, ceilings from {where} "
         f"{link}:",
-        _markdown(header, body),
+        markdown_table(header, body),
         *notes,
     ]
 
@@ -244,9 +227,9 @@ def results_block(
     tables = Path(report_dir) / sections.TABLES_DIR
     run_id = content["run_id"]
     report_link = _link(Path(report_dir) / "report.md", readme_dir)
-    matrix = _table(tables, "ratio_matrix")
+    matrix = read_table(tables, "ratio_matrix")
     devices = sorted(set(matrix.device_name)) if not matrix.empty else []
-    distributed = _table(tables, "distributed")
+    distributed = read_table(tables, "distributed")
     if not devices and "device_name" in distributed:
         devices = sorted(set(distributed.device_name))
     shared = sections.section_by_name(content, "shared_machine") or {"items": []}
@@ -277,81 +260,29 @@ def results_block(
         parts.append(
             f"![JAX ÷ PyTorch throughput ratio, run {run_id}]({_link(figure, readme_dir)})"
         )
-    families = distributed_part(distributed, _table(tables, "distributed_parity"), report_link)
-    families += prediction_part(_table(tables, "prediction"), report_link)
-    if _has_data(content, "web_audio"):
-        families += notes_part(content, "web_audio", "Web audio", report_link)
-    # the memory-time curve's sentences (the section's notes); none for runs before the curve
-    if _has_data(content, "memory"):
-        families += notes_part(content, "memory", "Memory-saving methods", report_link)
+    # each family's own lines (family_reports: a module's readme_part), in the vocabulary's order
+    families = [
+        line
+        for module in family_reports.BY_FAMILY.values()
+        if hasattr(module, "readme_part")
+        for line in module.readme_part(content, tables, report_link)
+    ]
     if matrix.empty and families:
         # a campaign of other families: the inference parts would only say they are empty
         parts += notes_part(content, "trust", "How far these numbers can be trusted", report_link)
         return "\n\n".join(parts + families)
     parts += inference_part(matrix, report_link)
     parts += training_part(
-        _table(tables, "training_ratio_matrix"), _table(tables, "training_speed"), report_link
+        read_table(tables, "training_ratio_matrix"),
+        read_table(tables, "training_speed"),
+        report_link,
     )
     section = sections.section_by_name(content, "mfu")
-    parts += mfu_part(_table(tables, "mfu"), section, run_id, report_link)
+    parts += mfu_part(read_table(tables, "mfu"), section, run_id, report_link)
     parts += notes_part(content, "roofline", "Share of the roofline bound", report_link)
     parts += notes_part(content, "trust", "How far these ratios can be trusted", report_link)
     parts += notes_part(content, "why", "Why", report_link)
     return "\n\n".join(parts + families)
-
-
-def _has_data(content: dict, name: str) -> bool:
-    """Whether a section shows a table or figure, not only its empty note."""
-    section = sections.section_by_name(content, name) or {"items": []}
-    return any(item["kind"] != "note" for item in section["items"])
-
-
-def _mib(nbytes: float) -> str:
-    return "" if pd.isna(nbytes) else f"{nbytes / 2**20:.1f}"
-
-
-def _share(frac: float) -> str:
-    return "" if pd.isna(frac) else f"{100 * frac:.0f}%"
-
-
-def distributed_part(table: pd.DataFrame, parity: pd.DataFrame, report_link: str) -> list[str]:
-    """13_distributed's step times, communication share, weak-scaling efficiency and per-rank
-    state, with the float64 gate each strategy passed."""
-    if table.empty:
-        return []
-    gate = {}
-    if not parity.empty:
-        for r in parity.itertuples():
-            worst = max(r.dist_fp64_loss_parity_max_rel, r.dist_fp64_cross_framework_max_rel)
-            gate[(r.model, r.framework, r.strategy)] = f"{worst:.1e} ({r.status})"
-    rows = [
-        [
-            str(r.model),
-            f"{r.framework} {r.strategy}",
-            str(int(r.world_size)),
-            f"{r.step_ms:.1f}",
-            _share(getattr(r, "comm_overhead_frac", float("nan"))),
-            "" if pd.isna(r.scaling_efficiency) else f"{r.scaling_efficiency:.2f}",
-            _mib(getattr(r, "state_bytes_per_rank", float("nan"))),
-            gate.get((r.model, r.framework, r.strategy), "") if r.world_size > 1 else "",
-        ]
-        for r in table.sort_values(["model", "framework", "strategy", "world_size"]).itertuples()
-    ]
-    header = [
-        "model",
-        "strategy",
-        "processes",
-        "step (ms)",
-        "communication",
-        "weak scaling",
-        "state per rank (MiB)",
-        "float64 gate (largest relative loss gap)",
-    ]
-    return [
-        f"Distributed training ({', '.join(sorted(set(table.precision)))}, one core per process) "
-        f"([report]({report_link}#distributed-training)):",
-        _markdown(header, rows),
-    ]
 
 
 def progress_sentence(manifest_path: Path) -> str:
@@ -380,58 +311,6 @@ def progress_sentence(manifest_path: Path) -> str:
         f"**This run is not finished:** {len(done & planned)} of its {len(planned)} cells have "
         f"run, and the numbers below cover those only; {going_on}."
     )
-
-
-PREDICTION_COLUMNS = [
-    ("mape_pct", "MAPE"),
-    ("within_15pct", "within ±15%"),
-    ("worst_pct", "worst"),
-    ("interval_coverage_pct", "90% interval held"),
-    ("correct_winner_rate", "correct winner"),
-    ("memory_error_pct", "memory error"),
-    ("regret_within_5pct", "regret ≤ 5%"),
-]
-
-
-def prediction_part(table: pd.DataFrame, report_link: str) -> list[str]:
-    """21_prediction's hold-outs and 22_recommend's queries, one row each, with the goal each
-    is held to and by how much it is met or missed."""
-    if table.empty:
-        return []
-    group = table.columns[0]
-    columns = [(c, label) for c, label in PREDICTION_COLUMNS if c in table]
-    body = []
-    for row in table.itertuples(index=False):
-        values = dict(zip(table.columns, row, strict=True))
-        cells = ["" if pd.isna(values[c]) else f"{values[c]:.1f}%" for c, _ in columns]
-        # "hold-out: batch" -> the batch hold-out's goal; "query: latency" -> the queries' goal
-        kind, _, name = str(values[group]).partition(": ")
-        goal = PREDICTION_GOALS.get("query" if kind == "query" else name)
-        words = ""
-        if goal is not None and not pd.isna(values.get(goal[0], float("nan"))):
-            metric, bound = goal
-            at_most = metric in PREDICTION_ERROR_METRICS
-            value = values[metric]
-            met = value <= bound if at_most else value >= bound
-            sign = "≤" if at_most else "≥"
-            label = dict(PREDICTION_COLUMNS)[metric]
-            words = f"{label} {sign} {bound:g}%: " + (
-                "met" if met else f"missed by {abs(value - bound):.1f} points"
-            )
-        body.append([values[group], *cells, words])
-    return [
-        f"Prediction: each row scored only on what no fit saw ([report]({report_link}#prediction)):",
-        _markdown([group, *(label for _, label in columns), "goal"], body),
-    ]
-
-
-def notes_part(content: dict, name: str, heading: str, report_link: str) -> list[str]:
-    """A section's generated notes as bullets (the trust figures, the why-sentences)."""
-    section = sections.section_by_name(content, name)
-    notes = [i["text"] for i in (section or {"items": []})["items"] if i["kind"] == "note"]
-    if not notes:
-        return []
-    return [f"{heading} ([report]({report_link})):", "\n".join(f"- {n}" for n in notes)]
 
 
 def replace_block(text: str, block: str, campaign: str, where: str = "README") -> str:

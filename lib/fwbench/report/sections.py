@@ -99,3 +99,34 @@ def read(report_dir: Path) -> dict:
 def section_by_name(content: dict, name: str) -> dict | None:
     """The section of a read content.json that the analysis named ``name``, if it made one."""
     return next((s for s in content["sections"] if s.get("name") == name), None)
+
+
+def read_table(tables: Path, name: str) -> pd.DataFrame:
+    path = tables / f"{name}.csv"
+    if not path.is_file():
+        return pd.DataFrame()
+    table = pd.read_csv(path)
+    if "threads" not in table and "precision" in table:
+        table["threads"] = 0  # a report built before threads were part of a configuration
+    return table
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def has_data(content: dict, name: str) -> bool:
+    """Whether a section shows a table or figure, not only its empty note."""
+    section = section_by_name(content, name) or {"items": []}
+    return any(item["kind"] != "note" for item in section["items"])
+
+
+def notes_part(content: dict, name: str, heading: str, report_link: str) -> list[str]:
+    """A section's generated notes as bullets (the trust figures, the why-sentences)."""
+    section = section_by_name(content, name)
+    notes = [i["text"] for i in (section or {"items": []})["items"] if i["kind"] == "note"]
+    if not notes:
+        return []
+    return [f"{heading} ([report]({report_link})):", "\n".join(f"- {n}" for n in notes)]

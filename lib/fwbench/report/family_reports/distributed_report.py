@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fwbench.report import charts, tables
+from fwbench.report import charts, sections, tables
 from fwbench.report.items import Figure, Section, Table, nonempty, per_analysis, records
 
 DISTRIBUTED_METRICS = [
@@ -132,3 +132,60 @@ DISTRIBUTED = Section(
 
 
 SECTIONS = (DISTRIBUTED,)
+
+
+def _mib(nbytes: float) -> str:
+    return "" if pd.isna(nbytes) else f"{nbytes / 2**20:.1f}"
+
+
+def _share(frac: float) -> str:
+    return "" if pd.isna(frac) else f"{100 * frac:.0f}%"
+
+
+def readme_part(_content: dict, tables_dir, report_link: str) -> list[str]:
+    """The README's lines, from the report's distributed tables."""
+    return readme_lines(
+        sections.read_table(tables_dir, "distributed"),
+        sections.read_table(tables_dir, "distributed_parity"),
+        report_link,
+    )
+
+
+def readme_lines(table: pd.DataFrame, parity: pd.DataFrame, report_link: str) -> list[str]:
+    """The README's lines: 13_distributed's step times, communication share, weak-scaling efficiency and per-rank
+    state, with the float64 gate each strategy passed."""
+    if table.empty:
+        return []
+    gate = {}
+    if not parity.empty:
+        for r in parity.itertuples():
+            worst = max(r.dist_fp64_loss_parity_max_rel, r.dist_fp64_cross_framework_max_rel)
+            gate[(r.model, r.framework, r.strategy)] = f"{worst:.1e} ({r.status})"
+    rows = [
+        [
+            str(r.model),
+            f"{r.framework} {r.strategy}",
+            str(int(r.world_size)),
+            f"{r.step_ms:.1f}",
+            _share(getattr(r, "comm_overhead_frac", float("nan"))),
+            "" if pd.isna(r.scaling_efficiency) else f"{r.scaling_efficiency:.2f}",
+            _mib(getattr(r, "state_bytes_per_rank", float("nan"))),
+            gate.get((r.model, r.framework, r.strategy), "") if r.world_size > 1 else "",
+        ]
+        for r in table.sort_values(["model", "framework", "strategy", "world_size"]).itertuples()
+    ]
+    header = [
+        "model",
+        "strategy",
+        "processes",
+        "step (ms)",
+        "communication",
+        "weak scaling",
+        "state per rank (MiB)",
+        "float64 gate (largest relative loss gap)",
+    ]
+    return [
+        f"Distributed training ({', '.join(sorted(set(table.precision)))}, one core per process) "
+        f"([report]({report_link}#distributed-training)):",
+        sections.markdown_table(header, rows),
+    ]

@@ -21,6 +21,7 @@ from fwbench.report.items import (
     empty,
     literal,
     nonempty,
+    per_analysis,
     ratio_heatmap,
     records,
     throughput,
@@ -472,6 +473,16 @@ KINDS = Section(
 )
 
 
+@per_analysis
+def published(analysis):
+    return published_table(analysis.matrix)
+
+
+@per_analysis
+def through_torchax(analysis):
+    return torchax_table(analysis.meas)
+
+
 PUBLISHED_SECTION = Section(
     "Beside published figures",
     "This run's best modes at batch 128 on a GPU beside the throughputs the 594Project study "
@@ -484,11 +495,11 @@ PUBLISHED_SECTION = Section(
             "published",
             "Images/s per framework here and as published, both JAX ÷ PyTorch ratios, and ours ÷ "
             "published per framework (single trials here: within-run medians).",
-            lambda a: published_table(a.matrix),
+            published,
             records("inference", ["throughput_img_s"]),
         ),
     ),
-    when=lambda a: not published_table(a.matrix).empty,
+    when=nonempty(published),
 )
 
 
@@ -505,11 +516,11 @@ TORCHAX = Section(
             "torchax",
             "Per model: the float64 proof (ok or skipped), the largest relative output difference, "
             "why a model was not timed, and its images/s per batch size.",
-            lambda a: torchax_table(a.meas),
+            through_torchax,
             records("inference", ["float64_max_rel_err", "throughput_img_s"]),
         ),
     ),
-    when=lambda a: not torchax_table(a.meas).empty,
+    when=nonempty(through_torchax),
 )
 
 

@@ -4,7 +4,7 @@ bytes go, and the memory-time curve against the checkpointing baselines.
 
 from __future__ import annotations
 
-from fwbench.report import charts, tables
+from fwbench.report import charts, sections, tables
 from fwbench.report.family_reports import memory_breakdown, memory_curve
 from fwbench.report.items import (
     Each,
@@ -111,3 +111,10 @@ METHODS = Section(
 
 
 SECTIONS = (METHODS,)
+
+
+def readme_part(content: dict, _tables_dir, report_link: str) -> list[str]:
+    """The README's lines: the section's sentences, where it showed data."""
+    if not sections.has_data(content, "memory"):
+        return []
+    return sections.notes_part(content, "memory", "Memory-saving methods", report_link)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from fwbench.report import sections
 from fwbench.report.items import Section, Table, empty, per_analysis, records
+from fwbench.vocab import PREDICTION_ERROR_METRICS, PREDICTION_GOALS
 
 PREDICTION_GROUP = "hold-out or query"
 
@@ -58,3 +60,52 @@ PREDICTION = Section(
 
 
 SECTIONS = (PREDICTION,)
+
+
+# the README's columns of the prediction table, in order, with their headings
+PREDICTION_COLUMNS = [
+    ("mape_pct", "MAPE"),
+    ("within_15pct", "within ±15%"),
+    ("worst_pct", "worst"),
+    ("interval_coverage_pct", "90% interval held"),
+    ("correct_winner_rate", "correct winner"),
+    ("memory_error_pct", "memory error"),
+    ("regret_within_5pct", "regret ≤ 5%"),
+]
+
+
+def readme_part(_content: dict, tables_dir, report_link: str) -> list[str]:
+    """The README's lines, from the report's prediction table."""
+    return readme_lines(sections.read_table(tables_dir, "prediction"), report_link)
+
+
+def readme_lines(table: pd.DataFrame, report_link: str) -> list[str]:
+    """The README's lines: 21_prediction's hold-outs and 22_recommend's queries, one row each, with the goal each
+    is held to and by how much it is met or missed."""
+    if table.empty:
+        return []
+    group = table.columns[0]
+    columns = [(c, label) for c, label in PREDICTION_COLUMNS if c in table]
+    body = []
+    for row in table.itertuples(index=False):
+        values = dict(zip(table.columns, row, strict=True))
+        cells = ["" if pd.isna(values[c]) else f"{values[c]:.1f}%" for c, _ in columns]
+        # "hold-out: batch" -> the batch hold-out's goal; "query: latency" -> the queries' goal
+        kind, _, name = str(values[group]).partition(": ")
+        goal = PREDICTION_GOALS.get("query" if kind == "query" else name)
+        words = ""
+        if goal is not None and not pd.isna(values.get(goal[0], float("nan"))):
+            metric, bound = goal
+            at_most = metric in PREDICTION_ERROR_METRICS
+            value = values[metric]
+            met = value <= bound if at_most else value >= bound
+            sign = "≤" if at_most else "≥"
+            label = dict(PREDICTION_COLUMNS)[metric]
+            words = f"{label} {sign} {bound:g}%: " + (
+                "met" if met else f"missed by {abs(value - bound):.1f} points"
+            )
+        body.append([values[group], *cells, words])
+    return [
+        f"Prediction: each row scored only on what no fit saw ([report]({report_link}#prediction)):",
+        sections.markdown_table([group, *(label for _, label in columns), "goal"], body),
+    ]

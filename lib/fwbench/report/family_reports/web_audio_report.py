@@ -4,6 +4,7 @@ browser, per runtime and thread count, and what each browser can run.
 
 from __future__ import annotations
 
+from fwbench.report import sections
 from fwbench.report.family_reports import web_audio_tables
 from fwbench.report.items import (
     Each,
@@ -88,3 +89,10 @@ WEB_AUDIO = Section(
 
 
 SECTIONS = (WEB_AUDIO,)
+
+
+def readme_part(content: dict, _tables_dir, report_link: str) -> list[str]:
+    """The README's lines: the section's sentences, where it showed data."""
+    if not sections.has_data(content, "web_audio"):
+        return []
+    return sections.notes_part(content, "web_audio", "Web audio", report_link)
