@@ -129,9 +129,37 @@ def _records(out) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def test_the_examples_campaign_is_valid_as_shipped():
+    done = run_cli("run", EXAMPLE / "campaign.yaml", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.split()) == 6 and "campaign file is valid" in done.stderr
+
+
+# the example's model and declaration, in fewer cells than its campaign: the twin's float64 gate,
+# its JAX inference, and training with the float64 parity of both frameworks' steps (torchax has
+# tests of its own, tests/test_torchax_inference.py)
+TRIMMED = """campaign: my_model
+models:
+  tinycnn: {{torch: my_model.torch_side:build, flax: my_model.flax_twin, path: {path},
+            image_size: 32}}
+steps:
+  - notebook: 01_validation
+    params: {{model: tinycnn, device: cpu, batch_size: 2, image_size: 32}}
+  - notebook: 10_inference
+    params: {{model: tinycnn, framework: jax, device: cpu, image_size: 32, batch_sizes: [1],
+             min_iters: 3, min_seconds: 0.1, warmup: 1, block_size: 2}}
+  - notebook: 11_training
+    params: {{model: tinycnn, framework: torch, device: cpu, dataset: digits, image_size: 32,
+             batch_size: 16, min_iters: 3, min_seconds: 0.2, warmup: 1, check_parity: true,
+             parity_steps: 3}}
+"""
+
+
 def test_the_example_runs_through_validation_inference_and_training(tmp_path):
+    campaign = tmp_path / "my_model.yaml"
+    campaign.write_text(TRIMMED.format(path=EXAMPLE))
     out = tmp_path / "out"
-    done = run_cli("run", EXAMPLE / "campaign.yaml", "--out", out, "--no-index")
+    done = run_cli("run", campaign, "--out", out, "--no-index")
     assert done.returncode == 0, done.stderr[-3000:]
     records = _records(out)
     assert set(records.family) >= {"validation", "inference", "training"}
@@ -142,10 +170,8 @@ def test_the_example_runs_through_validation_inference_and_training(tmp_path):
     assert all(checks.values()) and "param_count_is_torchvisions" not in checks
     throughput = records[records.metric == "throughput_img_s"]
     assert set(zip(throughput.family, throughput["mode"], strict=True)) >= {
-        ("inference", "eager"),
         ("inference", "jit"),
-        ("inference", "torchax"),
-        ("training", "jit"),
+        ("training", "eager"),
     }
     assert records[records.metric == "fp64_param_parity_max_rel"].value.max() <= 1e-10
 

@@ -110,3 +110,13 @@ def test_a_between_run_term_on_almost_no_degrees_of_freedom_gives_an_unbounded_i
     assert found.ratio == pytest.approx(1.0)
     (verdict,) = verdicts.decide([found])
     assert verdict.verdict == verdicts.INCONCLUSIVE
+
+
+def test_holm_is_statsmodels_holm():
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 5, 12, 40):
+        p = rng.uniform(0, 0.2, n) ** 2
+        want = multipletests(p, alpha=0.05, method="holm")[1]
+        np.testing.assert_allclose(verdicts.holm_adjusted(p), want, rtol=0, atol=1e-15)

@@ -91,3 +91,22 @@ def test_a_jax_profile_names_its_fusions_by_a_fused_category_or_by_saying_so(
     ]
     assert merged == (unnamed or len(jax_rows) == 3)
     assert gaps.assumed.any() == unnamed
+
+
+def test_the_why_panels_fit_their_headers_and_go_by_batch_size():
+    from fwbench.report import charts
+
+    records = []
+    for batch in (32, 1, 8):
+        for framework in ("jax", "torch"):
+            rows = _records(framework, 1, {CONV: 5.0, NORM: 1.0}, 7.0)
+            records += [{**r, "batch_size": batch} for r in rows]
+    table = why.breakdown(pd.DataFrame(records))
+    spec = charts.breakdown_chart(table, why.category_order(table.category)).to_dict()
+    column = spec["facet"]["column"]
+    assert [p.split(charts.PANEL_BREAK)[0] for p in column["sort"]] == ["bs 1", "bs 8", "bs 32"]
+    # two bars a panel: the panel is as wide as its header's longest line ("fp32 with 2 threads")
+    step = spec["spec"]["width"]["step"]
+    longest = max(len(line) for p in column["sort"] for line in p.split(charts.PANEL_BREAK))
+    assert 2 * step >= longest * charts.HEADER_CHAR_PX
+    assert "split(" in column["header"]["labelExpr"]

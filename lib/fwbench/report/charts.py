@@ -512,9 +512,11 @@ def breakdown_chart(table: pd.DataFrame, order: list[str]) -> alt.FacetChart:
     data = _plain(labelled(table))
     threads = data["threads"] if "threads" in data else pd.Series(0, index=data.index)
     data["panel"] = [
-        f"bs {int(b)} · {setting_words(p, t)}"
+        f"bs {int(b)}{PANEL_BREAK}{setting_words(p, t)}"
         for b, p, t in zip(data.batch_size, data.precision, threads, strict=True)
     ]
+    # panels by batch size as a number (bs 8 before bs 32), then by setting
+    panels = list(dict.fromkeys(data.sort_values(["batch_size", "precision"], kind="stable").panel))
     data["stack"] = data.category.map({c: i for i, c in enumerate(order)})
     colours = PALETTE + ["#666666", "#cccccc"]
     return (
@@ -532,9 +534,28 @@ def breakdown_chart(table: pd.DataFrame, order: list[str]) -> alt.FacetChart:
             order=alt.Order("stack:Q"),
             tooltip=_tooltip(data, ["series", "panel", "category", "ms", "share"]),
         )
-        .properties(width=alt.Step(48), height=220)
-        .facet(column=alt.Column("panel:N", title=None))
+        .properties(width=alt.Step(panel_step(panels, data.series.nunique())), height=220)
+        .facet(
+            column=alt.Column(
+                "panel:N",
+                title=None,
+                sort=panels,
+                # the batch size over the setting: one line was wider than a panel of two bars
+                header=alt.Header(labelExpr=f"split(datum.value, '{PANEL_BREAK}')"),
+            )
+        )
     )
+
+
+PANEL_BREAK = " · "
+# the widest a header character is drawn at the reports' size (Vega's 11 px labels), in pixels
+HEADER_CHAR_PX = 7
+
+
+def panel_step(panels: list[str], bars: int, least: int = 48) -> int:
+    """Pixels per bar so that a panel of ``bars`` bars is as wide as its header's longest line."""
+    longest = max((len(line) for p in panels for line in p.split(PANEL_BREAK)), default=0)
+    return max(least, -(-longest * HEADER_CHAR_PX // max(bars, 1)))
 
 
 def busbw_chart(table: pd.DataFrame) -> alt.Chart:
