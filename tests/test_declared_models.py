@@ -122,9 +122,15 @@ def test_a_package_ships_models_through_an_entry_point(tmp_path):
     assert ran.returncode == 0, ran.stderr
 
 
-def _records(out) -> pd.DataFrame:
+def _run(tmp_path, campaign_text: str) -> pd.DataFrame:
+    """Run a campaign of the example's model (its folder as ``{path}``); every record it left."""
+    campaign = tmp_path / "campaign.yaml"
+    campaign.write_text(campaign_text.format(path=EXAMPLE))
+    out = tmp_path / "out"
+    done = run_cli("run", campaign, "--out", out, "--no-index")
+    assert done.returncode == 0, done.stderr[-3000:]
     rows = []
-    for nb in sorted(out.glob("my_model/*/*/*.ipynb")):
+    for nb in sorted(out.glob("*/*/*/*.ipynb")):
         rows += db._records_in(nbformat.read(nb, as_version=4))
     return pd.DataFrame(rows)
 
@@ -156,12 +162,7 @@ steps:
 
 
 def test_the_example_runs_through_validation_inference_and_training(tmp_path):
-    campaign = tmp_path / "my_model.yaml"
-    campaign.write_text(TRIMMED.format(path=EXAMPLE))
-    out = tmp_path / "out"
-    done = run_cli("run", campaign, "--out", out, "--no-index")
-    assert done.returncode == 0, done.stderr[-3000:]
-    records = _records(out)
+    records = _run(tmp_path, TRIMMED)
     assert set(records.family) >= {"validation", "inference", "training"}
     assert (records.status == "ok").all(), records[records.status != "ok"]
     fp64 = records[records.metric == "fp64_logits_max_rel_err"].value.iloc[0]
@@ -189,13 +190,7 @@ steps:
 
 
 def test_a_declared_model_goes_through_the_memory_study(tmp_path):
-    campaign = tmp_path / "memory.yaml"
-    campaign.write_text(MEMORY.format(path=EXAMPLE))
-    out = tmp_path / "out"
-    done = run_cli("run", campaign, "--out", out, "--no-index")
-    assert done.returncode == 0, done.stderr[-3000:]
-    (nb,) = out.glob("mine_memory/*/12_memory/*.ipynb")
-    records = pd.DataFrame(db._records_in(nbformat.read(nb, as_version=4)))
+    records = _run(tmp_path, MEMORY)
     peaks = records[(records.metric == "peak_mem_bytes") & (records.status == "ok")]
     assert {"graph", "checkpoint_every_1"} <= set(peaks["mode"]), sorted(set(peaks["mode"]))
 

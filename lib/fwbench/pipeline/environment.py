@@ -168,10 +168,15 @@ def notebook_sources(notebooks: dict[str, str | os.PathLike]) -> dict[str, str]:
     hashes = {}
     for name, path in sorted(notebooks.items()):
         try:
-            hashes[name] = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+            hashes[name] = source_digest(Path(path).read_bytes())
         except OSError:
             hashes[name] = None
     return hashes
+
+
+def source_digest(data: bytes) -> str:
+    """The hash a run records of a notebook's source: sha256, its first 16 hex digits."""
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def capture(

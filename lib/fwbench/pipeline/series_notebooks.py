@@ -12,30 +12,16 @@ input: the series cannot go on, and a run without ``--resume`` starts a new one.
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 from pathlib import Path
 
 from fwbench.pipeline.campaign import CampaignError, Cell
+from fwbench.pipeline.environment import source_digest
 
 FOLDER = "series_notebooks"
 
 
-def _digest(data: bytes) -> str:
-    # the same 16 hex digits environment.notebook_sources records
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
-def _git(args: list[str], cwd: Path) -> str | None:
-    try:
-        return subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, check=True
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def _git_bytes(args: list[str], cwd: Path) -> bytes | None:
+def _git(args: list[str], cwd: Path) -> bytes | None:
     try:
         return subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
@@ -49,11 +35,11 @@ def source_in_git(path: Path, digest: str, commits: list[str]) -> tuple[bytes, s
     top = _git(["rev-parse", "--show-toplevel"], folder)
     if top is None:
         return None
-    relative = path.resolve().relative_to(Path(top.strip())).as_posix()
-    history = (_git(["log", "--format=%H", "--", relative], folder) or "").split()
+    relative = path.resolve().relative_to(Path(top.decode().strip())).as_posix()
+    history = (_git(["log", "--format=%H", "--", relative], folder) or b"").decode().split()
     for commit in [*commits, *history]:
-        data = _git_bytes(["show", f"{commit}:{relative}"], folder)
-        if data is not None and _digest(data) == digest:
+        data = _git(["show", f"{commit}:{relative}"], folder)
+        if data is not None and source_digest(data) == digest:
             return data, commit
     return None
 
@@ -61,17 +47,15 @@ def source_in_git(path: Path, digest: str, commits: list[str]) -> tuple[bytes, s
 def series_sources(cells: list[Cell], first: dict) -> dict[str, tuple[bytes, str]]:
     """For each notebook of ``cells`` that no longer hashes as in ``first`` (the series' first
     manifest): its first run's bytes and commit. Raises ``CampaignError`` when git lacks them."""
-    recorded = (first.get("environment") or {}).get("notebook_sources") or {}
-    commits = [
-        sha.removesuffix("-dirty")
-        for sha in [(first.get("environment") or {}).get("git_sha")]
-        if sha
-    ]
+    environment = first.get("environment") or {}
+    recorded = environment.get("notebook_sources") or {}
+    sha = environment.get("git_sha")
+    commits = [sha.removesuffix("-dirty")] if sha else []
     paths = {c.notebook: c.notebook_path for c in cells}
     found = {}
     for name, path in sorted(paths.items()):
         want = recorded.get(name)
-        if want is None or _digest(Path(path).read_bytes()) == want:
+        if want is None or source_digest(Path(path).read_bytes()) == want:
             continue
         source = source_in_git(Path(path), want, commits)
         if source is None:
