@@ -148,6 +148,41 @@ def test_a_run_made_before_series_counts_as_the_first_of_its_own(write_campaign,
     assert (runs[1]["invocation"], runs[1]["invocations"]) == (2, 2)
 
 
+def test_resume_goes_on_with_the_series_of_this_machine_and_passes_over_others(
+    write_campaign, tmp_path
+):
+    # a campaign may hold one series per CPU model; a later series started on another CPU must
+    # not stop this machine's series from being resumed, nor be resumed here
+    out = tmp_path / "out"
+    path = write_campaign("campaign: two\nrerun_shared: 0\nsteps:\n  - notebook: STANDIN\n")
+    for _ in range(2):
+        assert run_cli("run", path, "--out", out, "--invocations", "1").returncode == 0
+    here, elsewhere = sorted((out / "two").glob("*/manifest.json"))
+    manifest = json.loads(elsewhere.read_text())
+    manifest["environment"]["cpu"] = {"name": "Other CPU", "family": 99, "model": 1}
+    elsewhere.write_text(json.dumps(manifest))
+
+    proc = run_cli("run", path, "--out", out, "--resume", "--invocations", "2")
+    assert proc.returncode == 0, proc.stderr
+    runs = manifests(out, "two")
+    assert len(runs) == 3
+    mine = json.loads(here.read_text())["run_id"]
+    assert runs[2]["series_id"] == mine and runs[2]["invocation"] == 2
+    assert runs[1]["environment"]["cpu"]["family"] == 99  # the other series is left as it was
+
+    # with every run made elsewhere, --resume refuses in one line and writes nothing
+    for p in (out / "two").glob("*/manifest.json"):
+        other = json.loads(p.read_text())
+        other["environment"]["cpu"] = {"name": "Other CPU", "family": 99, "model": 1}
+        p.write_text(json.dumps(other))
+    before = sorted(q.name for q in (out / "two").iterdir())
+    refused = run_cli("run", path, "--out", out, "--resume")
+    assert refused.returncode == 2
+    assert "no run of it was made on this machine" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert sorted(q.name for q in (out / "two").iterdir()) == before
+
+
 def test_dry_run_lists_the_cells_once_and_multiplies_the_estimate(write_campaign, tmp_path):
     from fwbench.results import db
 

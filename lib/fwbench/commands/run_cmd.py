@@ -26,7 +26,8 @@ def add_parser(sub) -> None:
     run.add_argument(
         "--resume",
         action="store_true",
-        help="re-run only cells without an ok result in the latest run of this campaign, then "
+        help="re-run only cells without an ok result in the latest run of this campaign made on "
+        "this machine's CPU model (a campaign keeps one series per CPU model), then "
         "start the runs its series still lacks (see --invocations), each executing the "
         "notebooks the series' first run executed (taken from git)",
     )

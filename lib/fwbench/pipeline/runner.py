@@ -62,30 +62,31 @@ def output_lock(out: Path):
         fh.close()
 
 
-def latest_run_dir(out: Path, campaign: str) -> Path | None:
+def resumable_run(out: Path, campaign: str) -> tuple[Path | None, dict | None]:
+    """The latest run of ``campaign`` under ``out`` made on this machine's hardware, and its
+    manifest, for --resume; (None, None) when the campaign has no run. A campaign may hold one
+    series per CPU model (each pooled on its own), so a run from another machine is passed over;
+    raises CampaignError when every run was made elsewhere, naming where."""
     root = out / campaign
     runs = (
         sorted(p for p in root.glob("*") if (p / "manifest.json").is_file())
         if root.is_dir()
         else []
     )
-    return runs[-1] if runs else None
-
-
-def resumable_run(out: Path, campaign: str) -> tuple[Path | None, dict | None]:
-    """The latest run of ``campaign`` under ``out`` and its manifest, for --resume; (None, None)
-    when there is none. Raises CampaignError when it was started on another machine."""
-    run_dir = latest_run_dir(out, campaign)
-    if run_dir is None:
+    here = environment.machine()
+    problems = []
+    for run_dir in reversed(runs):
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        problem = environment.resume_problem(manifest.get("environment") or {}, here)
+        if problem is None:
+            return run_dir, manifest
+        problems.append(f"run {manifest['run_id']}: {problem}")
+    if not runs:
         return None, None
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    problem = environment.resume_problem(manifest.get("environment") or {}, environment.machine())
-    if problem:
-        raise CampaignError(
-            f"cannot resume {campaign} run {manifest['run_id']}: {problem}; "
-            "a run never spans two machines, so start a new one (without --resume)"
-        )
-    return run_dir, manifest
+    raise CampaignError(
+        f"cannot resume {campaign}: no run of it was made on this machine ({problems[0]}); "
+        "a run never spans two machines, so start a new one (without --resume)"
+    )
 
 
 def done_cells(run_dir: Path, manifest: dict) -> set[str]:
