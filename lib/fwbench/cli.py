@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from fwbench.commands import (
+    freeze_test_cmd,
     ingest_cmd,
     memory_index_cmd,
     predict_cmd,
@@ -37,6 +38,7 @@ COMMANDS = (
     memory_index_cmd,
     predict_cmd,
     recommend_cmd,
+    freeze_test_cmd,
 )
 
 

@@ -3,7 +3,7 @@ PyTorch side and for PyTorch's own graph on JAX's compiler (torchax). None has a
 
 Each is the encoder alone and returns its last hidden state, the tensor the float64 proof compares
 and the timing returns: BERT-base over token ids, ViT-base over images, wav2vec2-base (the speech
-family's ``base`` configuration) over raw 16 kHz audio. Attention is PyTorch's
+family's ``base`` configuration) over raw 16 kHz audio, and two MetaFormers over images. Attention is PyTorch's
 ``scaled_dot_product_attention`` ("sdpa"): transformers' "eager" attention computes its softmax in
 float32 whatever the model's dtype, which would cap a float64 proof near 1e-8. wav2vec2's
 weight-normalised positional convolution is folded into a plain weight, as for inference:
@@ -31,6 +31,15 @@ MODELS = {
     "hf_vit_base": Entry(f"{__name__}:vit_base", "image", 224, "transformer", "ViT-base (HF)"),
     "hf_wav2vec2_base": Entry(
         f"{__name__}:wav2vec2_base", "audio", 16_000, "transformer", "wav2vec2-base (HF)"
+    ),
+    # MetaFormers without attention: a block's token mixer is average pooling (PoolFormer) or
+    # focal modulation, depthwise convolutions gating the tokens (FocalNet); no torchvision model
+    # is built from these blocks
+    "hf_poolformer_s12": Entry(
+        f"{__name__}:poolformer_s12", "image", 224, "cnn", "PoolFormer-S12 (HF)"
+    ),
+    "hf_focalnet_tiny": Entry(
+        f"{__name__}:focalnet_tiny", "image", 224, "transformer", "FocalNet-T (HF)"
     ),
 }
 
@@ -76,3 +85,19 @@ def wav2vec2_base(num_classes: int = 1000) -> LastHidden:
     if parametrize.is_parametrized(conv):
         parametrize.remove_parametrizations(conv, "weight", leave_parametrized=True)
     return LastHidden(model)
+
+
+def poolformer_s12(num_classes: int = 1000) -> LastHidden:
+    from transformers import PoolFormerConfig, PoolFormerModel
+
+    del num_classes
+    return LastHidden(PoolFormerModel(PoolFormerConfig()))  # the default is the S12
+
+
+def focalnet_tiny(num_classes: int = 1000) -> LastHidden:
+    from transformers import FocalNetConfig, FocalNetModel
+
+    del num_classes
+    return LastHidden(
+        FocalNetModel(FocalNetConfig(), add_pooling_layer=False)
+    )  # the default: T (SRF)

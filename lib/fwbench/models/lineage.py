@@ -1,0 +1,42 @@
+"""Each model's architectural lineage: the unit a prediction hold-out leaves out.
+
+A name pattern is not a lineage: ResNeXt and Wide ResNet are ResNets with wider or grouped
+bottlenecks, and MnasNet and EfficientNet are built from MobileNetV2's inverted-residual (MBConv)
+blocks. A hold-out that leaves out "resnet" but trains on ResNeXt, or "mobilenet" but trains on
+EfficientNet, has seen the held-out blocks and scores as if it generalised. So a lineage groups
+every model built from the same blocks, and the prediction family's hold-outs leave a whole
+lineage out.
+
+``LINEAGES`` is ordered: the first pattern a name starts with decides. A declared model (a
+campaign's ``models:`` key) is a lineage of its own unless its declaration names one.
+"""
+
+from __future__ import annotations
+
+# lineage -> the name prefixes of its models (torchvision's names, the transformers models'
+# registry names)
+LINEAGES: dict[str, tuple[str, ...]] = {
+    "resnet": ("resnet", "resnext", "wide_resnet"),
+    "mbconv": ("mobilenet", "mnasnet", "efficientnet"),
+    "regnet": ("regnet",),
+    "densenet": ("densenet",),
+    "shufflenet/squeezenet": ("shufflenet", "squeezenet"),
+    "vision transformer": ("vit_", "swin", "maxvit", "hf_vit"),
+    "convnext": ("convnext",),
+    "vgg/alexnet": ("vgg", "alexnet"),
+    "inception": ("googlenet", "inception"),
+    "text transformer": ("hf_bert",),
+    "speech transformer": ("hf_wav2vec2", "wav2vec2"),
+    "metaformer": ("hf_poolformer", "hf_focalnet"),
+}
+
+
+def lineage(name: str, declared: str | None = None) -> str:
+    """The lineage of a model by its registry name; ``declared`` (a declared model's own
+    ``lineage``) wins, and an unknown name is a lineage of its own."""
+    if declared:
+        return declared
+    for found, prefixes in LINEAGES.items():
+        if name.startswith(prefixes):
+            return found
+    return name

@@ -1,0 +1,111 @@
+"""Lineages (models/lineage) and the frozen test set's draw (families/prediction/frozen).
+
+A hold-out that leaves a lineage out must not train on a sibling of it, and the frozen test set
+must be drawn by a rule anyone can repeat, with a lineage the training table lacks.
+"""
+
+import json
+
+import pytest
+import torchvision
+
+from fwbench.families.prediction import frozen
+from fwbench.models import hf_models
+from fwbench.models.lineage import LINEAGES, lineage
+from tests.conftest import REPO
+
+
+def test_every_model_the_registry_can_build_has_a_known_lineage():
+    names = torchvision.models.list_models(module=torchvision.models) + list(hf_models.MODELS)
+    unknown = [name for name in names if lineage(name) not in LINEAGES]
+    assert not unknown, unknown
+
+
+@pytest.mark.parametrize(
+    ("siblings", "expected"),
+    [
+        (["resnet50", "resnext50_32x4d", "wide_resnet50_2"], "resnet"),
+        (["mobilenet_v3_small", "mnasnet0_5", "efficientnet_b0", "efficientnet_v2_s"], "mbconv"),
+        (["vit_b_16", "swin_t", "maxvit_t", "hf_vit_base"], "vision transformer"),
+        (["vgg11", "alexnet"], "vgg/alexnet"),
+        (["googlenet", "inception_v3"], "inception"),
+    ],
+)
+def test_siblings_share_a_lineage(siblings, expected):
+    assert {lineage(name) for name in siblings} == {expected}
+
+
+def test_a_declared_model_is_its_own_lineage_unless_it_names_one():
+    assert lineage("tinycnn") == "tinycnn"
+    assert lineage("tinycnn", declared="resnet") == "resnet"
+
+
+CANDIDATES = ["vgg13", "vgg16", "resnext101_32x8d", "wide_resnet101_2", "densenet161"]
+CANDIDATES += ["regnet_y_8gf", "regnet_x_3_2gf", "efficientnet_b4", "mnasnet0_75", "swin_s"]
+
+
+def test_the_draw_spreads_over_lineages_and_starts_with_an_unseen_one():
+    seen = ["resnet", "mbconv", "regnet", "densenet", "vision transformer"]
+    found = frozen.draw(CANDIDATES, seen, size=6, seed=1)
+    assert len(found.models) == len(set(found.models)) == 6
+    assert lineage(found.models[0]) == "vgg/alexnet"  # the one lineage training lacks
+    assert len({lineage(m) for m in found.models}) == 6
+    again = frozen.draw(CANDIDATES, seen, size=6, seed=1)
+    assert again == found
+    assert frozen.draw(CANDIDATES, seen, size=6, seed=2).models != found.models
+
+
+def test_the_draw_refuses_a_set_that_tests_no_transfer_or_cannot_be_filled():
+    with pytest.raises(ValueError, match="none tests transfer"):
+        frozen.draw(["resnet101"], ["resnet"], size=1, seed=0)
+    with pytest.raises(ValueError, match="2 candidates for a set of 3"):
+        frozen.draw(["vgg13", "vgg16"], [], size=3, seed=0)
+    assert frozen.candidates(["vgg13", "resnet50"], ["resnet50"]) == ["vgg13"]
+
+
+def test_a_recorded_draw_is_made_again_from_its_inputs(tmp_path):
+    found = frozen.draw(CANDIDATES, ["resnet"], size=5, seed=7)
+    path = tmp_path / "draw.json"
+    path.write_text(found.to_json())
+    assert frozen.redraw(path) == found
+    assert json.loads(path.read_text())["models"] == found.models
+
+
+def test_the_committed_frozen_set_is_the_recorded_draw_and_in_no_hold_out():
+    campaign = REPO / "params" / f"{frozen.CAMPAIGN}.yaml"
+    if not campaign.is_file():
+        pytest.skip("no frozen test set is committed")
+    recorded = frozen.redraw(campaign.with_suffix(".draw.json"))
+    assert sorted(frozen.campaign_models(campaign)) == sorted(recorded.models)
+    assert len({lineage(m) for m in recorded.models}) >= 4
+    assert set(recorded.models) & set(recorded.candidates) == set(recorded.models)
+
+
+def test_freeze_test_writes_the_campaign_and_its_draw_and_never_replaces_them(
+    tmp_path, monkeypatch
+):
+    from fwbench import cli
+    from fwbench.commands import freeze_test_cmd
+    from tests.test_prediction_dataset import write_index
+
+    write_index(tmp_path / "i.duckdb")  # measures resnet18, mobilenet_v3_small, squeezenet1_1
+    buildable = ["resnet18", "resnet34", "vgg13", "vgg16", "densenet161", "mnasnet0_75"]
+    buildable += ["regnet_x_3_2gf", "vit_b_32", "googlenet", "hf_poolformer_s12"]
+    monkeypatch.setattr(freeze_test_cmd, "buildable_models", lambda: buildable)
+    out = tmp_path / "params" / "frozen_test.yaml"
+    args = ["freeze-test", "--size", "6", "--seed", "3", "--db", str(tmp_path / "i.duckdb")]
+    assert cli.main([*args, "--out", str(out)]) == 0
+
+    models = frozen.campaign_models(out)
+    assert len(models) == 6 and "resnet18" not in models
+    recorded = frozen.redraw(out.with_suffix(".draw.json"))
+    assert recorded.models == models
+    assert recorded.trained_lineages == ["mbconv", "resnet", "shufflenet/squeezenet"]
+    assert lineage(models[0]) not in recorded.trained_lineages
+    from fwbench.pipeline.campaign import load_campaign
+
+    assert len(load_campaign(out).cells) == 6 * 2 * 3  # two frameworks, three trials
+
+    written = out.read_bytes()
+    assert cli.main([*args, "--out", str(out)]) == 2  # never replaced
+    assert out.read_bytes() == written
