@@ -324,47 +324,53 @@ def roofline_chart(points: pd.DataFrame, curve: pd.DataFrame) -> alt.LayerChart:
 
 
 def kind_chart(matrix: pd.DataFrame, kinds: dict[str, str]) -> alt.FacetChart:
-    data = _plain(labelled(matrix))
-    data["kind"] = data.model.map(lambda m: kind_label(kinds.get(m, "unknown")))
+    data = matrix.assign(kind=matrix.model.map(lambda m: kind_label(kinds.get(m, "unknown"))))
+    columns = ["kind", "model_label", "batch_size", "comparison", "jax_variant", "torch_variant"]
+    return ratio_dots(
+        data,
+        colour=("kind", "architecture"),
+        x_title="JAX ÷ PyTorch throughput (> 1: JAX faster)",
+        tips=[*columns, "ratio", "ci_low", "ci_high", "winner"],
+        shape=("comparison", "comparison"),
+        group="kind",
+    )
+
+
+def ratio_dots(
+    data: pd.DataFrame,
+    colour: tuple[str, str],
+    x_title: str,
+    tips: list[str],
+    shape: tuple[str, str] | None = None,
+    group: str | None = None,
+) -> alt.FacetChart:
+    """Ratios with their 95% intervals, one row per model and batch size (sorted by ``group``
+    first where given), a dashed line at parity, one panel per device and setting: ``data`` has a
+    configuration's columns, ``ratio``, ``ci_low`` and ``ci_high``."""
+    data = _plain(labelled(data))
     data["row"] = [
         f"{m} · bs {int(b)}" for m, b in zip(data.model_label, data.batch_size, strict=True)
     ]
-    order = data.sort_values(["kind", "model_label", "batch_size"]).row.drop_duplicates().tolist()
-    tips = _tooltip(
-        data,
-        [
-            "kind",
-            "model_label",
-            "batch_size",
-            "comparison",
-            "jax_variant",
-            "torch_variant",
-            "ratio",
-            "ci_low",
-            "ci_high",
-            "winner",
-        ],
-    )
+    keys = [c for c in (group, "model_label", "batch_size") if c]
+    order = data.sort_values(keys).row.drop_duplicates().tolist()
     y = alt.Y("row:N", title=None, sort=order)
     # a domain around the data (and parity), so small differences stay visible
     low = min(float(data.ci_low.min()), float(data.ratio.min()), 1.0) / 1.1
     high = max(float(data.ci_high.max()), float(data.ratio.max()), 1.0) * 1.1
     x_scale = alt.Scale(type="log", domain=[low, high], nice=False)
-    dots = (
-        alt.Chart()
-        .mark_point(filled=True, size=80)
-        .encode(
-            x=alt.X("ratio:Q", title="JAX ÷ PyTorch throughput (> 1: JAX faster)", scale=x_scale),
-            y=y,
-            color=alt.Color("kind:N", title="architecture"),
-            shape=alt.Shape("comparison:N", title="comparison"),
-            tooltip=tips,
-        )
-    )
+    encoding = {
+        "x": alt.X("ratio:Q", title=x_title, scale=x_scale),
+        "y": y,
+        "color": alt.Color(f"{colour[0]}:N", title=colour[1]),
+        "tooltip": _tooltip(data, tips),
+    }
+    if shape:
+        encoding["shape"] = alt.Shape(f"{shape[0]}:N", title=shape[1])
+    dots = alt.Chart().mark_point(filled=True, size=80).encode(**encoding)
     bars = (
         alt.Chart()
         .mark_rule()
-        .encode(x=alt.X("ci_low:Q", scale=x_scale), x2="ci_high:Q", y=y, color="kind:N")
+        .encode(x=alt.X("ci_low:Q", scale=x_scale), x2="ci_high:Q", y=y, color=f"{colour[0]}:N")
     )
     parity = alt.Chart().mark_rule(color="#333333", strokeDash=[4, 3]).encode(x=alt.datum(1.0))
     return (

@@ -256,6 +256,7 @@ SECTIONS: tuple[Section, ...] = (
     families.inference_report.COMPARISON,
     families.inference_report.PUBLISHED_SECTION,
     families.inference_report.TORCHAX,
+    families.inference_report.THREE_WAY,
     families.analysis_report.TRUST,
     families.inference_report.WHY,
     families.inference_report.THROUGHPUT,

@@ -195,42 +195,60 @@ def _residual(name: str, ms: dict) -> dict:
     }
 
 
+GAP_COLUMNS = [*CONFIG, "comparison", "slower", "slower_variant", "faster", "faster_variant"]
+GAP_COLUMNS += ["category", "kind", "merged", "assumed", "as_recorded"]
+GAP_COLUMNS += ["slower_ms", "faster_ms", "gap_ms"]
+
+
 def gaps(matrix: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
-    """For every comparison with a measured gap whose two sides were profiled: its ``parts``,
-    each with the slower side's ms per call, the faster side's, and the difference. A
-    comparison's ``gap_ms`` add up to the difference of the two sides' profiled wall times."""
-    columns = [*CONFIG, "comparison", "slower", "slower_variant", "faster", "faster_variant"]
-    columns += ["category", "kind", "merged", "assumed", "as_recorded"]
-    columns += ["slower_ms", "faster_ms", "gap_ms"]
-    if matrix.empty or table.empty:
-        return pd.DataFrame(columns=columns)
+    """For every JAX-vs-PyTorch comparison of ``matrix`` with a measured gap whose two sides were
+    profiled: its ``parts`` (see ``pair_gaps``)."""
+    if matrix.empty:
+        return pd.DataFrame(columns=GAP_COLUMNS)
+    pairs = matrix.assign(
+        a_framework="torch",
+        a_variant=matrix.torch_variant,
+        b_framework="jax",
+        b_variant=matrix.jax_variant,
+    )
+    return pair_gaps(pairs, table)
+
+
+def pair_gaps(pairs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """For every pair of arms with a measured gap whose two sides were profiled: its ``parts``,
+    each with the slower side's ms per call, the faster side's, and the difference. A pair's
+    ``gap_ms`` add up to the difference of the two sides' profiled wall times.
+
+    ``pairs`` holds ``CONFIG``, ``comparison``, the arms ``a_framework``/``a_variant`` and
+    ``b_framework``/``b_variant``, ``ratio`` (b's throughput ÷ a's) and ``winner``; a pair whose
+    ratio calls no winner within one run still has parts to show."""
+    if pairs.empty or table.empty:
+        return pd.DataFrame(columns=GAP_COLUMNS)
     rows = []
     seen = set()
-    # a ratio within one run calls no winner, but its measured gap still has parts to show
-    shown = matrix.winner.isin(["jax", "torch", "within one run"])
-    for r in matrix[shown].itertuples():
+    shown = pairs.winner.isin(["jax", "torch", "a", "b", "within one run"])
+    for r in pairs[shown].itertuples():
         key = {c: getattr(r, c) for c in CONFIG}
-        faster = "jax" if r.ratio > 1 else "torch"
-        slower = "torch" if faster == "jax" else "jax"
-        variants = {"jax": r.jax_variant, "torch": r.torch_variant}
-        ident = (*key.values(), variants["jax"], variants["torch"])
+        a, b = (r.a_framework, r.a_variant), (r.b_framework, r.b_variant)
+        faster, slower = (b, a) if r.ratio > 1 else (a, b)
+        ident = (*key.values(), a, b)
         if ident in seen:  # "best" and "defaults" are one comparison when the variants agree
             continue
         seen.add(ident)
-        slow = series_rows(table, key, slower, variants[slower])
-        fast = series_rows(table, key, faster, variants[faster])
+        slow = series_rows(table, key, *slower)
+        fast = series_rows(table, key, *faster)
         if slow.empty or fast.empty:
             continue
         which = {
             **key,
             "comparison": r.comparison,
-            "slower": slower,
-            "slower_variant": variants[slower],
-            "faster": faster,
-            "faster_variant": variants[faster],
+            "slower": slower[0],
+            "slower_variant": slower[1],
+            "faster": faster[0],
+            "faster_variant": faster[1],
         }
         rows += [{**which, **part} for part in parts(slow, fast)]
-    return pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame(rows, columns=GAP_COLUMNS)
 
 
 def explaining(gap: pd.DataFrame, share: float = EXPLAINED_SHARE) -> pd.DataFrame:

@@ -12,6 +12,7 @@ import pandas as pd
 
 from fwbench.measure import verdicts
 from fwbench.report import charts, sentences, tables, why
+from fwbench.report.family_reports import inference_three_way
 from fwbench.report.items import (
     Each,
     Figure,
@@ -524,10 +525,14 @@ TORCHAX = Section(
 )
 
 
+# what a native Flax port buys: its own module, as the comparison it makes is its own
+THREE_WAY = inference_three_way.SECTION
+
 SECTIONS = (
     COMPARISON,
     PUBLISHED_SECTION,
     TORCHAX,
+    THREE_WAY,
     WHY,
     THROUGHPUT,
     LATENCY,
