@@ -7,7 +7,7 @@
 # budget. Each rewritten graph is proven in float64 to train exactly like the original, then
 # measured beside the baselines: no checkpointing, `torch.utils.checkpoint` on every k blocks and
 # on Chen et al.'s sqrt(n) segments, and `torch.compile` with the partitioner's
-# `activation_memory_budget` (against our rewritten graph, compiled). Sweeping the budget draws
+# `activation_memory_budget` (against the μ-TWO plan's graph, compiled). Sweeping the budget draws
 # a memory-time curve per method. With a copy bandwidth the planner also swaps activations to
 # host memory: on a GPU the rewriter emits the copies on two side streams and the swap plan is
 # measured like the others; on a CPU, which has no separate device memory, it is simulated only
@@ -295,8 +295,8 @@ memory_charts.pareto_chart(predicted, measured)
 # %% [markdown]
 # ## The memory-time curve
 # Measured peak against measured iteration time for every method, one line per kind: eager
-# methods (our plan, `torch.utils.checkpoint`, sqrt(n)) in one panel, compiled ones
-# (`activation_memory_budget` against our rewritten graph, compiled) in the other, because
+# methods (the μ-TWO plan, `torch.utils.checkpoint`, sqrt(n)) in one panel, compiled ones
+# (`activation_memory_budget` against the μ-TWO plan's graph, compiled) in the other, because
 # compilation also fuses kernels. The same chart as the report's (`report.family_reports.memory_curve`), but
 # this notebook is one trial: the bar on each time is the interval of its median within this
 # process; the report's is the interval from the spread between trials.

@@ -438,14 +438,14 @@ def test_the_peak_breakdown_shows_the_unplanned_step_and_the_tightest_plan_per_b
     # the two cells differ in their sequence length only, which names them
     assert set(table.label) == {"BERT (masked LM) (seq_len 128)", "BERT (masked LM) (seq_len 512)"}
     plans = table.groupby("plan").method.unique()
-    assert list(plans["no plan"]) == ["graph"] and list(plans["our tightest plan"]) == [
+    assert list(plans["no plan"]) == ["graph"] and list(plans["tightest μ-TWO plan"]) == [
         "mu_two@0.3"
     ]
     long = table[(table.label.str.contains("128")) & (table.batch_size == 32)]
     acts = long[long.part == "activations"].set_index("plan").MiB
     # the median over the two trials (320 and 321 MiB)
     assert acts["no plan"] == pytest.approx(320.5)
-    assert acts["our tightest plan"] == pytest.approx(96.5)
+    assert acts["tightest μ-TWO plan"] == pytest.approx(96.5)
     wide = memory_breakdown.peak_shares(table).set_index(["label", "batch_size", "plan"])
     row = wide.loc[("BERT (masked LM) (seq_len 128)", 32, "no plan")]
     assert row.peak_MiB == pytest.approx(400 + 400 + 320.5 + 5)
@@ -453,8 +453,8 @@ def test_the_peak_breakdown_shows_the_unplanned_step_and_the_tightest_plan_per_b
     text = " ".join(memory_breakdown.breakdown_sentences(table))
     assert (
         "(seq_len 128) on cpu X: the unplanned step peaks at 846 MiB at batch 4, 5% of it "
-        "activations, and at 1,126 MiB at batch 32, 28% of it activations; at batch 32 our "
-        "tightest plan (mu_two@0.3) peaks at 902 MiB, 96 MiB of it activations" in text
+        "activations, and at 1,126 MiB at batch 32, 28% of it activations; at batch 32 the "
+        "tightest μ-TWO plan (mu_two@0.3) peaks at 902 MiB, 96 MiB of it activations" in text
     )
     assert "(seq_len 512) on cpu X: the unplanned step peaks at 966 MiB at batch 4, 17%" in text
     memory_breakdown.parts_chart(table).to_dict()  # a valid Vega-Lite spec

@@ -208,6 +208,6 @@ def test_the_breakdown_labels_a_tightest_plan_without_activations_at_its_peak():
     table = memory_breakdown.breakdown_table(pd.DataFrame(rows))
     text = " ".join(memory_breakdown.breakdown_sentences(table))
     assert (
-        "our tightest plan (mu_two@0.3) peaks at 1,650 MiB, 0 MiB of it activations (on Adam's "
+        "the tightest μ-TWO plan (mu_two@0.3) peaks at 1,650 MiB, 0 MiB of it activations (on Adam's "
         "floor: the peak is the optimizer update's)" in text
     )

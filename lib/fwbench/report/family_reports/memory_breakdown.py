@@ -1,6 +1,6 @@
 """What the peak of a training step is made of, across batch sizes (12_memory's
 ``peak_part_bytes`` records): the five-part breakdown into parameters, gradients, optimizer state,
-activations and other, for the unplanned graph and for our tightest plan.
+activations and other, for the unplanned graph and for the tightest μ-TWO plan.
 
 The parts are the simulator's, at its peak; its peak is the measured one to within the run's
 ``sim_peak_error_pct``. Bytes do not depend on the machine's speed, so one trial gives them;
@@ -20,7 +20,7 @@ from fwbench.report.family_reports.memory_curve import FLOOR_WORDS, MODEL_WORDS,
 METRIC = "peak_part_bytes"
 PARTS = ["params", "gradients", "optimizer state", "activations", "other"]
 UNPLANNED = "graph"  # the traced step without a plan, which the planner starts from
-PLANS = ("no plan", "our tightest plan")
+PLANS = ("no plan", "tightest μ-TWO plan")
 # cell settings that tell two cells of one model apart without changing what is traced (a
 # variant is a slug less its trial already)
 IGNORED_SETTINGS = ("batch_sizes", "budget_fractions", "compile_budgets", "time_rounds")
@@ -118,7 +118,7 @@ def parts_chart(table: pd.DataFrame) -> alt.FacetChart:
 
 def breakdown_sentences(table: pd.DataFrame) -> list[str]:
     """Per model (and cell): the activations' share of the unplanned peak at the smallest and
-    the largest batch size, and what our tightest plan leaves at the largest, labelled as on
+    the largest batch size, and what the tightest μ-TWO plan leaves at the largest, labelled as on
     Adam's floor where no activation is left at its peak (read from ``peak_shares``, the table
     the report shows beside them)."""
     if table.empty:
@@ -140,7 +140,7 @@ def breakdown_sentences(table: pd.DataFrame) -> list[str]:
         if not tight.empty:
             plan = tight.iloc[0]
             words += (
-                f"; at batch {top} our tightest plan ({plan.method}) peaks at "
+                f"; at batch {top} the tightest μ-TWO plan ({plan.method}) peaks at "
                 f"{plan.peak_MiB:,.0f} MiB, {plan.activations:,.0f} MiB of it activations"
             )
             if plan.activations <= 0:

@@ -4,7 +4,7 @@ Each campaign's report (``fwbench report CAMPAIGN``) holds its memory-time curve
 ``tables/memory_curve.csv``; a cell (model, batch size, CPU and settings) can appear in several
 campaigns, each answering another question (memory_timecheck reruns a memory_batches cell with
 more interleaved rounds). This index puts them side by side with the verdicts each report's
-sentences give: the point that decides our plan's and ``torch.utils.checkpoint``'s verdict on
+sentences give: the point that decides the μ-TWO plan's and ``torch.utils.checkpoint``'s verdict on
 the activation goal (50% saved within +33% time, by the overhead's interval over trials), the
 simulator's peak bar and its time bar over trials, and the float64 proof. It computes nothing the
 reports do not: the verdicts come from ``memory_curve``, the same functions the reports use.
@@ -159,7 +159,7 @@ def markdown(frame: pd.DataFrame, link_root: str = "report") -> str:
         "report (run)",
         "CPU",
         "trials",
-        f"our plan: activations saved, time, goal (within +{OVERHEAD_GOAL_PCT:g}%)",
+        f"μ-TWO plan: activations saved, time, goal (within +{OVERHEAD_GOAL_PCT:g}%)",
         "torch.utils.checkpoint: the same",
         "peak error",
         f"time within {SIM_BAR_PCT:g}%",

@@ -41,10 +41,10 @@ def curve(analysis):
 METHODS = Section(
     "Memory-saving methods",
     "Peak memory and iteration time per method of one training step (12_memory): the plain "
-    "eager step (none), the traced step (graph), our μ-TWO plan at several budgets "
+    "eager step (none), the traced step (graph), fwbench's μ-TWO plan at several budgets "
     "(mu_two@f: only f of the activation memory may stay at the peak), "
     "torch.utils.checkpoint on segments of k blocks and on sqrt(n) segments, and "
-    "torch.compile's activation_memory_budget against our rewritten graph, compiled. The "
+    "torch.compile's activation_memory_budget, against the μ-TWO plan's graph compiled. The "
     "activation memory is the unplanned graph's activation high-water mark; "
     "activation_saved_pct is the peak a method saves against the eager step as a share of "
     "it. Swap plans (mu_two_swap@f) are simulated only, at the bandwidth named.",
@@ -75,8 +75,8 @@ METHODS = Section(
             "memory_breakdown",
             "What the peak is made of, against batch size",
             "The step's memory at its peak by part (parameters with buffers, gradients, "
-            "optimizer state, activations, other), for the unplanned traced step and for our "
-            "plan at its smallest budget, per batch size: the simulator's parts at its peak "
+            "optimizer state, activations, other), for the unplanned traced step and for the "
+            "μ-TWO plan at its smallest budget, per batch size: the simulator's parts at its peak "
             "(median over trials), whose total is the measured peak to within the "
             "simulator's peak error above.",
             lambda a: memory_breakdown.parts_chart(breakdown(a)),
