@@ -6,7 +6,8 @@
 # the costs fitted per framework and mode, corrected in log space by gradient boosting over the
 # setting and the model's size) on every measured inference
 # configuration in the index, and score it only on what no fit has seen: grouped hold-outs that
-# leave out a model family, the batch sizes above 16, a thread count, or a CPU. Random splits
+# leave out a lineage (the models built from the same blocks, `fwbench.models.lineage`), the
+# batch sizes above 16, a thread count, or a CPU. Random splits
 # would put a model's batch 4 in training and its batch 8 in test and flatter the predictor.
 # For each hold-out: MAPE, the share within ±10% and ±15%, the worst error, how often the
 # conformal interval held the measurement, and the correct-winner rate (JAX jit against PyTorch
@@ -28,7 +29,7 @@
 # model with a measured training step or epoch.
 
 # %% tags=["parameters"]
-holdouts = ["family", "batch", "threads", "cpu"]
+holdouts = ["lineage", "batch", "threads", "cpu"]
 memory_batch_sizes = [1, 16]  # inference peaks measured at these of the table's batch sizes
 memory_training = True  # also extrapolate the memory campaigns' training peaks from batch 2 and 3
 epoch_check = True  # forecast each training epoch the index timed (11_training's timed_epochs)
@@ -49,6 +50,7 @@ from fwbench.families.prediction import (
     dataset,
     epochs,
     forecast,
+    frozen,
     peaks,
     prediction_charts,
     predictor,
@@ -60,7 +62,11 @@ from fwbench.results.records import Recorder
 root = find_repo_root(Path.cwd())
 db_file = Path(db_path) if db_path else fw_db.default_db_path()
 db_file = db_file if db_file.is_absolute() else root / db_file
-table, left_out = dataset.build(db_file, progress=lambda items: tqdm(items, desc="features"))
+# the frozen test set's models stay out of the table: they are scored once, never learned from
+tested = frozen.frozen_models(root)
+table, left_out = dataset.build(
+    db_file, tested, progress=lambda items: tqdm(items, desc="features")
+)
 print(f"{len(table)} configurations from {table.model.nunique() if len(table) else 0} models")
 for reason, count in left_out.items():
     print(f"left out: {count} ({reason})")
@@ -87,8 +93,8 @@ if folder:
 # The cost model fitted on the whole table: the share of the measured peak a FLOP of each category
 # runs at, the share of the copy bandwidth its output bytes are written at, and the time an op
 # takes beyond its work. `fit` says how each setting's set came about: `shrunk` where its rows
-# span `MIN_SHRINK_FAMILIES` model families (costs of its own, pulled toward `all`'s scaled per
-# group by the `shrink` weight that leave-one-family-out cross-validation on its rows picked:
+# span `MIN_SHRINK_LINEAGES` lineages (costs of its own, pulled toward `all`'s scaled per
+# group by the `shrink` weight that leave-one-lineage-out cross-validation on its rows picked:
 # `inf` is the scaled costs, 0 a free fit), `scaled` where a thinner setting multiplies `all`'s
 # FLOP, byte and op costs by one factor each; the correction learns what is left of its
 # difference.
@@ -143,7 +149,7 @@ summary
 # %% [markdown]
 # Where each hold-out's misses gather: its MAPE by setting (framework and mode) and image size,
 # with the predictions (`mape_pct`) and with the cost model's alone, before the correction
-# (`cost_mape_pct`). A setting fitted on few families in a fold (the cost table's `fit` and
+# (`cost_mape_pct`). A setting fitted on few lineages in a fold (the cost table's `fit` and
 # `shrink`) and the 32 px rows, whose time is mostly launches, are where to look first.
 
 # %%
@@ -151,7 +157,7 @@ predictor.error_table(pd.concat(scored)) if scored else "no hold-out scored"
 
 # %% [markdown]
 # ## Against the goals
-# MAPE ≤ 10% for unseen batch sizes, ≤ 15% for unseen model families, ≥ 90% of all predictions
+# MAPE ≤ 10% for unseen batch sizes, ≤ 15% for unseen lineages, ≥ 90% of all predictions
 # within ±15%, a correct winner in ≥ 90% of decided comparisons. A miss is said with its size.
 # Memory is scored in its own section below.
 
@@ -192,12 +198,12 @@ if scored:
         part = (
             f"the cost model alone missed them by {where['cost_mape_pct']:.0f}%, and the "
             "correction, which reads the setting and the model's size but not its shape, carried "
-            "to them what that setting's other families taught it and made them worse"
+            "to them what that setting's other lineages taught it and made them worse"
         )
     else:
         part = (
             f"the cost model alone missed them by {where['cost_mape_pct']:.0f}% and the correction "
-            "narrowed that: the cost terms do not price this family's work in that setting"
+            "narrowed that: the cost terms do not price this lineage's work in that setting"
         )
     lines.append(
         f"\nThe fit had {len(table)} configurations of {table.model.nunique()} models on "

@@ -30,7 +30,7 @@ import altair as alt
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fwbench.families.prediction import forecast, recommend
+from fwbench.families.prediction import forecast, frozen, recommend
 from fwbench.pipeline.campaign import find_repo_root
 from fwbench.results import db as fw_db
 from fwbench.results.records import Recorder
@@ -40,7 +40,7 @@ db_file = Path(db_path) if db_path else fw_db.default_db_path()
 db_file = db_file if db_file.is_absolute() else root / db_file
 # the table the newest 21_prediction saved beside the index's executed notebooks, else one built
 # from the index (every measured model's features: a few minutes)
-table, table_source = forecast.training_table(db_file.parent, db_file)
+table, table_source = forecast.training_table(db_file.parent, db_file, frozen.frozen_models(root))
 source = Path(table_source)
 print(f"from {source.relative_to(root) if source.is_relative_to(root) else source.name}")
 print(f"{len(table)} configurations of {table.model.nunique() if len(table) else 0} models")

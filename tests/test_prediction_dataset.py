@@ -222,14 +222,26 @@ def test_winner_pairs_decide_only_where_the_paired_interval_excludes_one(tmp_pat
 
 def test_build_joins_features_and_ceilings(tmp_path):
     write_index(tmp_path / "i.duckdb")
-    table, left_out = dataset.build(tmp_path / "i.duckdb")
-    assert left_out == {"no ceiling for its device, precision and threads": 0}
+    table, left_out = dataset.build(tmp_path / "i.duckdb", set())
+    assert left_out == {
+        "no ceiling for its device, precision and threads": 0,
+        "a model of the frozen test set": 0,
+    }
     assert len(table) == len(THROUGHPUT)
     row = table.set_index(["model", "framework", "batch_size"]).loc[("resnet18", "torch", 4)]
     # ResNet-18 at 64 px: torchvision's 1.81 GMACs at 224 px scale by (64/224)^2; FLOPs = 2 MACs
     assert row.total_flops == pytest.approx(4 * 2 * 1.814e9 * (64 / 224) ** 2, rel=0.05)
     assert row.peak_tflops == 0.2 and row.bandwidth_gbs == 20.0
     assert row.total_bytes > row.param_bytes > 11e6 * 4
+
+
+def test_a_frozen_test_model_never_enters_the_table(tmp_path):
+    write_index(tmp_path / "i.duckdb")
+    table, left_out = dataset.build(tmp_path / "i.duckdb", {"resnet18"})
+    assert "resnet18" not in set(table.model) and len(table)
+    assert left_out["a model of the frozen test set"] == sum(
+        1 for key in THROUGHPUT if key[0] == "resnet18"
+    )
 
 
 def _predict(tmp_path, *args):
@@ -352,7 +364,7 @@ def test_21_and_22_score_hold_outs_and_recommendations(tmp_path, write_campaign)
     write_training(tmp_path / "i.duckdb")
     campaign = write_campaign(
         "campaign: predsynth\nsteps:\n  - notebook: 21_prediction\n"
-        f"    params: {{holdouts: [family, batch, threads], db_path: '{tmp_path / 'i.duckdb'}'}}\n"
+        f"    params: {{holdouts: [lineage, batch, threads], db_path: '{tmp_path / 'i.duckdb'}'}}\n"
         "  - notebook: 22_recommend\n"
         f"    params: {{db_path: '{tmp_path / 'i.duckdb'}'}}\n"
     )
@@ -368,10 +380,10 @@ def test_21_and_22_score_hold_outs_and_recommendations(tmp_path, write_campaign)
     ).df()
     con.close()
     scored = rows[(rows.status == "ok") & (rows.notebook == "21_prediction")]
-    # three families (resnet, mobilenet, squeezenet) make the family hold-out; no batch size
+    # three lineages (resnet, mbconv, shufflenet/squeezenet) make the lineage hold-out; no batch size
     # above 16 and one thread count make no other, which the notebook says rather than scores
     # and every timed epoch is forecast from the other two models' steps
-    assert set(scored.holdout) == {"family", "memory_inference", "epoch"}
+    assert set(scored.holdout) == {"lineage", "memory_inference", "epoch"}
     epoch = scored[scored.holdout == "epoch"].set_index("metric").value
     assert 0 <= epoch["mape_pct"] and 0 <= epoch["within_15pct"] <= 100
     # the memory check: the three PyTorch models at batch 1, each a real forward's peak

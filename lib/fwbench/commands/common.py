@@ -65,10 +65,12 @@ def load_training_table(db_path: Path, out: Path):
     measured model's features)."""
     from tqdm.auto import tqdm
 
-    from fwbench.families.prediction import forecast
+    from fwbench.families.prediction import forecast, frozen
+    from fwbench.pipeline.campaign import find_repo_root
 
     if forecast.latest_table(out) is None:
         print("fwbench: no 21_prediction table; building one from the index", file=sys.stderr)
+    tested = frozen.frozen_models(find_repo_root(Path.cwd()))
     return forecast.training_table(
-        out, db_path, progress=lambda items: tqdm(items, desc="features")
+        out, db_path, tested, progress=lambda items: tqdm(items, desc="features")
     )

@@ -181,17 +181,23 @@ def with_features(frame: pd.DataFrame, feats: pd.DataFrame, ceiling: pd.DataFram
     return joined.reset_index(drop=True)
 
 
-def build(db_path: str | Path, progress=None) -> tuple[pd.DataFrame, dict]:
-    """The training table from the index at ``db_path`` and what was left out of it, by reason."""
+def build(db_path: str | Path, exclude: set[str], progress=None) -> tuple[pd.DataFrame, dict]:
+    """The training table from the index at ``db_path`` and what was left out of it, by reason.
+    The models of ``exclude`` (the frozen test set's, ``frozen.frozen_models``) never enter it."""
     con = fw_db.connect(db_path, read_only=True)
     try:
         frame = measured(con)
         ceiling = ceilings(con)
     finally:
         con.close()
+    tested = frame.model.isin(sorted(exclude)) if len(frame) else pd.Series(dtype=bool)
+    frame = frame[~tested] if len(frame) else frame
     feats = feature_rows(frame, progress) if len(frame) else pd.DataFrame(columns=FEATURE_KEY)
     table = with_features(frame, feats, ceiling) if len(frame) else frame
-    left_out = {"no ceiling for its device, precision and threads": len(frame) - len(table)}
+    left_out = {
+        "no ceiling for its device, precision and threads": len(frame) - len(table),
+        "a model of the frozen test set": int(tested.sum()),
+    }
     return table, left_out
 
 

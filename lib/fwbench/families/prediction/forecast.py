@@ -52,13 +52,16 @@ def load_table(path: Path) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-def training_table(executed: Path, db_path: Path, progress=None) -> tuple[pd.DataFrame, str]:
+def training_table(
+    executed: Path, db_path: Path, exclude: set[str], progress=None
+) -> tuple[pd.DataFrame, str]:
     """The newest 21_prediction run's table under ``executed``, else one built from the index
-    at ``db_path`` (slower: every measured model's features); and where it came from."""
+    at ``db_path`` (slower: every measured model's features) without the models of ``exclude``;
+    and where it came from."""
     saved = latest_table(executed)
     if saved is not None:
         return load_table(saved), str(saved)
-    return dataset.build(db_path, progress=progress)[0], str(db_path)
+    return dataset.build(db_path, exclude, progress=progress)[0], str(db_path)
 
 
 def request_row(request: Request, ceiling: pd.Series) -> pd.DataFrame:

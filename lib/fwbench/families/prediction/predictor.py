@@ -12,9 +12,9 @@ convolution costs what depthwise convolutions cost, whichever network it sits in
 What the sum misses (small batches, threads, precision, the size of the whole network) is learned
 as log(measured / cost) by gradient boosting over the setting and the model's size only. The
 correction sees no feature that names a model's shape (its FLOP mix, its op count): trees cannot
-extrapolate, and given those they learn each family's residual by heart, which is worth nothing on
-a family they have not seen (on the committed sweep a correction over the FLOP mix predicted
-held-out families worse than the sum alone).
+extrapolate, and given those they learn each lineage's residual by heart, which is worth nothing on
+a lineage they have not seen (on the committed sweep a correction over the FLOP mix predicted
+held-out model families worse than the sum alone).
 
 Intervals are split-conformal on that log ratio: the residuals come from fits that did not see the
 residual's model (grouped cross-validation), so the interval holds for a model nobody ran, which
@@ -23,38 +23,38 @@ is what ``fwbench predict`` is asked about; random splits would leak the model a
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from fwbench.families.prediction import dataset
+from fwbench.models.lineage import lineage
 from fwbench.vocab import OP_CATEGORIES
 
 # launch cost of one eager op on a CPU, before anything is learned: a few microseconds
 OP_OVERHEAD_S = 5e-6
-HOLDOUTS = ("family", "batch", "threads", "cpu")
+HOLDOUTS = ("lineage", "batch", "threads", "cpu")
 BATCH_FIT_MAX = 16  # the batch hold-out fits on batch <= 16 and predicts larger batches
 COVERAGE = 0.9
 SETTINGS = ("torch eager", "torch compile", "jax jit")
 # a setting's rows fit costs of their own, shrunk toward the pooled costs scaled per term group
-# (TERM_GROUPS), by a weight that leave-one-family-out cross-validation on its rows picks from
+# (TERM_GROUPS), by a weight that leave-one-lineage-out cross-validation on its rows picks from
 # SHRINK_GRID; the correction's setting columns carry what is left of its difference. Free, a
 # setting fitted on few architectures lets categories that move together trade costs (JAX's rows
 # without its ResNets, from MobileNets, EfficientNets and ViTs, put the depthwise convolutions'
 # time on the dense convolution FLOPs, priced at 15.7 times the peak against PyTorch's 1.3, and
 # held-out JAX ResNets came out 6 to 13 times too slow); scaled alone, it cannot say that one
 # category costs it more than the pooled rows (JAX's depthwise convolutions). The cross-validation
-# asks the question the family hold-out asks, on the rows the fit has, and picks between the two
+# asks the question the lineage hold-out asks, on the rows the fit has, and picks between the two
 TERM_GROUPS = ("flops", "bytes", "ops")
-# leaving one family out must leave three to fit on: on folds of two the cross-validation judges
+# leaving one lineage out must leave three to fit on: on folds of two the cross-validation judges
 # free costs by fits that cannot be trusted, and picked them (JAX without its ResNets in one
 # committed prediction run's table: weight 0 from its EfficientNets, MobileNets and ViTs, and the
 # held-out JAX ResNets came out 5 times too slow, where the scaled costs missed them by 105%). A
-# setting of two or three families scales the pooled costs, one of one family uses them as they are
-MIN_SHRINK_FAMILIES = 4
-MIN_SCALE_FAMILIES = 2
+# setting of two or three lineages scales the pooled costs, one of one lineage uses them as they are
+MIN_SHRINK_LINEAGES = 4
+MIN_SCALE_LINEAGES = 2
 # tried from the most shrunk down, and a weight is kept only where it lowers the cross-validated
 # error: inf is the scaled costs, 0 a free fit. A weight s costs a fit s * x**2 per row for moving
 # one term so that the mean row's time moves by a fraction x, as much as every row missing by
@@ -78,13 +78,6 @@ CORRECTION_COLUMNS = [
     "log_params",
     "log_image_size",
 ]
-
-
-def model_family(name: str) -> str:
-    """The architecture family a torchvision name belongs to: resnet50 -> resnet,
-    wide_resnet50_2 -> wide_resnet, mobilenet_v3_small -> mobilenet, vit_b_16 -> vit."""
-    found = re.match(r"(?:wide_)?[a-z]+", name)
-    return found.group(0) if found else name
 
 
 def setting_of(frame: pd.DataFrame) -> pd.Series:
@@ -192,16 +185,16 @@ def _fit_scales(frame: pd.DataFrame, pooled: np.ndarray) -> np.ndarray:
 
 def _fit_shrunk(frame: pd.DataFrame, pooled: np.ndarray) -> tuple[np.ndarray, float]:
     """A setting's own costs shrunk toward its scaled pooled costs, and the shrink weight: the
-    one of ``SHRINK_GRID`` whose fits, each on all but one of the rows' model families, predict
-    the family left out best (mean absolute log error of the cost sum, over its rows). The
+    one of ``SHRINK_GRID`` whose fits, each on all but one of the rows' lineages, predict
+    the lineage left out best (mean absolute log error of the cost sum, over its rows). The
     scaled prior of each fold is fitted on that fold's rows alone."""
     values, groups, shares = _term_shares(frame)
     seconds = frame.seconds.to_numpy()
     floor = frame.op_count.to_numpy() * OP_OVERHEAD_S
-    families = frame.model.map(model_family).to_numpy()
+    lineages = frame.model.map(lineage).to_numpy()
     folds = []
-    for family in np.unique(families):
-        held = families == family
+    for held_out in np.unique(lineages):
+        held = lineages == held_out
         prior = _scale_shares(shares[~held], groups, pooled)
         folds.append((held, prior))
     best, best_error = np.inf, np.inf
@@ -291,15 +284,15 @@ def _regressor(seed: int):
 
 def setting_fit(rows: pd.DataFrame) -> str:
     """How a setting's costs are fitted from its ``rows``: ``shrunk`` (its own costs, shrunk toward
-    the scaled pooled ones: ``MIN_SHRINK_FAMILIES`` model families), ``scaled`` (the pooled costs
-    times one factor per term group: ``MIN_SCALE_FAMILIES`` families) or ``pooled``; either of
+    the scaled pooled ones: ``MIN_SHRINK_LINEAGES`` lineages), ``scaled`` (the pooled costs
+    times one factor per term group: ``MIN_SCALE_LINEAGES`` lineages) or ``pooled``; either of
     the first two needs twice as many rows as there are term groups."""
-    families = rows.model.map(model_family).nunique()
+    lineages = rows.model.map(lineage).nunique()
     if len(rows) < 2 * len(TERM_GROUPS):
         return "pooled"
-    if families >= MIN_SHRINK_FAMILIES:
+    if lineages >= MIN_SHRINK_LINEAGES:
         return "shrunk"
-    return "scaled" if families >= MIN_SCALE_FAMILIES else "pooled"
+    return "scaled" if lineages >= MIN_SCALE_LINEAGES else "pooled"
 
 
 def setting_costs(rows: pd.DataFrame, pooled: np.ndarray) -> tuple[str, np.ndarray, float]:
@@ -395,13 +388,13 @@ def fit(frame: pd.DataFrame, *, seed: int = 0, folds: int = 5) -> Predictor:
 
 def holdout_splits(frame: pd.DataFrame, kind: str):
     """(name, train index, test index) for each fold of one grouped hold-out:
-    ``family`` leaves one model family out, ``batch`` fits batch <= 16 and tests larger,
+    ``lineage`` leaves one lineage (``models.lineage``: ResNets with ResNeXts) out, ``batch`` fits batch <= 16 and tests larger,
     ``threads`` leaves one thread count out, ``cpu`` leaves one CPU (device_name) out.
     A hold-out the data cannot make (one thread count, one CPU) yields nothing."""
-    if kind == "family":
-        families = frame.model.map(model_family)
-        for family in sorted(families.unique()):
-            yield family, frame.index[families != family], frame.index[families == family]
+    if kind == "lineage":
+        lineages = frame.model.map(lineage)
+        for held_out in sorted(lineages.unique()):
+            yield held_out, frame.index[lineages != held_out], frame.index[lineages == held_out]
     elif kind == "batch":
         small = frame.batch_size <= BATCH_FIT_MAX
         if small.any() and (~small).any():
