@@ -55,7 +55,7 @@ def test_a_held_out_model_never_teaches_its_own_multiple(fitted):
     """One model's steps take 40x its forward: were they in its own fit, its forecast would move
     towards them; held out, it gets the other models' multiple and misses by far, as it should."""
     frame, fits = fitted
-    odd = "vit1"
+    odd = "vit_1"
     steps, measured = _training(frame)
     steps.loc[steps.model == odd, "step_s"] *= 40 / 3.0
     measured.loc[measured.model == odd, "epoch_s"] *= 40 / 3.0
@@ -73,6 +73,6 @@ def test_a_held_out_model_never_teaches_its_own_multiple(fitted):
 def test_no_other_model_of_the_framework_leaves_the_multiple_unknown():
     frame = synthetic_sweep(seed=2, noise=0.02)
     steps, measured = _training(frame)
-    only = steps[steps.model == "resnet0"]
-    factor, spread, rows = epochs.multiple_for(only.assign(forward_s=1.0), "torch", "resnet0")
+    only = steps[steps.model == "resnet_0"]
+    factor, spread, rows = epochs.multiple_for(only.assign(forward_s=1.0), "torch", "resnet_0")
     assert np.isnan(factor) and np.isnan(spread) and rows == 0

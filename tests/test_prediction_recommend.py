@@ -289,7 +289,7 @@ def test_evaluate_asks_each_image_size_its_own_queries():
     table = synthetic_sweep(noise=0.0).assign(
         run_id="r1", device="cpu", image_size=224, model_peak_bytes=1e8
     )
-    table = table[table.model.isin(["resnet0", "vit0", "mobilenet0"])]
+    table = table[table.model.isin(["resnet_0", "vit_0", "mobilenet_0"])]
     # the same models at 32 px run far faster: were they candidates beside the 224 px rows, a
     # 32 px configuration would win every query
     small = table.assign(image_size=32, seconds=table.seconds / 40)
