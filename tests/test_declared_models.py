@@ -141,14 +141,19 @@ def test_the_examples_campaign_is_valid_as_shipped():
     assert len(done.stdout.split()) == 6 and "campaign file is valid" in done.stderr
 
 
+# the example's model, declared as its campaign declares it
+DECLARED = """models:
+  tinycnn: {{torch: my_model.torch_side:build, flax: my_model.flax_twin, path: {path},
+            image_size: 32}}
+"""
+
 # the example's model and declaration, in fewer cells than its campaign: the twin's float64 gate,
 # its JAX inference, and training with the float64 parity of both frameworks' steps (torchax has
 # tests of its own, tests/test_torchax_inference.py)
-TRIMMED = """campaign: my_model
-models:
-  tinycnn: {{torch: my_model.torch_side:build, flax: my_model.flax_twin, path: {path},
-            image_size: 32}}
-steps:
+TRIMMED = (
+    "campaign: my_model\n"
+    + DECLARED
+    + """steps:
   - notebook: 01_validation
     params: {{model: tinycnn, device: cpu, batch_size: 2, image_size: 32}}
   - notebook: 10_inference
@@ -159,6 +164,7 @@ steps:
              batch_size: 16, min_iters: 3, min_seconds: 0.2, warmup: 1, check_parity: true,
              parity_steps: 3}}
 """
+)
 
 
 def test_the_example_runs_through_validation_inference_and_training(tmp_path):
@@ -177,16 +183,16 @@ def test_the_example_runs_through_validation_inference_and_training(tmp_path):
     assert records[records.metric == "fp64_param_parity_max_rel"].value.max() <= 1e-10
 
 
-MEMORY = """campaign: mine_memory
-models:
-  tinycnn: {{torch: my_model.torch_side:build, flax: my_model.flax_twin, path: {path},
-            image_size: 32}}
-steps:
+MEMORY = (
+    "campaign: mine_memory\n"
+    + DECLARED
+    + """steps:
   - notebook: 12_memory
     params: {{model: tinycnn, image_size: 32, num_classes: 10, batch_sizes: [4],
              budget_fractions: [0.5], checkpoint_every: [1], sqrt_n: false, profile_iters: 1,
              timing_iters: 1}}
 """
+)
 
 
 def test_a_declared_model_goes_through_the_memory_study(tmp_path):

@@ -67,26 +67,27 @@ def resumable_run(out: Path, campaign: str) -> tuple[Path | None, dict | None]:
     manifest, for --resume; (None, None) when the campaign has no run. A campaign may hold one
     series per CPU model (each pooled on its own), so a run from another machine is passed over;
     raises CampaignError when every run was made elsewhere, naming where."""
-    root = out / campaign
-    runs = (
-        sorted(p for p in root.glob("*") if (p / "manifest.json").is_file())
-        if root.is_dir()
-        else []
-    )
+    runs = run_dirs(out, campaign)
     here = environment.machine()
-    problems = []
+    latest_problem = None
     for run_dir in reversed(runs):
         manifest = json.loads((run_dir / "manifest.json").read_text())
         problem = environment.resume_problem(manifest.get("environment") or {}, here)
         if problem is None:
             return run_dir, manifest
-        problems.append(f"run {manifest['run_id']}: {problem}")
+        latest_problem = latest_problem or f"run {manifest['run_id']}: {problem}"
     if not runs:
         return None, None
     raise CampaignError(
-        f"cannot resume {campaign}: no run of it was made on this machine ({problems[0]}); "
+        f"cannot resume {campaign}: no run of it was made on this machine ({latest_problem}); "
         "a run never spans two machines, so start a new one (without --resume)"
     )
+
+
+def run_dirs(out: Path, campaign: str) -> list[Path]:
+    """The run folders of ``campaign`` under ``out`` (those with a manifest), oldest first."""
+    root = out / campaign
+    return sorted(p.parent for p in root.glob("*/manifest.json")) if root.is_dir() else []
 
 
 def done_cells(run_dir: Path, manifest: dict) -> set[str]:
@@ -187,15 +188,14 @@ def series_of(manifest: dict) -> tuple[str, int]:
 
 def series_runs(out: Path, campaign: str, series_id: str) -> list[Path]:
     """The run folders of ``campaign`` under ``out`` that belong to ``series_id``."""
-    root = out / campaign
     found = []
-    for path in sorted(root.glob("*/manifest.json")) if root.is_dir() else []:
+    for run_dir in run_dirs(out, campaign):
         try:
-            manifest = json.loads(path.read_text())
+            manifest = json.loads((run_dir / "manifest.json").read_text())
         except (OSError, json.JSONDecodeError):
             continue
         if series_of(manifest)[0] == series_id:
-            found.append(path.parent)
+            found.append(run_dir)
     return found
 
 

@@ -74,26 +74,17 @@ def arm_label(arm: tuple[str, str]) -> str:
     return ARM_LABELS.get(arm, f"PyTorch {arm[1]}")
 
 
-def _has(group: pd.DataFrame, arm: tuple[str, str]) -> bool:
-    return ((group.framework == arm[0]) & (group.variant == arm[1])).any()
-
-
-def three_way_arms(samples: pd.DataFrame, run_id: str):
-    """Each configuration ``run_id`` measured all three ways: (configuration, {"torch", torchax,
-    Flax twin} arms as (framework, variant)), PyTorch's arm its fastest mode in ``run_id``."""
-    this = samples[samples.run_id == run_id]
+def three_way_arms(this: pd.DataFrame):
+    """Each configuration of ``this`` (one run's ``throughput_samples``) measured all three ways:
+    (configuration, {"torch", torchax, Flax twin} -> that arm's row), PyTorch's arm its fastest
+    mode."""
     for key, group in this.groupby(tables.CONFIG, sort=True):
-        torch = tables.pick_arm(group, "torch", "best")
-        if torch is None or not _has(group, TORCHAX) or not _has(group, FLAX):
-            continue
-        yield (
-            dict(zip(tables.CONFIG, key, strict=True)),
-            {
-                TORCH_BEST: ("torch", torch.variant),
-                TORCHAX: TORCHAX,
-                FLAX: FLAX,
-            },
-        )
+        found = {TORCH_BEST: tables.pick_arm(group, "torch", "best")}
+        for arm in (TORCHAX, FLAX):
+            rows = tables.series_rows(group, {}, *arm)
+            found[arm] = rows.iloc[0] if len(rows) == 1 else None
+        if all(row is not None for row in found.values()):
+            yield dict(zip(tables.CONFIG, key, strict=True)), found
 
 
 def three_way_matrix(
@@ -108,18 +99,15 @@ def three_way_matrix(
     if "run_id" not in samples:
         samples = samples.assign(run_id=run_id or "run")
     run_id = run_id or samples.run_id.max()
-    this = samples[samples.run_id == run_id]
     rows, parts = [], []
-    for key, arms in three_way_arms(samples, run_id):
+    for key, arms in three_way_arms(samples[samples.run_id == run_id]):
         for pair, a_name, b_name in PAIRS:
-            a, b = arms[a_name], arms[b_name]
+            arm_a, arm_b = arms[a_name], arms[b_name]
+            a, b = (arm_a.framework, arm_a.variant), (arm_b.framework, arm_b.variant)
             ident = (*key.values(), pair)
             part, dropped = tables.log_ratio_rounds(samples, key, a, b, ident)
             parts.append(part)
-            arm_a, arm_b = (tables.series_rows(this, key, *arm) for arm in (a, b))
-            ratio, low, high = ratio_ci(
-                arm_b.samples.iloc[0], arm_a.samples.iloc[0], seed=tables.RATIO_SEED
-            )
+            ratio, low, high = ratio_ci(arm_b.samples, arm_a.samples, seed=tables.RATIO_SEED)
             rows.append(
                 {
                     **key,
@@ -130,8 +118,8 @@ def three_way_matrix(
                     "a_variant": a[1],
                     "b_framework": b[0],
                     "b_variant": b[1],
-                    "a_img_s": float(arm_a["median"].iloc[0]),
-                    "b_img_s": float(arm_b["median"].iloc[0]),
+                    "a_img_s": float(arm_a["median"]),
+                    "b_img_s": float(arm_b["median"]),
                     "ratio": ratio,
                     "ci_low": low,
                     "ci_high": high,
