@@ -68,13 +68,16 @@ browser:
 	test -x /usr/bin/chromium || { DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 
-# The Slurm tests/test_slurm.py starts (a single node, daemons run by the tests, stopped after):
-# Debian's slurmctld, slurmd, the client commands and munge. Needs root; does nothing when they
-# are there.
+# The Slurm clusters the tests start (tests/slurm_cluster.py, one node; tests/slurm_nodes.py, two
+# nodes in network namespaces of their own; daemons run by the tests, stopped after): Debian's
+# slurmctld, slurmd, the client commands and munge, and iproute2 for the namespaces. Needs root;
+# does nothing when they are there.
 slurm:
-	test -x /usr/sbin/slurmctld -a -x /usr/sbin/slurmd -a -x /usr/bin/sbatch -a -x /usr/sbin/munged || \
+	test -x /usr/sbin/slurmctld -a -x /usr/sbin/slurmd -a -x /usr/bin/sbatch -a -x /usr/sbin/munged \
+	  -a -x /usr/sbin/ip -a -x /usr/bin/nsenter || \
 	  { DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurmctld slurmd slurm-client munge; }
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurmctld slurmd slurm-client munge \
+	    iproute2 util-linux; }
 
 # jemalloc, preloaded into the memory family's seed-scale kernels (params/memory_seed.yaml): it keeps
 # freed pages, so a step does not pay page faults that depend on what the process freed before.

@@ -2,13 +2,18 @@
 # # 13 · Distributed training: strategies, communication and weak scaling, proven in float64
 #
 # **Purpose.** For one framework and one strategy (PyTorch `ddp`, `fsdp` (FSDP2 `fully_shard`),
-# `tp` (DTensor `parallelize_module`, ViT only); JAX `dp`, `fsdp`, `tp`), train the same model
-# on 1..N worker processes and measure:
+# `tp` (DTensor `parallelize_module`, ViT only); JAX `dp`, `dp_fused`, `fsdp`, `tp`), train the
+# same model on 1..N worker processes and measure:
 #
 # - **step time** (each step between two barriers, so the slowest rank's), images/s and CPU time
 #   per rank;
 # - a **compute-only step** (DDP's `no_sync`, or each rank's share on an unsharded replica with no
 #   collective), so that **communication overhead** = (synced − compute-only) / synced;
+# - for data parallelism (PyTorch `ddp`, JAX `dp` and `dp_fused`), the **gradients' all-reduce
+#   timed alone**, so that a synced step parts into compute, that all-reduce and the rest
+#   (waiting, barriers, what the framework adds; negative where DDP overlaps the all-reduce with
+#   the backward pass). `dp_fused` is JAX `dp` with one all-reduce of the flattened gradients
+#   instead of one per array;
 # - **weak-scaling efficiency** = throughput at N ÷ (N × throughput at 1), the batch per worker
 #   fixed;
 # - **peak memory per rank** (resident set) and the **state each rank holds** (parameters,
@@ -26,7 +31,8 @@
 #
 # **Run it:** `fwbench run params/distributed.yaml` (both frameworks, every strategy, world sizes
 # 1 and 2), or on a Slurm cluster `fwbench run params/distributed.yaml --executor slurm` with
-# `launcher: srun`.
+# `launcher: srun`; `nodes: 2` there puts one rank on each of two nodes
+# (`params/distributed_nodes.yaml`).
 #
 # **Runtime:** the defaults (MobileNetV3-S at 96 px, 4 images per worker, 10 steps, world sizes
 # 1 and 2) take 1 to 3 minutes on a 2-core CPU, most of it starting processes and JAX compiling
@@ -34,7 +40,7 @@
 
 # %% tags=["parameters"]
 framework = "torch"  # one of: torch, jax
-strategy = "ddp"  # one of: ddp, fsdp, tp, dp
+strategy = "ddp"  # one of: ddp, fsdp, tp, dp, dp_fused
 model = "mobilenet_v3_small"
 world_sizes = [1, 2]
 image_size = 96
@@ -43,6 +49,7 @@ steps = 10
 warmup = 2
 precision = "fp32"  # one of: fp32, fp64
 launcher = "local"  # one of: local, srun
+nodes = 1  # above 1: the ranks spread over that many nodes of the Slurm allocation (srun)
 check_parity = True
 parity_steps = 10
 allreduce = True
@@ -55,7 +62,9 @@ seed = 0
 # Linear layers, so it takes `vit_b_16` (at `image_size` 32, four patches). CNNs train at 96 px or
 # more: smaller inputs leave 1x1 maps that training-mode BatchNorm makes chaotic, where no two
 # implementations can agree. `launcher = "srun"` starts the workers as one `srun --overlap` step
-# inside the cell's Slurm allocation (`fwbench run --executor slurm`).
+# inside the cell's Slurm allocation (`fwbench run --executor slurm`); with `nodes` above 1 the
+# cell's job asks for that many nodes and the ranks fill them in blocks (one per node at world
+# size 2 on 2 nodes), meeting at a rendezvous on the first node's address, over the network.
 
 # %%
 import os
@@ -88,13 +97,20 @@ for n in world_sizes:  # bad input stops here, before any process starts
     Job(
         strategy=strategy, world_size=n, steps=steps, warmup=warmup, precision=precision, **base
     ).check()
+if nodes < 1 or (nodes > 1 and launcher != "srun"):
+    raise ValueError(f"nodes {nodes}: spreading ranks over nodes needs launcher srun")
 cores = len(os.sched_getaffinity(0))
 if largest > cores and launcher == "local":
     print(f"note: {largest} workers share {cores} cores; their step times include waiting")
 name = fw_device.cpu_device_name()
 rec = Recorder(
     "distributed",
-    extra={"strategy": strategy, "launcher": launcher, "image_size": image_size},
+    extra={
+        "strategy": strategy,
+        "launcher": launcher,
+        "image_size": image_size,
+        **({"nodes": nodes} if nodes > 1 else {}),
+    },
     model=model,
     framework=framework,
     mode=vocab.DEFAULT_MODE[framework],
@@ -132,7 +148,7 @@ if check_parity and largest > 1:
         ),
     }
     losses = {
-        label: launch(job, work_dir / f"parity-{i}", launcher)[0]["losses"]
+        label: launch(job, work_dir / f"parity-{i}", launcher, nodes=nodes)[0]["losses"]
         for i, (label, job) in enumerate(runs.items())
     }
     labels = list(losses)
@@ -171,15 +187,18 @@ elif check_parity:
 # Each world size: `warmup` untimed steps, `steps` synced steps, then `steps` compute-only steps.
 
 # %%
-summaries = {}
+summaries, hosts = {}, {}
 for n in world_sizes:
     job = Job(
         strategy=strategy, world_size=n, steps=steps, warmup=warmup, precision=precision, **base
     )
-    summaries[n] = scaling.summarize(job, launch(job, work_dir / f"train-{n}", launcher))
+    results = launch(job, work_dir / f"train-{n}", launcher, nodes=nodes)
+    hosts[n] = [r.get("host") for r in results]
+    summaries[n] = scaling.summarize(job, results)
+    print(f"world size {n}: ranks on {', '.join(map(str, hosts[n]))}")
 rows = []
 for n, s in summaries.items():
-    columns = {"extra": {"world_size": n, "global_batch": s.global_batch}}
+    columns = {"extra": {"world_size": n, "global_batch": s.global_batch, "hosts": hosts[n]}}
     rec.add(
         "step_ms",
         s.step_s * 1e3,
@@ -203,6 +222,17 @@ for n, s in summaries.items():
     if s.compute_only_step_s is not None:
         rec.add("compute_only_step_ms", s.compute_only_step_s * 1e3, "ms", **columns)
         rec.add("comm_overhead_frac", s.comm_overhead_frac, "ratio", **columns)
+    if s.grad_allreduce_s is not None:
+        rec.add(
+            "grad_allreduce_ms",
+            s.grad_allreduce_s * 1e3,
+            "ms",
+            extra={
+                **columns["extra"],
+                "grad_arrays": s.grad_arrays,
+                "grad_bytes": s.grad_bytes,
+            },
+        )
     efficiency = None
     if n > 1 and 1 in summaries:
         efficiency = scaling.scaling_efficiency(s, summaries[1])
@@ -216,6 +246,8 @@ for n, s in summaries.items():
             if s.compute_only_step_s is None
             else s.compute_only_step_s * 1e3,
             "comm share": s.comm_overhead_frac,
+            "grad all-reduce ms": None if s.grad_allreduce_s is None else s.grad_allreduce_s * 1e3,
+            "gradient arrays": s.grad_arrays,
             "scaling efficiency": efficiency,
             "state MB/rank": s.state_bytes / 1e6,
             "peak RSS MB": s.peak_rss_bytes / 1e6,
@@ -229,14 +261,14 @@ bars = (
     steps_table.reset_index()
     .melt(
         id_vars="world size",
-        value_vars=["step ms", "compute-only ms"],
+        value_vars=["step ms", "compute-only ms", "grad all-reduce ms"],
         var_name="step",
         value_name="ms",
     )
     .dropna()
 )
 alt.Chart(
-    bars, title=f"{framework} {strategy}: synced step against compute only"
+    bars, title=f"{framework} {strategy}: synced step, compute only, gradients' all-reduce"
 ).mark_bar().encode(
     x=alt.X("world size:O"),
     xOffset="step:N",
@@ -257,9 +289,8 @@ if allreduce and largest > 1:
     job = Job(
         strategy=strategy, world_size=largest, phase="allreduce", allreduce_bytes=sizes, **base
     )
-    sweep = pd.DataFrame(
-        scaling.allreduce_table(launch(job, work_dir / "allreduce", launcher), largest)
-    )
+    ranks = launch(job, work_dir / "allreduce", launcher, nodes=nodes)
+    sweep = pd.DataFrame(scaling.allreduce_table(ranks, largest))
     for row in sweep.itertuples():
         rec.add(
             "allreduce_busbw_gbs",

@@ -21,6 +21,8 @@ LONGEST_FIRST = (
     "test_prediction_dataset.py",
     "test_training.py",
     "test_slurm.py",
+    # a two-node cluster, a distributed cell in each framework and a node that dies, about 5 min
+    "test_slurm_nodes.py",
     "test_web_audio.py",
     # a real campaign through gpu/run.sh from a copy of the checkout, about 110 s
     "test_gpu_kit.py",

@@ -67,7 +67,8 @@ class Cluster:
             )
         )
 
-    def start(self) -> Cluster:
+    def start_munge(self) -> Path:
+        """Start munged on a socket in this cluster's folder; returns the socket's path."""
         munge = self.root / "munge"
         munge.mkdir(mode=0o755)
         key = munge / "munge.key"
@@ -88,46 +89,51 @@ class Cluster:
             ],
         )
         self._wait(lambda: socket_path.exists(), "munged to open its socket")
-        for folder in ("state", "spool"):
-            (self.root / folder).mkdir(mode=0o755)
+        (self.root / "state").mkdir(mode=0o755)
+        return socket_path
+
+    def common_conf(self, socket_path: Path) -> list[str]:
+        """The slurm.conf lines every test cluster shares (no controller host, no nodes)."""
+        return [
+            "ClusterName=fwbench",
+            f"SlurmctldPort={_free_port()}",
+            f"SlurmdPort={_free_port()}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={socket_path}",
+            f"StateSaveLocation={self.root / 'state'}",
+            f"SlurmctldPidFile={self.root / 'slurmctld.pid'}",
+            f"SlurmctldLogFile={self.root / 'slurmctld.log'}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "AccountingStorageType=accounting_storage/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "JobCompType=jobcomp/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "SchedulerType=sched/backfill",
+            "SlurmdParameters=config_overrides",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            "MinJobAge=3600",
+            "KillWait=5",
+        ]
+
+    def start(self) -> Cluster:
+        socket_path = self.start_munge()
+        (self.root / "spool").mkdir(mode=0o755)
         cpus = len(os.sched_getaffinity(0))
-        self.conf.write_text(
-            "\n".join(
-                [
-                    "ClusterName=fwbench",
-                    f"SlurmctldHost={NODE}",
-                    f"SlurmctldPort={_free_port()}",
-                    f"SlurmdPort={_free_port()}",
-                    "SlurmUser=root",
-                    "SlurmdUser=root",
-                    "AuthType=auth/munge",
-                    "CredType=cred/munge",
-                    f"AuthInfo=socket={socket_path}",
-                    f"StateSaveLocation={self.root / 'state'}",
-                    f"SlurmdSpoolDir={self.root / 'spool'}",
-                    f"SlurmctldPidFile={self.root / 'slurmctld.pid'}",
-                    f"SlurmdPidFile={self.root / 'slurmd.pid'}",
-                    f"SlurmctldLogFile={self.root / 'slurmctld.log'}",
-                    f"SlurmdLogFile={self.root / 'slurmd.log'}",
-                    "ProctrackType=proctrack/linuxproc",
-                    "TaskPlugin=task/none",
-                    "AccountingStorageType=accounting_storage/none",
-                    "JobAcctGatherType=jobacct_gather/none",
-                    "JobCompType=jobcomp/none",
-                    "SelectType=select/cons_tres",
-                    "SelectTypeParameters=CR_Core",
-                    "SchedulerType=sched/backfill",
-                    "SlurmdParameters=config_overrides",
-                    "MpiDefault=none",
-                    "ReturnToService=2",
-                    "MinJobAge=3600",
-                    "KillWait=5",
-                    f"NodeName={NODE} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN",
-                    f"PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
-                    "",
-                ]
-            )
-        )
+        lines = self.common_conf(socket_path) + [
+            f"SlurmctldHost={NODE}",
+            f"SlurmdSpoolDir={self.root / 'spool'}",
+            f"SlurmdPidFile={self.root / 'slurmd.pid'}",
+            f"SlurmdLogFile={self.root / 'slurmd.log'}",
+            f"NodeName={NODE} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN",
+            f"PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
+        ]
+        self.conf.write_text("\n".join(lines) + "\n")
         self._start("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
         self._start("slurmd", ["slurmd", "-D", "-N", NODE, "-f", str(self.conf)])
         self._wait(self._node_idle, "the node to be idle")

@@ -6,6 +6,7 @@ import threading
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fwbench.families.distributed import scaling
@@ -128,19 +129,102 @@ def test_the_two_frameworks_references_agree_in_float64(reference_losses):
     )
 
 
+# PyTorch ddp and JAX dp also run across two nodes, in tests/test_slurm_nodes.py
 @pytest.mark.parametrize(
-    "framework, strategy", [("torch", "ddp"), ("torch", "fsdp"), ("jax", "dp"), ("jax", "fsdp")]
+    "framework, strategy",
+    [("torch", "ddp"), ("torch", "fsdp"), ("jax", "dp_fused"), ("jax", "fsdp")],
 )
 def test_every_strategy_trains_the_reference_function_in_float64(
     framework, strategy, reference_losses, tmp_path
 ):
-    ranks = launch(Job(framework, strategy, 2, **CNN), tmp_path)
+    # data parallelism also times its gradients' all-reduce alone, after its compute-only steps
+    timed = strategy in ("ddp", "dp_fused")
+    ranks = launch(Job(framework, strategy, 2, **dict(CNN, compute_only=timed)), tmp_path)
     assert [r["rank"] for r in ranks] == [0, 1]
     losses = ranks[0]["losses"]
     assert ranks[1]["losses"] == losses  # the global batch's loss, on every rank
     assert scaling.loss_parity_max_rel(losses, reference_losses[framework]) <= TOLERANCE
     # and the losses move: a run that never stepped would agree trivially
     assert losses[0] != losses[-1]
+    if timed:
+        summary = scaling.summarize(Job(framework, strategy, 2, **CNN), ranks)
+        parts = summary.parts()
+        assert summary.grad_allreduce_s > 0 and summary.grad_arrays > 1
+        # ResNet-18's 11.2 M parameters in float64, whatever the number of arrays they are in
+        assert 11e6 * 8 < summary.grad_bytes < 12e6 * 8
+        assert sum(parts.values()) == pytest.approx(summary.step_s)
+
+
+def test_a_step_parts_into_compute_its_all_reduce_and_the_rest_that_add_up():
+    from fwbench.report.family_reports.distributed_report import (
+        parts_sentences,
+        step_parts_table,
+    )
+
+    table = pd.DataFrame(
+        {
+            "model": ["m"] * 3,
+            "framework": ["jax", "jax", "torch"],
+            "strategy": ["dp", "dp", "ddp"],
+            "precision": ["fp32"] * 3,
+            "world_size": [1, 2, 2],
+            "step_ms": [50.0, 80.0, 60.0],
+            "compute_only_step_ms": [50.0, 52.0, 51.0],
+            "grad_allreduce_ms": [float("nan"), 20.0, 15.0],
+        }
+    )
+    parts = step_parts_table(table)
+    assert list(parts.world_size) == [2, 2]  # one process has no all-reduce to part
+    assert list(parts.rest_ms) == [8.0, -6.0]
+    assert (parts.compute_ms + parts.grad_allreduce_ms + parts.rest_ms == parts.step_ms).all()
+    first, second = parts_sentences(parts)
+    assert first.endswith("80.0 ms a step = 52.0 ms compute + 20.0 ms the gradients' "
+                          "all-reduce alone + 8.0 ms the rest.")  # fmt: skip
+    assert second.endswith("− 6.0 ms overlapped.")
+    assert step_parts_table(table.drop(columns="grad_allreduce_ms")).empty
+
+
+def test_interleaved_trials_decide_step_time_comparisons_through_the_verdicts():
+    from fwbench.measure import verdicts
+    from fwbench.report.family_reports.distributed_report import (
+        scaling_rounds,
+        scaling_verdicts,
+    )
+
+    rng = np.random.default_rng(3)
+    arms = {("torch", "ddp"): 60.0, ("jax", "dp"): 90.0, ("jax", "dp_fused"): 70.0}
+    rows = []
+    for run in ("r1", "r2", "r3"):
+        shift = rng.normal(0, 0.01)
+        for trial in range(1, 5):
+            for (framework, strategy), ms in arms.items():
+                for n, scale in ((1, 0.5), (2, 1.0)):
+                    rows.append(
+                        {
+                            "family": "distributed",
+                            "metric": "step_ms",
+                            "status": "ok",
+                            "run_id": run,
+                            "trial": trial,
+                            "model": "m",
+                            "framework": framework,
+                            "precision": "fp32",
+                            "value": ms * scale * np.exp(shift + rng.normal(0, 0.02)),
+                            "extra": {"strategy": strategy, "world_size": n},
+                        }
+                    )
+    meas = pd.DataFrame(rows)
+    rounds = scaling_rounds(meas)
+    assert len(rounds) == 3 * 4 * 3 * 2  # runs × trials × pairs × world sizes
+    table = scaling_verdicts(rounds).set_index(["world_size", "a", "b"])
+    fused = table.loc[(2, "jax dp", "jax dp_fused")]
+    assert fused.design == "3 runs × 4 rounds" and fused.ci_low < 90 / 70 < fused.ci_high
+    assert fused.verdict == verdicts.FASTER_B and fused.faster == "jax dp_fused"
+    assert table.loc[(2, "torch ddp", "jax dp")].faster == "torch ddp"
+    # one run calls no winner; cells without trials give no rounds
+    one = scaling_verdicts(scaling_rounds(meas[meas.run_id == "r1"]))
+    assert set(one.verdict) == {verdicts.WITHIN_ONE_RUN}
+    assert scaling_rounds(meas.assign(trial=None)).empty
 
 
 def test_fsdp_holds_a_shard_of_the_state_ddp_holds_whole(tmp_path):

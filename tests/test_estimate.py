@@ -77,6 +77,52 @@ def test_a_notebook_never_run_has_no_estimate(write_campaign, tmp_path):
     )
 
 
+def test_cells_from_this_machines_hardware_win_at_each_level(write_campaign, tmp_path):
+    from fwbench.pipeline import environment
+
+    campaign = load_campaign(write_campaign(CAMPAIGN))
+    index = tmp_path / "idx.duckdb"
+    here = environment.machine()
+    elsewhere = {"cpu": {"name": "Some Other CPU", "family": 25, "model": 1}, "gpus": []}
+    con = db.connect(index)
+    for run, env, seconds in (("r_here", here, 120.0), ("r_there", elsewhere, 90.0)):
+        con.execute(
+            "insert into runs (run_id, campaign, environment) values (?, 'demo', ?)",
+            [run, json.dumps(env)],
+        )
+        for x in (1, 2):
+            con.execute(
+                "insert into cells (run_id, campaign, notebook, cell, status, duration_s, "
+                "parameters) values (?, 'demo', 'standin', ?, 'ok', ?, ?)",
+                [run, f"c{x}", seconds, json.dumps({"label": "a", "x": x})],
+            )
+    con.close()
+    steps = estimate(campaign, campaign.cells, index)
+    # this machine's 120 s, not the median of both machines' cells (105 s)
+    assert steps[0].seconds == 240.0
+    assert steps[0].basis == (
+        "median of up to 1 earlier cells, same parameters, this machine's hardware"
+    )
+    # label b never ran: the campaign's cells, still this machine's first
+    assert steps[1].seconds == 120.0 and steps[1].basis.endswith(
+        "same campaign, this machine's hardware"
+    )
+    only_there = tmp_path / "there.duckdb"
+    con = db.connect(only_there)
+    con.execute(
+        "insert into runs (run_id, campaign, environment) values ('r', 'demo', ?)",
+        [json.dumps(elsewhere)],
+    )
+    con.execute(
+        "insert into cells (run_id, campaign, notebook, cell, status, duration_s, parameters) "
+        "values ('r', 'demo', 'standin', 'c', 'ok', 90.0, ?)",
+        [json.dumps({"label": "b"})],
+    )
+    con.close()
+    (step,) = estimate(campaign, campaign.cells[2:], only_there)
+    assert step.seconds == 90.0 and step.basis.endswith("same parameters, other hardware")
+
+
 def test_duration_text():
     assert duration(5) == "5 s"
     assert duration(125) == "2 min 05 s"
@@ -90,8 +136,9 @@ def test_dry_run_prints_the_estimate_and_runs_nothing(write_campaign, tmp_path):
     out = tmp_path / "out"
     proc = run_cli("run", path, "--dry-run", "--db", index, "--out", out)
     assert proc.returncode == 0, proc.stderr
-    assert "step 2 standin: 1 cell, ~42 s [median of up to 1 earlier cells, same parameters]" in (
-        proc.stderr
+    assert (
+        "step 2 standin: 1 cell, ~42 s [median of up to 1 earlier cells, same parameters, "
+        "maybe other hardware]" in proc.stderr
     )
     assert not out.exists()
     missing = run_cli("run", path, "--dry-run", "--db", tmp_path / "none.duckdb")

@@ -244,6 +244,26 @@ def test_a_frozen_test_model_never_enters_the_table(tmp_path):
     )
 
 
+def test_a_model_without_a_twin_is_predicted_for_jax_through_torchax_only():
+    from fwbench.families.prediction.answers import predict_request
+    from fwbench.families.prediction.predictor import SETTINGS
+
+    asked = dict(
+        model="convnext_tiny",
+        framework="jax",
+        batch_size=1,
+        precision="fp32",
+        threads=1,
+        image_size=None,
+        epoch_images=None,
+    )
+    request, problem = predict_request(**asked, mode="torchax")
+    assert problem is None and request.mode == "torchax"
+    assert f"{request.framework} {request.mode}" in SETTINGS
+    request, problem = predict_request(**asked, mode="jit")
+    assert request is None and "no Flax twin" in problem
+
+
 def _predict(tmp_path, *args):
     return run_cli("predict", "--db", tmp_path / "i.duckdb", "--out", tmp_path / "executed", *args)
 

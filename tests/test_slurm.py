@@ -143,26 +143,6 @@ def test_resume_runs_again_a_cell_whose_job_was_cancelled(slurm_cluster, write_c
     assert "1 ok, 0 not ok" in resumed.stdout  # only the cancelled cell ran again
 
 
-def test_a_distributed_cell_starts_its_workers_with_srun(slurm_cluster, write_campaign, tmp_path):
-    out = tmp_path / "out"
-    path = write_campaign(
-        "campaign: dist\nsteps:\n  - notebook: 13_distributed\n"
-        "    params: {framework: torch, strategy: ddp, launcher: srun, world_sizes: [1, 2],\n"
-        "             steps: 3, warmup: 1, image_size: 96, batch_per_worker: 2,\n"
-        "             check_parity: false, allreduce_max_bytes: 4096}\n"
-    )
-    proc = run_cli("run", path, "--out", out, "--executor", "slurm")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    con = duckdb.connect(str(out / "fwbench.duckdb"), read_only=True)
-    rows = dict(
-        con.execute(
-            "select metric, count(*) from measurements where family = 'distributed' group by 1"
-        ).fetchall()
-    )
-    assert rows["step_ms"] == 2 and rows["scaling_efficiency"] == 1
-    assert rows["allreduce_busbw_gbs"] == 2  # 1 KB and 4 KB
-
-
 def test_bad_executors_are_refused_before_anything_is_written(write_campaign, tmp_path):
     out = tmp_path / "out"
     path = write_campaign("campaign: bad\nsteps:\n  - notebook: STANDIN\n")

@@ -59,7 +59,8 @@ NOTEBOOK_MODES = {
 }
 # How 13_distributed may spread a training step over processes, per framework (each also has a
 # one-process reference, "none", which its parity check runs and a campaign never names).
-DISTRIBUTED_STRATEGIES = {"torch": ("ddp", "fsdp", "tp"), "jax": ("dp", "fsdp", "tp")}
+# dp_fused: JAX data parallelism with one all-reduce of the flattened gradients, not one per array
+DISTRIBUTED_STRATEGIES = {"torch": ("ddp", "fsdp", "tp"), "jax": ("dp", "dp_fused", "fsdp", "tp")}
 # Parameters whose allowed values depend on the cell's framework, as ``mode`` does above.
 NOTEBOOK_FRAMEWORK_CHOICES = {"13_distributed": ("strategy", DISTRIBUTED_STRATEGIES)}
 

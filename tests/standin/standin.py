@@ -9,9 +9,11 @@ x = 1
 behaviour = "ok"  # one of: ok, raise, abort, sleep, abort_unless_env, sleep_unless_env
 seconds = 0.0
 label = "a"
+nodes = 1  # how many Slurm nodes the cell's job asks for (fwbench run --executor slurm)
 
 # %%
 import os
+import socket
 import time
 
 from fwbench.results.records import Recorder
@@ -31,6 +33,7 @@ rec.add(
     "1",
     extra={
         "label": label,
+        "host": socket.gethostname(),
         "retry_env": os.environ.get("STANDIN_OK"),
         # what a duet cell must see: one core, one thread
         "affinity": sorted(os.sched_getaffinity(0)),

@@ -37,7 +37,11 @@ def add_parser(sub) -> None:
     predict.add_argument("--batch-size", required=True, type=int)
     predict.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     predict.add_argument("--threads", type=int, help="intra-op threads (default: all cores)")
-    predict.add_argument("--mode", default="default", help="eager, compile, jit (default: default)")
+    predict.add_argument(
+        "--mode",
+        default="default",
+        help="eager, compile (PyTorch); jit, torchax (JAX) (default: default)",
+    )
     predict.add_argument(
         "--epoch-images",
         type=int,

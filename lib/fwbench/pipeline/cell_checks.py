@@ -101,6 +101,7 @@ def check_twin(path: Path, notebook: str, declared: dict, cell: dict) -> None:
 def check_mode(path: Path, notebook: str, parameters: dict) -> None:
     # e.g. ``framework: jax, mode: compile`` is bad input before anything runs, not a failed cell
     _check_framework_choice(path, notebook, parameters)
+    _check_nodes(path, notebook, parameters)
     if notebook not in vocab.NOTEBOOK_MODES or not {"framework", "mode"} <= set(parameters):
         return
     modes, what = vocab.NOTEBOOK_MODES[notebook]
@@ -108,6 +109,18 @@ def check_mode(path: Path, notebook: str, parameters: dict) -> None:
         vocab.resolve_mode(parameters["framework"], parameters["mode"], modes, what)
     except ValueError as exc:
         raise CampaignError(f"{path}: notebook {notebook}: {exc}") from None
+
+
+def _check_nodes(path: Path, notebook: str, parameters: dict) -> None:
+    """Workers spread over several nodes only start through ``srun`` inside one allocation."""
+    nodes = parameters.get("nodes", 1)
+    if not isinstance(nodes, int) or nodes < 1:
+        raise CampaignError(f"{path}: notebook {notebook}: nodes must be a positive whole number")
+    if nodes > 1 and parameters.get("launcher", "srun") != "srun":
+        raise CampaignError(
+            f"{path}: notebook {notebook}: nodes {nodes} needs launcher: srun (and "
+            "fwbench run --executor slurm), which starts the workers across the allocation"
+        )
 
 
 def _check_framework_choice(path: Path, notebook: str, parameters: dict) -> None:

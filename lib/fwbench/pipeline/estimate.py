@@ -6,6 +6,9 @@ holds the wall-clock duration of every executed notebook. A cell's estimate is t
 duration of earlier ok cells of the same notebook with the same parameters, else of the same
 notebook in the same campaign, else of the same notebook anywhere (a cruder guess, said so);
 a notebook never run before has no estimate, and the total says how many cells it leaves out.
+At each of those levels, cells run on this machine's hardware (its CPU by family and model, and
+its GPUs, as ``--resume`` compares them) win over cells run elsewhere, and the basis says which:
+one campaign took 90 min a run on one CPU and 120 on another.
 A campaign of N invocations costs N runs: the steps are listed for one, the total for all.
 """
 
@@ -15,11 +18,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from fwbench.pipeline import environment
 from fwbench.pipeline.campaign import AA_COPY, Campaign, Cell
 
-# Which earlier cells an estimate rests on, best first; the label travels into the printout.
-# Another campaign may have run on other hardware (a CPU smoke run says little of a GPU cell).
-BASES = ("same parameters", "same campaign", "other campaigns, maybe other hardware")
+# Which earlier cells an estimate rests on, best first; the label travels into the printout,
+# with where they ran (a CPU smoke run says little of a GPU cell): this machine's hardware, other
+# hardware, or maybe other hardware where the index has no environment for their run.
+BASES = ("same parameters", "same campaign", "other campaigns")
+WHERE = ("this machine's hardware", "maybe other hardware", "other hardware")
 
 
 @dataclass
@@ -35,11 +41,18 @@ class StepEstimate:
 def _history(db_path: Path):
     from fwbench.results import db
 
-    return db.query(
-        "select c.campaign, c.notebook, c.parameters, c.duration_s from cells c "
+    history = db.query(
+        "select c.campaign, c.notebook, c.parameters, c.duration_s, r.environment from cells c "
+        "left join runs r on r.campaign = c.campaign and r.run_id = c.run_id "
         "where c.status = 'ok' and c.duration_s is not null",
         db_path,
     )
+    words = {
+        raw: environment.machine_words(json.loads(raw) if isinstance(raw, str) else raw or {})
+        for raw in history.environment.dropna().unique()
+    }
+    history["machine"] = history.environment.map(words)
+    return history.drop(columns="environment")
 
 
 def _canonical(parameters) -> str:
@@ -50,8 +63,11 @@ def _canonical(parameters) -> str:
     return json.dumps(parameters, sort_keys=True, default=str)
 
 
-def cell_estimate(cell: Cell, campaign: str, history) -> tuple[float | None, str, int]:
-    """(median seconds, basis, how many earlier cells) for one cell; (None, ...) without history."""
+def cell_estimate(
+    cell: Cell, campaign: str, history, here: str | None = None
+) -> tuple[float | None, str, int]:
+    """(median seconds, basis, how many earlier cells) for one cell; (None, ...) without history.
+    ``here`` is this machine's hardware in ``environment.machine_words``' terms."""
     same_notebook = history[history.notebook == cell.notebook]
     candidates = {
         BASES[0]: same_notebook[
@@ -63,14 +79,26 @@ def cell_estimate(cell: Cell, campaign: str, history) -> tuple[float | None, str
     }
     for basis in BASES:
         rows = candidates[basis]
-        if len(rows):
-            return float(rows.duration_s.median()), basis, len(rows)
+        if not len(rows):
+            continue
+        local = rows[rows.machine == here] if here is not None else rows.iloc[:0]
+        if len(local):
+            return float(local.duration_s.median()), f"{basis}, {WHERE[0]}", len(local)
+        where = WHERE[2] if rows.machine.notna().any() else WHERE[1]
+        return float(rows.duration_s.median()), f"{basis}, {where}", len(rows)
     return None, "never run", 0
+
+
+def _rank(basis: str) -> tuple[int, int]:
+    """How weak a basis is: its level, then where its cells ran."""
+    level, where = basis.split(", ", 1)
+    return BASES.index(level), WHERE.index(where)
 
 
 def estimate(campaign: Campaign, cells: list[Cell], db_path: Path) -> list[StepEstimate]:
     """One estimate per step of ``campaign`` among ``cells``; raises FileNotFoundError without index."""
     history = _history(db_path)
+    here = environment.machine_words(environment.machine())
     steps: dict[int, list[Cell]] = {}
     for cell in cells:
         steps.setdefault(cell.step, []).append(cell)
@@ -78,14 +106,14 @@ def estimate(campaign: Campaign, cells: list[Cell], db_path: Path) -> list[StepE
     for step, members in sorted(steps.items()):
         seconds, unknown, bases, counts = 0.0, 0, set(), 0
         for cell in members:
-            value, basis, n = cell_estimate(cell, campaign.name, history)
+            value, basis, n = cell_estimate(cell, campaign.name, history, here)
             if value is None:
                 unknown += 1
                 continue
             seconds += value
             bases.add(basis)
             counts = max(counts, n)
-        worst = max(bases, key=BASES.index) if bases else None
+        worst = max(bases, key=_rank) if bases else None
         out.append(
             StepEstimate(
                 step=step,

@@ -273,6 +273,12 @@ def run_series(
 
         node_cpus = check_slurm(slurm)
     cells = campaign.select(only)
+    spread = next((c for c in cells if int(c.parameters.get("nodes", 1)) > 1), None)
+    if spread is not None and slurm is None:
+        raise CampaignError(
+            f"cell {spread.key} spreads its workers over {spread.parameters['nodes']} nodes, "
+            "which only a Slurm allocation has: run it with --executor slurm"
+        )
     outcomes: list[RunOutcome] = []
 
     def finish(run_dir: Path, manifest: dict) -> None:

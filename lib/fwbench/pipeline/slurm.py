@@ -14,7 +14,11 @@ status mean what they mean locally.
   otherwise.
 - A distributed cell (13_distributed) asks for one task with as many CPUs as its largest world
   size; its notebook starts the workers inside the allocation (``srun --overlap`` with
-  ``launcher: srun``, or torchrun).
+  ``launcher: srun``, or torchrun). A cell with ``nodes: N`` asks for N nodes, each with its
+  share of the CPUs; its notebook runs on the first node (an ``srun`` step of one task there)
+  and spreads its workers over all N.
+- Jobs are not requeued (``--no-requeue``): a job whose node fails is a failed cell, named with
+  the node and Slurm's reason for taking it out of service, and ``--resume`` runs it again.
 - A job that ends without a result (cancelled, timed out, node failure) is a failed (or timeout)
   cell with Slurm's state in its error; the other cells go on.
 - Each invocation gets a fresh submitit folder under ``<run>/.slurm/``: job ids restart at 1 on a
@@ -40,6 +44,8 @@ SINFO_TIMEOUT_S = 15
 STATE_CHECK_S = 15
 # sbatch's --time when nothing says otherwise: a campaign's longest cells take tens of minutes
 DEFAULT_TIME_MIN = 240
+# the job states in which Slurm, not the cell, ended the job
+FAILED_STATES = ("NODE_FAIL", "CANCELLED", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL")
 
 
 class SlurmUnavailable(RuntimeError):
@@ -111,16 +117,56 @@ def check_slurm(settings: SlurmSettings) -> int:
     return min(cpus)
 
 
+def cell_nodes(cell) -> int:
+    """Nodes one cell's job asks for: its ``nodes`` parameter, else one."""
+    return max(1, int(cell.parameters.get("nodes", 1)))
+
+
 def cell_cpus(cell, node_cpus: int) -> int:
-    """CPUs one cell's job asks for: the largest world size of a distributed cell, else the
-    cell's ``threads`` where it pins them, else the whole node."""
+    """CPUs per node one cell's job asks for: a distributed cell's largest world size shared over
+    its nodes, else the cell's ``threads`` where it pins them, else the whole node."""
     params = cell.parameters
     if "world_sizes" in params:
-        return max(int(n) for n in params["world_sizes"])
+        largest = max(int(n) for n in params["world_sizes"])
+        return -(-largest // cell_nodes(cell))
     threads = params.get("threads")
     if isinstance(threads, int) and threads > 0:
         return threads
     return node_cpus
+
+
+def _settled_state(job, wait_s: float = 30.0) -> str:
+    """The job's state once Slurm has settled it (no longer running or completing), or as it
+    stands after ``wait_s``: a job's task can write its result while Slurm is still ending it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        job.done(force_check=True)  # refreshes submitit's reading of the state
+        state = str(job.state)
+        unsettled = any(w in state for w in ("RUNNING", "COMPLETING", "PENDING", "UNKNOWN"))
+        if not unsettled or time.monotonic() > deadline:
+            return state
+        time.sleep(1)
+
+
+def where_it_failed(job_id: str) -> str:
+    """The nodes a job ran on and Slurm's reason for any of them it took out of service, as
+    `` (on n[1-2]; n2 down: Not responding)``, from squeue (finished jobs stay listed a while)
+    and ``sinfo -R``; empty where Slurm no longer says."""
+
+    def ask(*args: str) -> str:
+        try:
+            answer = subprocess.run(
+                list(args), capture_output=True, text=True, timeout=SINFO_TIMEOUT_S, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return answer.stdout.strip() if answer.returncode == 0 else ""
+
+    nodes = ask("squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%N")
+    if not nodes:
+        return ""
+    reasons = ask("sinfo", "-h", "-R", "-n", nodes, "-o", "%N %T: %E")
+    return f" (on {nodes}" + "".join(f"; {line}" for line in reasons.splitlines()) + ")"
 
 
 def slurm_groups(order, todo: list) -> list[list]:
@@ -164,9 +210,16 @@ class SlurmExecutor:
         self.executor = submitit.SlurmExecutor(folder=self.folder / "%j", max_num_timeout=0)
         self.known = _sbatch_names()
 
-    def _parameters(self, campaign: str, cpus: int) -> dict:
+    def _parameters(self, campaign: str, cpus: int, nodes: int = 1) -> dict:
         options = dict(self.settings.options)
-        extra = {k: options.pop(k) for k in list(options) if k not in self.known}
+        extra = {"no_requeue": True}
+        extra |= {k: options.pop(k) for k in list(options) if k not in self.known}
+        srun_args: list[str] = []
+        if nodes > 1:
+            # submitit counts the job's tasks from its own ``nodes``: left at 1, it waits for one
+            # result, and the function runs as one task on the first node
+            extra["nodes"] = nodes
+            srun_args = ["--nodes=1", "--ntasks=1"]
         parameters = {
             "job_name": f"fwbench-{campaign}",
             "time": DEFAULT_TIME_MIN,
@@ -176,12 +229,13 @@ class SlurmExecutor:
             "array_parallelism": self.settings.array_parallelism,
             # submitit tags jobs with a WCKey by default, which clusters that track none refuse
             "wckey": None,
+            # set on every update: submitit keeps what an earlier group's update set
+            "srun_args": srun_args,
+            "additional_parameters": extra,
             **options,
         }
         if self.settings.partition:
             parameters["partition"] = self.settings.partition
-        if extra:
-            parameters["additional_parameters"] = extra
         return parameters
 
     def groups(self, order, todo: list) -> list[list]:
@@ -190,16 +244,16 @@ class SlurmExecutor:
     def run(self, group: list, run_dir: Path, context: dict, timeout, rerun_shared: int):
         """Yield the ``CellResult`` of each of the group's cells, in the group's order."""
         # one array per group and resource shape (a round may mix distributed and plain cells)
-        batches: list[tuple[int, list]] = []
+        batches: list[tuple[tuple[int, int], list]] = []
         for cell in group:
-            cpus = cell_cpus(cell, self.node_cpus)
-            if batches and batches[-1][0] == cpus:
+            shape = (cell_cpus(cell, self.node_cpus), cell_nodes(cell))
+            if batches and batches[-1][0] == shape:
                 batches[-1][1].append(cell)
             else:
-                batches.append((cpus, [cell]))
+                batches.append((shape, [cell]))
         submitted = []
-        for cpus, cells in batches:
-            self.executor.update_parameters(**self._parameters(context["campaign"], cpus))
+        for (cpus, nodes), cells in batches:
+            self.executor.update_parameters(**self._parameters(context["campaign"], cpus, nodes))
             with self.executor.batch():
                 jobs = [
                     self.executor.submit(
@@ -229,11 +283,22 @@ class SlurmExecutor:
                 break
             time.sleep(1)
         try:
-            return job.result()
+            result = job.result()
         except UncompletedJobError as exc:
             state = job.state
             status = "timeout" if "TIMEOUT" in state else "failed"
-            error = f"Slurm job {job.job_id} ended {state} without a result: {str(exc)[-1500:]}"
+            where = where_it_failed(job.job_id)
+            error = (
+                f"Slurm job {job.job_id} ended {state} without a result{where}: {str(exc)[-1500:]}"
+            )
             return trial.lost_cell(
                 cell, run_dir, context, status, error, time.perf_counter() - start
             )
+        if result.status != "ok":
+            # a job Slurm ended (a node lost, cancelled) may still write its cell's result: its
+            # kernel died under it. Say what Slurm did, and where.
+            state = _settled_state(job)
+            if any(word in state for word in FAILED_STATES):
+                note = f" (Slurm job {job.job_id} ended {state}{where_it_failed(job.job_id)})"
+                result = trial.with_error_note(result, run_dir, note)
+        return result

@@ -310,6 +310,22 @@ def lost_cell(
     return CellResult(status, error, duration, False, str(final.relative_to(run_dir)))
 
 
+def with_error_note(result: CellResult, run_dir: Path, note: str) -> CellResult:
+    """``result`` with ``note`` after its error, in its executed notebook's metadata too (what
+    the index reads): a Slurm job that lost a node ends with its kernel's death as the error,
+    and the note says what killed it."""
+    if result.path:
+        path = run_dir / result.path
+        if path.is_file():
+            nb = nbformat.read(str(path), as_version=4)
+            meta = nb.metadata.get("fwbench") or {}
+            meta["error"] = f"{(meta.get('error') or '').rstrip()}{note}"
+            nb.metadata["fwbench"] = meta
+            write_notebook_atomic(nb, path)
+    result.error = f"{(result.error or '').rstrip()}{note}"
+    return result
+
+
 def shared(result: CellResult) -> bool:
     return bool(result.contention and result.contention["shared"])
 

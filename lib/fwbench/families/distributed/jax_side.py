@@ -10,16 +10,23 @@ state, unused with dropout off), which stays a constant of the traced step.
   one jit, each normalised by its own statistics, and averages their losses and gradients.
 - ``dp``: ``shard_map`` over a ``data`` axis: each device runs its shard (its own BatchNorm
   statistics, as DDP's ranks do) against replicated parameters, then ``pmean`` averages the
-  gradients and the loss. Each device keeps its own running statistics (a leading axis of the
-  world size), as DDP's ranks would without broadcasting buffers.
+  gradients, one collective per gradient array as the code is written, and the loss. Each device
+  keeps its own running statistics (a leading axis of the world size), as DDP's ranks would
+  without broadcasting buffers.
+- ``dp_fused``: ``dp`` with the change a JAX user makes when the collectives' count costs more
+  than their bytes: the gradients flattened into one vector (``ravel_pytree``), one ``pmean``,
+  unflattened. PyTorch's DDP does the like by itself, in buckets of up to 25 MB.
 - ``fsdp``: the same step with every parameter whose first axis divides by the world size stored
   sharded along it (others replicated): ``all_gather`` before the forward, ``psum_scatter`` of the
   gradients after it, the optimizer on the shards.
 - ``tp``: the ViT's MLPs split by columns then rows along a ``model`` axis, the batch replicated,
   one jit whose partitioner inserts the all-reduce (no BatchNorm, so no shard-by-shard forward).
 
-Compute-only steps (``dp``, ``fsdp``) train a local replica on the process's own shard and its
-own device: the same per-device work without a collective.
+Compute-only steps (``dp``, ``dp_fused``, ``fsdp``) train a local replica on the process's own
+shard and its own device: the same per-device work without a collective. For the data-parallel
+strategies the gradients' all-reduce is also timed alone (``grad_allreduce_op``), the same
+collectives on arrays of the gradients' shapes, so that a synced step parts into compute, that
+all-reduce, and the rest.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from fwbench.families.distributed.torch_side import optim_config
 
 AXIS = "data"
 TP_AXIS = "model"
+DATA_PARALLEL = ("dp", "dp_fused")
 
 
 def build_twin(job: Job):
@@ -106,6 +114,7 @@ class JaxWorker:
         import jax.numpy as jnp
         import optax
         from flax import nnx
+        from jax.flatten_util import ravel_pytree
         from jax.sharding import Mesh, NamedSharding
         from jax.sharding import PartitionSpec as P
 
@@ -162,7 +171,7 @@ class JaxWorker:
             self.params = jax.device_put(params, local)
             self.stats = jax.device_put(stats, local)
             self._batch_sharding = None
-        elif job.strategy in ("dp", "fsdp"):
+        elif job.strategy in DATA_PARALLEL + ("fsdp",):
             mesh = Mesh(devices, (AXIS,))
             self.mesh = mesh
             if job.strategy == "fsdp":
@@ -180,6 +189,9 @@ class JaxWorker:
                 )
 
             def reduce(g):
+                if job.strategy == "dp_fused":
+                    flat, unflatten = ravel_pytree(g)
+                    return unflatten(jax.lax.pmean(flat, AXIS))
                 return jax.tree.map(
                     lambda a, m: (
                         (jax.lax.psum_scatter(a, AXIS, scatter_dimension=0, tiled=True) / n)
@@ -189,6 +201,8 @@ class JaxWorker:
                     g,
                     mask,
                 )
+
+            self._reduce = reduce
 
             def on_shard(p, s, x, y):
                 own_stats = jax.tree.map(lambda a: a[0], s)
@@ -269,7 +283,34 @@ class JaxWorker:
 
     @property
     def has_compute_only(self) -> bool:
-        return self.job.compute_only and self.job.strategy in ("dp", "fsdp")
+        return self.job.compute_only and self.job.strategy in DATA_PARALLEL + ("fsdp",)
+
+    @property
+    def has_grad_allreduce(self) -> bool:
+        return self.distributed and self.job.strategy in DATA_PARALLEL
+
+    def grad_allreduce_op(self):
+        """The step's gradient all-reduce alone (``reduce`` on arrays of the gradients' shapes),
+        compiled and warmed up, as a call to time; with the count of arrays and their bytes."""
+        import jax
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        replicated = NamedSharding(self.mesh, P())
+        grads = jax.tree.map(lambda a: _global(np.zeros_like(a), replicated), self.host_params)
+        fn = jax.jit(
+            jax.shard_map(
+                self._reduce, mesh=self.mesh, in_specs=(P(),), out_specs=P(), check_vma=False
+            )
+        )
+        for _ in range(2):
+            jax.block_until_ready(fn(grads))
+        leaves = jax.tree.leaves(self.host_params)
+        return (
+            lambda: jax.block_until_ready(fn(grads)),
+            len(leaves),
+            int(sum(np.asarray(a).nbytes for a in leaves)),
+        )
 
     def compute_only_step(self, step: int) -> None:
         """The process's shard on a local replica: the per-device work with no collective."""

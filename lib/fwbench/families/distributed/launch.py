@@ -5,7 +5,9 @@
   told its rank, the world size and a coordinator on a free local port (``jax.distributed``).
 - ``srun``: inside a Slurm allocation, one ``srun --overlap`` step of N tasks, one core each;
   each task reads its rank from ``SLURM_PROCID`` and meets the others at a coordinator on the
-  allocation's first node (where this launcher runs).
+  allocation's first node (where this launcher runs). With ``nodes`` above one the tasks spread
+  over that many of the allocation's nodes in blocks (ranks 0..k-1 on the first), and the
+  coordinator is the first node's address as the others resolve its name.
 
 Every worker writes ``rank<R>.json`` into the job's folder; a rank that failed, or wrote nothing,
 makes ``launch`` raise ``DistributedRunError`` naming the rank and its error, with the tail of
@@ -48,26 +50,70 @@ def host_address() -> str:
         return "127.0.0.1"
 
 
-def commands(job: Job, job_path: Path, out: Path, launcher: str) -> list[list[str]]:
+def allocation_hosts() -> list[str]:
+    """The hostnames of this Slurm job's nodes, in Slurm's order (``scontrol show hostnames``)."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    if not nodelist:
+        raise DistributedRunError("launcher srun with nodes: not inside a Slurm allocation")
+    answer = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=False
+    )
+    if answer.returncode != 0:
+        raise DistributedRunError(f"scontrol cannot expand {nodelist}: {answer.stderr.strip()}")
+    return answer.stdout.split()
+
+
+def rank_hosts(world_size: int, hosts: list[str]) -> list[str]:
+    """The host each rank runs on when the ranks fill ``hosts`` in blocks."""
+    per_node = -(-world_size // len(hosts))
+    return [hosts[rank // per_node] for rank in range(world_size)]
+
+
+def spread_hosts(job: Job, nodes: int) -> list[str]:
+    """The allocation's first ``nodes`` hosts (fewer for a smaller world) the ranks spread over."""
+    hosts = allocation_hosts()
+    if len(hosts) < nodes:
+        raise DistributedRunError(
+            f"nodes {nodes}, but this Slurm allocation has {len(hosts)}: {', '.join(hosts)}"
+        )
+    return hosts[: min(nodes, job.world_size)]
+
+
+def commands(job: Job, job_path: Path, out: Path, launcher: str, nodes: int = 1) -> list[list[str]]:
     """The command lines that start the job's ranks (one line for torchrun and srun)."""
     n = job.world_size
     worker = [sys.executable, "-m", WORKER_MODULE, "--job", str(job_path), "--out", str(out)]
     if launcher == "srun":
         if shutil.which("srun") is None:
             raise DistributedRunError("launcher srun: no srun on this machine's PATH")
-        coordinator = f"{host_address()}:{free_port()}"
+        if nodes > 1:
+            hosts = spread_hosts(job, nodes)
+            # rank 0 runs on the first host and serves the rendezvous there; the port is free
+            # here, where Slurm runs a job's script: on its first node
+            address = socket.gethostbyname(hosts[0])
+            spread = [
+                f"--nodes={len(hosts)}",
+                f"--nodelist={','.join(hosts)}",
+                f"--ntasks-per-node={-(-n // len(hosts))}",
+                "--distribution=block",
+            ]
+        else:
+            address, spread = host_address(), []
         return [
             [
                 "srun",
                 "--overlap",
                 f"--ntasks={n}",
+                *spread,
                 "--cpus-per-task=1",
                 "--kill-on-bad-exit=1",
                 *worker,
                 "--coordinator",
-                coordinator,
+                f"{address}:{free_port()}",
             ]
         ]
+    if nodes > 1:
+        raise DistributedRunError(f"nodes {nodes} needs launcher srun, not {launcher}")
     if job.framework == "torch" and job.strategy != "none":
         return [
             [
@@ -111,8 +157,11 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def launch(job: Job, out: Path, launcher: str = "local", timeout: float = 1800.0) -> list[dict]:
-    """Run ``job`` with its world size of workers; returns each rank's result, by rank."""
+def launch(
+    job: Job, out: Path, launcher: str = "local", timeout: float = 1800.0, nodes: int = 1
+) -> list[dict]:
+    """Run ``job`` with its world size of workers, over ``nodes`` nodes of a Slurm allocation
+    where ``launcher`` is srun; returns each rank's result, by rank."""
     job.check()
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
@@ -127,7 +176,7 @@ def launch(job: Job, out: Path, launcher: str = "local", timeout: float = 1800.0
             subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-            for cmd in commands(job, job_path, out, launcher)
+            for cmd in commands(job, job_path, out, launcher, nodes)
         ]
         try:
             for proc in procs:
@@ -142,10 +191,13 @@ def launch(job: Job, out: Path, launcher: str = "local", timeout: float = 1800.0
                 f"within {timeout:.0f} s\n{_tail(log_path)}"
             ) from None
     results, problems = [], []
+    where = [""] * job.world_size
+    if nodes > 1:
+        where = [f" (on {host})" for host in rank_hosts(job.world_size, spread_hosts(job, nodes))]
     for rank in range(job.world_size):
         path = out / f"rank{rank}.json"
         if not path.is_file():
-            problems.append(f"rank {rank} wrote no result")
+            problems.append(f"rank {rank}{where[rank]} wrote no result")
             continue
         result = json.loads(path.read_text())
         if "error" in result:

@@ -7,6 +7,10 @@ scaling, all-reduce bandwidth and the float64 loss parity.
   spent communicating or waiting for it.
 - ``scaling_efficiency`` (weak scaling: the batch per worker fixed) = throughput at N divided by
   N times the throughput at 1.
+- The parts of a data-parallel step (``parts``): the compute-only step, the gradients'
+  all-reduce timed alone (the slowest rank's median), and the rest: synced step minus both, the
+  waiting, the barriers and whatever the framework adds around its collectives; negative where
+  the all-reduce overlaps the backward pass (PyTorch's DDP does).
 - Loss parity: the largest relative difference between two runs' per-step losses.
 """
 
@@ -30,6 +34,10 @@ class StepSummary:
     peak_rss_bytes: int  # the largest rank's
     state_bytes: int  # the largest rank's parameters, gradients and optimizer state
     losses: list[float]
+    # the gradients' all-reduce timed alone (data parallelism only): seconds, arrays, bytes
+    grad_allreduce_s: float | None = None
+    grad_arrays: int | None = None
+    grad_bytes: int | None = None
 
     @property
     def img_s(self) -> float:
@@ -40,6 +48,18 @@ class StepSummary:
         if self.compute_only_step_s is None:
             return None
         return max(self.step_s - self.compute_only_step_s, 0.0) / self.step_s
+
+    def parts(self) -> dict[str, float] | None:
+        """Seconds of the synced step in compute, the gradients' all-reduce and the rest, which
+        add up to ``step_s``; None without a compute-only step or the all-reduce's timing."""
+        if self.compute_only_step_s is None or self.grad_allreduce_s is None:
+            return None
+        rest = self.step_s - self.compute_only_step_s - self.grad_allreduce_s
+        return {
+            "compute": self.compute_only_step_s,
+            "grad_allreduce": self.grad_allreduce_s,
+            "rest": rest,
+        }
 
 
 def slowest_rank(results: list[dict], key: str) -> list[float] | None:
@@ -63,7 +83,15 @@ def summarize(job: Job, results: list[dict]) -> StepSummary:
         peak_rss_bytes=int(max(r["peak_rss_bytes"] for r in results)),
         state_bytes=int(max(r["state_bytes"] for r in results)),
         losses=list(results[0]["losses"]),
+        grad_allreduce_s=_slowest(results, "grad_allreduce_s"),
+        grad_arrays=results[0].get("grad_arrays"),
+        grad_bytes=results[0].get("grad_bytes"),
     )
+
+
+def _slowest(results: list[dict], key: str) -> float | None:
+    values = [r[key] for r in results if r.get(key) is not None]
+    return float(max(values)) if values else None
 
 
 def scaling_efficiency(at_n: StepSummary, at_1: StepSummary) -> float:

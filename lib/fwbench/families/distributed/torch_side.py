@@ -228,6 +228,26 @@ class TorchWorker:
             total += sum(_local_bytes(v) for v in state.values() if hasattr(v, "element_size"))
         return total
 
+    @property
+    def has_grad_allreduce(self) -> bool:
+        return self.distributed and self.job.strategy == "ddp"
+
+    def grad_allreduce_op(self):
+        """The step's gradient all-reduce alone, as a call to time, with the count of gradient
+        arrays and their bytes: one all-reduce of them all, flattened (DDP sends the same bytes
+        in buckets of up to 25 MB, overlapped with the backward pass)."""
+        import torch
+
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        flat = torch.zeros(sum(p.numel() for p in params), dtype=self.dtype)
+        for _ in range(2):
+            self._dist.all_reduce(flat)
+        return (
+            lambda: self._dist.all_reduce(flat),
+            len(params),
+            int(flat.numel() * flat.element_size()),
+        )
+
     def allreduce_op(self, message_bytes: int):
         """One fp32 all-reduce of ``message_bytes``, warmed up, as a call to time."""
         import torch

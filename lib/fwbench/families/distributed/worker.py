@@ -6,14 +6,16 @@
 It finds its place from the flags, torchrun's variables or Slurm's (``job.place_from``), pins
 itself to one core, runs the job's phase, and writes ``DIR/rank<R>.json``: each step's loss (the
 global batch's), each timed step's wall and CPU seconds between barriers, the compute-only steps,
-this rank's peak resident memory and the state it holds, or the all-reduce timings. A failure
-writes the error there instead and exits 1, so the launcher can say which rank failed and why.
+this rank's peak resident memory and the state it holds, the gradients' all-reduce alone (data
+parallelism), or the all-reduce timings, and the host it ran on. A failure writes the error there instead and exits 1, so the launcher can say
+which rank failed and why.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 import time
 import traceback
@@ -71,6 +73,11 @@ def run_train(job: Job, worker) -> dict:
         result["compute_only_step_s"], result["compute_only_cpu_s"] = timed_steps(
             worker, first + 1, job.steps, worker.compute_only_step
         )
+    if worker.has_compute_only and worker.has_grad_allreduce:
+        op, result["grad_arrays"], result["grad_bytes"] = worker.grad_allreduce_op()
+        result["grad_allreduce_s"] = collective_seconds(
+            worker, op, ALLREDUCE_MIN_ITERS, ALLREDUCE_MIN_SECONDS
+        )
     result["peak_rss_bytes"] = lifetime_max_rss_bytes()
     return result
 
@@ -118,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     place = place_from(args.rank, args.world_size, args.coordinator)
     out = args.out / f"rank{place.rank}.json"
-    record = {"rank": place.rank, "world_size": place.world_size}
+    record = {"rank": place.rank, "world_size": place.world_size, "host": socket.gethostname()}
     status = 0
     try:
         job = Job.load(args.job)

@@ -43,9 +43,10 @@ def predict_request(
     one line that says what is wrong)."""
     try:
         spec = get_spec(model)
-        if framework == "jax":
-            require_twin(model)
         mode = vocab.resolve_mode(framework, mode)
+        # PyTorch's own graph on JAX's compiler (torchax) needs no Flax twin
+        if framework == "jax" and mode not in vocab.TORCH_GRAPH_MODES:
+            require_twin(model)
     except (KeyError, ValueError) as exc:
         return None, str(exc.args[0] if exc.args else exc)
     cores = len(os.sched_getaffinity(0))

@@ -37,7 +37,8 @@ OP_OVERHEAD_S = 5e-6
 HOLDOUTS = ("lineage", "batch", "threads", "cpu")
 BATCH_FIT_MAX = 16  # the batch hold-out fits on batch <= 16 and predicts larger batches
 COVERAGE = 0.9
-SETTINGS = ("torch eager", "torch compile", "jax jit")
+# jax torchax: PyTorch's own graph on JAX's compiler, for the models without a Flax twin
+SETTINGS = ("torch eager", "torch compile", "jax jit", "jax torchax")
 # a setting's rows fit costs of their own, shrunk toward the pooled costs scaled per term group
 # (TERM_GROUPS), by a weight that leave-one-lineage-out cross-validation on its rows picks from
 # SHRINK_GRID; the correction's setting columns carry what is left of its difference. Free, a

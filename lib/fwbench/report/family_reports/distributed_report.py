@@ -4,14 +4,18 @@ first, and the collectives' bus bandwidth.
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
+from fwbench.measure import verdicts
 from fwbench.report import charts, sections, tables
-from fwbench.report.items import Figure, Section, Table, nonempty, per_analysis, records
+from fwbench.report.items import Figure, Note, Section, Table, nonempty, per_analysis, records
 
 DISTRIBUTED_METRICS = [
     "step_ms",
     "compute_only_step_ms",
+    "grad_allreduce_ms",
     "comm_overhead_frac",
     "scaling_efficiency",
     "throughput_img_s",
@@ -77,9 +81,122 @@ def busbw_table(meas: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def step_parts_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Each data-parallel step above one process in parts that add up to it: the compute-only
+    step, the gradients' all-reduce timed alone, and the rest (waiting, barriers, what the
+    framework does around its collectives; negative where the all-reduce overlaps the backward
+    pass)."""
+    needed = {"step_ms", "compute_only_step_ms", "grad_allreduce_ms"}
+    if table.empty or not needed <= set(table.columns):
+        return pd.DataFrame()
+    rows = table.dropna(subset=list(needed))
+    rows = rows[rows.world_size > 1]
+    if rows.empty:
+        return pd.DataFrame()
+    parts = rows[["model", "framework", "strategy", "precision", "world_size", "step_ms"]].copy()
+    parts["compute_ms"] = rows.compute_only_step_ms
+    parts["grad_allreduce_ms"] = rows.grad_allreduce_ms
+    parts["rest_ms"] = rows.step_ms - rows.compute_only_step_ms - rows.grad_allreduce_ms
+    return parts.reset_index(drop=True)
+
+
+# the step-time comparisons a campaign with interleaved trials decides: B ÷ A in steps per second
+SCALING_PAIRS = (
+    (("jax", "dp"), ("jax", "dp_fused")),
+    (("torch", "ddp"), ("jax", "dp")),
+    (("torch", "ddp"), ("jax", "dp_fused")),
+)
+
+
+def scaling_rounds(meas: pd.DataFrame) -> pd.DataFrame:
+    """The verdicts' rounds of the step-time comparisons: one per run, trial, model, precision
+    and world size where both arms of a pair ran, ``y`` the log of A's step time over B's (B ÷ A
+    in steps per second). Cells without a trial number (one trial) give none."""
+    rows = _distributed_rows(meas, ["step_ms"])
+    if rows.empty or "trial" not in rows or "run_id" not in rows:
+        return pd.DataFrame(columns=list(verdicts.COLUMNS))
+    rows = rows[(rows.status == "ok") & rows.trial.notna()]
+    if rows.empty:
+        return pd.DataFrame(columns=list(verdicts.COLUMNS))
+    keys = ["run_id", "trial", "model", "precision", "world_size"]
+    arms = rows.assign(arm=rows.framework + " " + rows.strategy).pivot_table(
+        index=keys, columns="arm", values="value", aggfunc="median"
+    )
+    out = []
+    for a, b in SCALING_PAIRS:
+        a, b = " ".join(a), " ".join(b)
+        if a not in arms or b not in arms:
+            continue
+        for (run, trial, model, precision, n), row in arms[[a, b]].dropna().iterrows():
+            out.append(
+                {
+                    "comparison": (model, precision, int(n), a, b),
+                    "run": run,
+                    "round": trial,
+                    "y": math.log(row[a] / row[b]),
+                }
+            )
+    return pd.DataFrame(out, columns=list(verdicts.COLUMNS))
+
+
+def scaling_verdicts(rounds: pd.DataFrame) -> pd.DataFrame:
+    """Each step-time comparison's ratio (B ÷ A in steps per second), its intervals, design and
+    verdict, through the verdicts' estimator (trials as rounds, nested in runs; one run calls no
+    winner)."""
+    if rounds.empty:
+        return pd.DataFrame()
+    found = tables.estimated(rounds, imported=None)
+    rows = []
+    for (model, precision, n, a, b), (e, v) in sorted(found.items()):
+        faster = {verdicts.FASTER_B: b, verdicts.FASTER_A: a}.get(v.verdict, "")
+        rows.append(
+            {
+                "model": model,
+                "precision": precision,
+                "world_size": n,
+                "a": a,
+                "b": b,
+                "ratio": e.ratio,
+                "ci_low": e.low,
+                "ci_high": e.high,
+                "ci90_low": e.low90,
+                "ci90_high": e.high90,
+                "design": e.design,
+                "faster": faster,
+                "verdict": v.verdict,
+                "p_holm": v.p_holm,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def parts_sentences(parts: pd.DataFrame) -> list[str]:
+    """One sentence per step in parts, each adding up to its step time."""
+    lines = []
+    for r in parts.itertuples():
+        rest = "overlapped" if r.rest_ms < 0 else "the rest"
+        lines.append(
+            f"{r.model}, {r.framework} {r.strategy} on {int(r.world_size)} processes "
+            f"({r.precision}): {r.step_ms:.1f} ms a step = {r.compute_ms:.1f} ms compute "
+            f"+ {r.grad_allreduce_ms:.1f} ms the gradients' all-reduce alone "
+            f"{'+' if r.rest_ms >= 0 else '−'} {abs(r.rest_ms):.1f} ms {rest}."
+        )
+    return lines
+
+
 @per_analysis
 def runs(analysis):
     return distributed_table(analysis.meas)
+
+
+@per_analysis
+def parts(analysis):
+    return step_parts_table(runs(analysis))
+
+
+@per_analysis
+def scaling(analysis):
+    return scaling_verdicts(scaling_rounds(analysis.meas))
 
 
 @per_analysis
@@ -108,6 +225,31 @@ DISTRIBUTED = Section(
             runs,
             records("distributed", DISTRIBUTED_METRICS),
             when=nonempty(runs),
+        ),
+        Table(
+            "distributed_parts",
+            "What a data-parallel step is made of: compute (the compute-only step), the "
+            "gradients' all-reduce timed alone, and the rest (waiting, barriers and what the "
+            "framework adds; negative where the all-reduce overlaps the backward pass, as "
+            "DDP's does). JAX dp all-reduces each gradient array on its own; dp_fused "
+            "flattens them into one.",
+            parts,
+            records("distributed", ["step_ms", "compute_only_step_ms", "grad_allreduce_ms"]),
+            when=nonempty(parts),
+        ),
+        Note(
+            lambda a: " ".join(parts_sentences(parts(a))),
+            when=nonempty(parts),
+        ),
+        Table(
+            "distributed_verdicts",
+            "Step time compared across strategies with interleaved trials: B ÷ A in steps per "
+            "second (above 1: B is faster), through the verdicts' estimator (trials are rounds, "
+            "nested in runs; its design stated), *faster*, *equivalent within ±5%* or "
+            "*inconclusive*; one run calls no winner.",
+            scaling,
+            records("distributed", ["step_ms"]),
+            when=nonempty(scaling),
         ),
         Table(
             "distributed_parity",
