@@ -66,19 +66,17 @@ def write_campaign(tmp_path):
     return write
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    """A real single-node Slurm (tests/slurm_cluster.py) for the whole session; its SLURM_CONF
-    and the sacct stand-in reach every command the tests start. Skipped where Slurm or root is
-    missing, unless FWBENCH_REQUIRE_SLURM=1 (CI), where that is a failure."""
-    from tests.slurm_cluster import Cluster, unavailable
-
+def running_cluster(cluster_class, unavailable):
+    """Start a test Slurm (``cluster_class``) with its SLURM_CONF and sacct stand-in in this
+    process's environment, which every command the tests start inherits; yield it, then stop it
+    and put the environment back. Skipped where ``unavailable()`` gives a reason, unless
+    FWBENCH_REQUIRE_SLURM=1 (CI), where that is a failure."""
     reason = unavailable()
     if reason:
         if os.environ.get("FWBENCH_REQUIRE_SLURM") == "1":
             pytest.fail(f"FWBENCH_REQUIRE_SLURM=1 but {reason}")
         pytest.skip(reason)
-    cluster = Cluster().start()
+    cluster = cluster_class().start()
     saved = {k: os.environ.get(k) for k in cluster.env}
     os.environ.update(cluster.env)
     try:
@@ -90,3 +88,11 @@ def slurm_cluster():
             else:
                 os.environ[key] = value
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real single-node Slurm (tests/slurm_cluster.py) for the whole session."""
+    from tests.slurm_cluster import Cluster, unavailable
+
+    yield from running_cluster(Cluster, unavailable)

@@ -11,30 +11,14 @@ import time
 import duckdb
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, running_cluster
 
 
 @pytest.fixture(scope="module")
 def two_nodes():
     from tests.slurm_nodes import TwoNodeCluster, unavailable
 
-    reason = unavailable()
-    if reason:
-        if os.environ.get("FWBENCH_REQUIRE_SLURM") == "1":
-            pytest.fail(f"FWBENCH_REQUIRE_SLURM=1 but {reason}")
-        pytest.skip(reason)
-    cluster = TwoNodeCluster().start()
-    saved = {k: os.environ.get(k) for k in cluster.env}
-    os.environ.update(cluster.env)
-    try:
-        yield cluster
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        cluster.stop()
+    yield from running_cluster(TwoNodeCluster, unavailable)
 
 
 def _cells(out, campaign) -> dict:
