@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.fwbench-installed
 CAMPAIGN ?= params/smoke.yaml
 
-.PHONY: run test setup lint lab browser slurm web jemalloc gpu-kit clean-db help
+.PHONY: run test setup lint lab browser slurm web jemalloc gpu-kit gpu-rehearsal clean-db help
 
 help:
 	@echo "make run   set up .venv, run $(CAMPAIGN) and build its report"
@@ -17,6 +17,7 @@ help:
 	@echo "make jemalloc install Debian's jemalloc, which params/memory_seed.yaml preloads (root, apt)"
 	@echo "make web      install onnxruntime-web (npm ci in web/) for 14_web_audio's browser runtimes"
 	@echo "make gpu-kit  download the wheels a GPU node without network lacks into gpu/kit/ (see gpu/run.sh)"
+	@echo "make gpu-rehearsal  run a GPU lease on this CPU with the GPU image's versions (gpu/rehearse.sh)"
 
 setup: $(STAMP)
 
@@ -107,6 +108,12 @@ gpu-kit:
 	{ git rev-parse HEAD; git status --porcelain --untracked-files=no | grep -q . && echo dirty || echo clean; } \
 	  | paste -sd' ' > $(GPU_KIT)/COMMIT
 	@du -sh $(GPU_KIT); ls $(GPU_KIT) | wc -l
+
+# A lease on this CPU with the node image's versions (Python 3.12, its torch): gpu/rehearse.sh
+# builds that environment once in local/gpu-rehearsal/ (PyPI; about 4 GB), makes the kit for it
+# and runs gpu/run.sh from a copy without .git.
+gpu-rehearsal:
+	bash gpu/rehearse.sh
 
 # onnxruntime-web, pinned by web/package-lock.json, for the browser runtimes of 14_web_audio.
 web: web/node_modules/.fwbench-installed

@@ -94,26 +94,6 @@ for _top, _owners in importlib.metadata.packages_distributions().items():
         sys.modules.setdefault(_top, None)
 """
 
-# 00_setup without its torch.compile check (about 20 s here; the node runs it): the imports, the
-# devices and the matmuls are what a kit can break
-TINY = """campaign: gpu_rehearsal
-report: false
-steps:
-  - notebook: 00_setup
-    params: {device: cpu, matmul_size: 64, check_compile: false}
-  - notebook: 10_inference
-    params: &tiny {framework: torch, mode: eager, device: cpu, precision: bf16, batch_sizes: [2],
-                   image_size: 64, min_iters: 2, min_seconds: 0.1, warmup: 1, block_size: 2,
-                   model: resnet50}
-  - notebook: 10_inference
-    params: {<<: *tiny, framework: jax, mode: jit}
-  - notebook: 02_calibrate
-    params: {device: cpu, precision: bf16, matmul_sizes: [256], copy_mib: 8, min_iters: 2,
-             min_seconds: 0.1, timer_check: false}
-    grid:
-      framework: [torch, jax]
-"""
-
 
 @pytest.fixture(scope="module")
 def node_copy(tmp_path_factory):
@@ -153,7 +133,6 @@ def node_copy(tmp_path_factory):
 
 
 def test_the_lease_runs_offline_from_a_copy_without_git(node_copy, tmp_path):
-    (node_copy / "params/gpu_rehearsal.yaml").write_text(TINY)
     blocker = tmp_path / "blocker"
     blocker.mkdir()
     (blocker / "sitecustomize.py").write_text(BLOCKER)
