@@ -529,6 +529,8 @@ def test_the_slides_stand_alone_and_render_in_chromium(built, capsys, tmp_path):
     figures = json.loads((root / CAMPAIGN / "content.json").read_text())
     n_figures = sum(i["kind"] == "figure" for s in figures["sections"] for i in s["items"])
     assert page_html.count("data:image/svg+xml;base64,") == n_figures
+    # a saved figure carries its own caption: a slide does not print it twice
+    assert "<figcaption" not in page_html
     assert n_slides >= 4 + min(n_figures, 1)
     assert cli.main(["slides", "nosuch", "--reports", str(root)]) == 2
 
@@ -551,11 +553,17 @@ def test_the_slides_stand_alone_and_render_in_chromium(built, capsys, tmp_path):
         boxes = page.eval_on_selector_all(
             "section.slide",
             "els => els.map(e => [e.scrollHeight, e.clientHeight, "
-            "Array.from(e.querySelectorAll('img')).every(i => i.complete && i.naturalWidth > 0)])",
+            "Array.from(e.querySelectorAll('img')).every(i => i.complete && i.naturalWidth > 0), "
+            # the share of its figure's box each image is drawn in (object-fit scales within it)
+            "Array.from(e.querySelectorAll('img')).map(i => { const f = i.parentElement"
+            ".getBoundingClientRect(), r = i.getBoundingClientRect(); "
+            "return Math.min(r.width / f.width, r.height / f.height); })])",
         )
-        for n, (scroll_h, client_h, images_ok) in enumerate(boxes, 1):
+        for n, (scroll_h, client_h, images_ok, fills) in enumerate(boxes, 1):
             assert images_ok, f"slide {n}: an image did not load"
             assert scroll_h <= client_h + 1, f"slide {n} overflows its screen"
+            # a figure scales up to the space its slide leaves it, not its drawn size
+            assert all(share > 0.95 for share in fills), f"slide {n}: a figure is not scaled"
             page.locator(f"#s{n}").scroll_into_view_if_needed()
             page.screenshot(path=str(artifacts / f"slide_{n:02d}.png"))
         page.keyboard.press("ArrowDown")

@@ -48,6 +48,11 @@ class Analysis:
     # to this one on the same CPU model and notebook sources
     pool_samples: pd.DataFrame = field(default_factory=pd.DataFrame)
     imported: object = None  # verdicts.Between a single run borrows, or None
+    # per-op profiles of ``<campaign>_why`` on this CPU model (why.companion_why), for the
+    # sides this run did not profile, and the run and cells they come from
+    why_run_id: str = ""
+    why_meas: pd.DataFrame = field(default_factory=pd.DataFrame)
+    why_cells: pd.DataFrame = field(default_factory=pd.DataFrame)
     # a family's own frames (items.per_analysis), each computed once
     computed: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -59,10 +64,32 @@ class Analysis:
         return self.computed[make]
 
     def sources(self, rows: pd.DataFrame) -> list[str]:
-        return tables.source_paths(rows, self.cells)
+        cells = self.cells
+        if not self.why_cells.empty:
+            cells = pd.concat([cells, self.why_cells], ignore_index=True)
+        return tables.source_paths(rows, cells)
 
     def family(self, name: str) -> pd.DataFrame:
+        if name == "profile":
+            return self.profiles
         return self.meas[self.meas.family == name]
+
+    @cached_property
+    def profiles(self) -> pd.DataFrame:
+        """This run's profile records, and the companion campaign's for the sides it lacks."""
+        own = self.meas[self.meas.family == "profile"]
+        return why.with_borrowed(own, self.why_meas)
+
+    @cached_property
+    def borrowed_line(self) -> list[str]:
+        """Where borrowed profiles come from; nothing where the run borrowed none."""
+        if self.why_meas.empty:
+            return []
+        borrowed = self.profiles[self.profiles.campaign != self.campaign]
+        if borrowed.empty:
+            return []
+        sides = len(borrowed[[*tables.CONFIG, *tables.SERIES]].drop_duplicates())
+        return [why.borrowed_sentence(self.campaign, self.why_run_id, sides)]
 
     @cached_property
     def inference(self) -> pd.DataFrame:
@@ -145,7 +172,7 @@ class Analysis:
 
     @cached_property
     def breakdown(self) -> pd.DataFrame:
-        return why.breakdown(self.meas)
+        return why.breakdown(self.profiles)
 
     @cached_property
     def gaps(self) -> pd.DataFrame:
@@ -229,6 +256,7 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
     with_rounds = pool_samples.trials.notna() if not pool_samples.empty else []
     runs_with_rounds = pool_samples[with_rounds].run_id.nunique() if len(with_rounds) else 0
     imported = tables.imported_between(con, run["environment"]) if runs_with_rounds == 1 else None
+    why_run_id, why_meas, why_cells = why.companion_why(con, campaign, run["environment"])
     # the history as it stood when this run finished: a report rebuilt later says the same
     this_order = histories.loc[histories.run_id == run_id, "run_order"]
     if not this_order.empty:
@@ -246,6 +274,9 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
         histories=histories.reset_index(drop=True),
         pool_samples=pool_samples,
         imported=imported,
+        why_run_id=why_run_id,
+        why_meas=why_meas,
+        why_cells=why_cells,
     )
 
 

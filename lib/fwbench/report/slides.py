@@ -1,6 +1,6 @@
 """``fwbench slides NAME``: the deck a study ends with, written from a built report.
 
-One self-contained HTML file (figures inlined as PNG data, no script or style fetched from
+One self-contained HTML file (figures inlined as SVG data, no script or style fetched from
 anywhere), so it opens offline and travels by mail: a title slide, the headline, the method, the
 comparison matrix, the why, one slide per remaining figure of the report, and where the numbers
 come from. Every word on it is the report's own generated text; the deck computes nothing.
@@ -38,8 +38,7 @@ li { margin-bottom: 1.2vh; }
 .sub { font-size: 2.8vh; color: #4a5160; }
 figure { margin: 0; flex: 1; display: flex; flex-direction: column; align-items: center;
          min-height: 0; }
-figure img { max-width: 100%; max-height: 66vh; object-fit: contain; }
-figcaption { font-size: 1.9vh; color: #4a5160; margin-top: 1vh; max-width: 90%; }
+figure img { flex: 1; min-height: 0; width: 100%; object-fit: contain; }
 code { background: #eef0f3; padding: 0 0.3em; font-size: 0.9em; }
 .count { position: absolute; right: 3vw; bottom: 2vh; font-size: 1.6vh; color: #8a909c; }
 @media print { html { scroll-snap-type: none; }
@@ -54,7 +53,7 @@ window.addEventListener("load", () => {
     let size = 2.5;
     while (slide.scrollHeight > slide.clientHeight && size > 1.2) {
       size -= 0.1;
-      for (const el of slide.querySelectorAll("li, p, figcaption")) el.style.fontSize = size + "vh";
+      for (const el of slide.querySelectorAll("li, p")) el.style.fontSize = size + "vh";
     }
   }
 });
@@ -87,14 +86,15 @@ def _bullets(items: list[str]) -> str:
 
 
 def _figure(figures_dir: Path, item: dict) -> str:
-    # SVG: the one format a published report keeps
+    # SVG: the one format a published report keeps, and it scales to the screen. Every saved
+    # figure carries its title and caption (charts.save), so the slide repeats neither.
     svg = Path(figures_dir) / f"{item['name']}.svg"
     if not svg.is_file():
         return ""
     data = base64.b64encode(svg.read_bytes()).decode("ascii")
     return (
-        f'<figure><img alt="{html.escape(item["title"])}" src="data:image/svg+xml;base64,{data}">'
-        f"<figcaption>{_inline(item['caption'])}</figcaption></figure>"
+        f'<figure><img alt="{html.escape(item["title"])}" '
+        f'src="data:image/svg+xml;base64,{data}"></figure>'
     )
 
 

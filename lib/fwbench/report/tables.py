@@ -157,8 +157,10 @@ def _variant(framework: str, mode: str, extra: dict) -> str:
 
 def source_paths(rows: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
     """The executed notebooks (paths relative to the output folder) that produced ``rows``."""
-    keys = rows[["notebook", "cell"]].drop_duplicates()
-    paths = cells.merge(keys, on=["notebook", "cell"])["path"]
+    # a report's borrowed profiles (``why.companion_why``) come from another campaign's cells
+    on = ["notebook", "cell"] + (["campaign"] if "campaign" in rows and "campaign" in cells else [])
+    keys = rows[on].drop_duplicates()
+    paths = cells.merge(keys, on=on)["path"]
     return sorted(set(paths.dropna()))
 
 

@@ -18,8 +18,11 @@ outside every op, minus the op time that overlapped.
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
+from fwbench.report import tables
 from fwbench.report.tables import CONFIG, SERIES, series_rows
 from fwbench.vocab import OP_CATEGORIES, OVERHEAD, framework_label, model_label, setting_words
 
@@ -40,6 +43,9 @@ OUTSIDE = "unattributed (time outside the profiled ops)"
 OVERLAP = "ops overlapping on several threads"
 # A part smaller than this (ms) rounds to nothing in a sentence and is left out of it.
 SHOWN_MS = 0.005
+# A campaign that times without profiling (a profile in every round would cost every run) takes
+# its per-op profiles from a companion campaign of its name and this suffix, run once.
+WHY_SUFFIX = "_why"
 
 
 def fused_parts(category: str) -> tuple[str, ...]:
@@ -100,6 +106,47 @@ def breakdown(meas: pd.DataFrame) -> pd.DataFrame:
     rank = {c: i for i, c in enumerate(category_order(table.category))}
     table = table.assign(_order=table.category.map(rank)).sort_values([*side, "_order"])
     return table.reset_index(drop=True)[columns]
+
+
+def companion_why(con, campaign: str, environment: dict) -> tuple:
+    """The run id, ``profile`` records and cells of the latest run of ``<campaign>_why`` made on
+    this run's CPU model (``tables.cpu_identity``); ("", empty, empty) where there is none, or
+    where this run did not record its CPU (then no run is known to share it)."""
+    identity = tables.cpu_identity(environment)
+    name = campaign + WHY_SUFFIX
+    if identity is None or campaign.endswith(WHY_SUFFIX):
+        return "", pd.DataFrame(), pd.DataFrame()
+    rows = con.execute(
+        "select run_id, environment from runs where campaign = ? order by run_id", [name]
+    ).fetchall()
+    same = [rid for rid, env in rows if tables.cpu_identity(json.loads(env)) == identity]
+    if not same:
+        return "", pd.DataFrame(), pd.DataFrame()
+    meas = tables.load_measurements(con, name, same[-1])
+    profiles = meas[meas.family == "profile"].reset_index(drop=True)
+    return same[-1], profiles, tables.load_cells(con, name, same[-1])
+
+
+def with_borrowed(own: pd.DataFrame, borrowed: pd.DataFrame) -> pd.DataFrame:
+    """``own`` profile records, and ``borrowed`` ones for the sides (configuration and framework
+    variant) ``own`` did not profile: a side's profile never mixes two runs."""
+    if borrowed.empty:
+        return own
+    side = [*CONFIG, *SERIES]
+    mine = own[side].drop_duplicates().assign(_own=True)
+    keyed = borrowed.merge(mine, on=side, how="left")
+    return pd.concat([own, borrowed[keyed._own.isna().to_numpy()]], ignore_index=True)
+
+
+def borrowed_sentence(campaign: str, why_run_id: str, sides: int) -> str:
+    """Where the per-op profiles of the sides a run did not profile itself come from."""
+    return (
+        f"The per-op profiles of {sides} side{'' if sides == 1 else 's'} (a configuration and "
+        f"framework variant this run timed without profiling) come from run {why_run_id} of the "
+        f"companion campaign `{campaign}{WHY_SUFFIX}` on the same CPU model: one profiled cell "
+        "per side, not the timed rounds, so a gap's parts explain the verdict's ratio without "
+        "being its rounds."
+    )
 
 
 def _blocks(categories, assume_fused: bool) -> dict[str, tuple[str, ...]]:

@@ -27,7 +27,7 @@ from fwbench.report.items import (
     records,
     throughput,
 )
-from fwbench.vocab import TORCH_GRAPH_MODES, kind_label, series_label
+from fwbench.vocab import TORCH_GRAPH_MODES, kind_label, model_label, series_label
 
 
 def latency_at_smallest_batch(meas: pd.DataFrame) -> pd.DataFrame:
@@ -216,9 +216,9 @@ def _why_figures(analysis) -> list:
         items.append(
             Figure(
                 f"why_{model}",
-                f"Where the time goes: {model}",
+                f"Where the time goes: {model_label(model)}",
                 literal(
-                    f"Profiled ms per call of {model} by op category (mean over trials), per "
+                    f"Profiled ms per call of {model_label(model)} by op category (mean over trials), per "
                     f"framework variant and batch size, on {analysis.devices}: an XLA fusion "
                     "whose ops span several categories is one kernel and counts under all of "
                     "them joined (convolution + normalisation); framework overhead is wall time "
@@ -275,6 +275,7 @@ WHY = Section(
     "one block on both sides, the time outside every profiled op, and, where XLA ran ops on "
     "several threads at once, the op time the wall clock counted once.",
     (
+        Each(lambda a: [Note(literal(t)) for t in a.borrowed_line]),
         Each(lambda a: [Note(literal(t)) for t in a.why_lines]),
         Note(
             "No comparison with a winner has a profile on both sides.",
@@ -304,7 +305,10 @@ WHY = Section(
         ),
     ),
     empty=empty("breakdown"),
-    empty_note="No cell of this run was profiled (10_inference's `profile` parameter).",
+    empty_note=(
+        "No cell of this run was profiled (10_inference's `profile` parameter), and no "
+        "companion `<campaign>_why` run on this CPU model profiled one."
+    ),
     name="why",
 )
 

@@ -269,6 +269,7 @@ SECTION = Section(
             records("inference", ["throughput_img_s"]),
             drop=("device",),
         ),
+        Each(lambda a: [Note(literal(t)) for t in a.borrowed_line if not gaps(a).empty]),
         Each(lambda a: [Note(literal(t)) for t in why.why_sentences(gaps(a))]),
         Table(
             "port_why",
@@ -281,7 +282,10 @@ SECTION = Section(
             records("profile", ["op_time_ms"]),
             drop=("device",),
             when=nonempty(summary),
-            otherwise="Neither JAX arm of a three-way configuration was profiled in this run.",
+            otherwise=(
+                "Neither JAX arm of a three-way configuration was profiled, in this run or in a "
+                "companion `<campaign>_why` run on this CPU model."
+            ),
         ),
     ),
     when=nonempty(matrix),
