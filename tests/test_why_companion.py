@@ -82,12 +82,17 @@ def index(tmp_path, timed_cpu: dict | None):
     return db.connect(path, read_only=True)
 
 
-def test_the_sides_a_run_did_not_profile_come_from_the_companion_on_its_cpu_model(tmp_path):
-    con = index(tmp_path, CPU)
+def analysed(tmp_path, timed_cpu: dict | None):
+    """The timed campaign's analysis, from an index that also holds its companion's runs."""
+    con = index(tmp_path, timed_cpu)
     try:
-        analysis = outline.load(con, "tw", "", "", {})
+        return outline.load(con, "tw", "", "", {})
     finally:
         con.close()
+
+
+def test_the_sides_a_run_did_not_profile_come_from_the_companion_on_its_cpu_model(tmp_path):
+    analysis = analysed(tmp_path, CPU)
     assert analysis.why_run_id == "20261201T010000Z"  # not the later run on another CPU model
     conv = analysis.breakdown[analysis.breakdown.category == "convolution"]
     by_side = dict(zip(conv.framework, conv.ms, strict=True))
@@ -100,11 +105,7 @@ def test_the_sides_a_run_did_not_profile_come_from_the_companion_on_its_cpu_mode
 
 
 def test_a_run_that_did_not_record_its_cpu_borrows_nothing(tmp_path):
-    con = index(tmp_path, None)
-    try:
-        analysis = outline.load(con, "tw", "", "", {})
-    finally:
-        con.close()
+    analysis = analysed(tmp_path, None)
     assert analysis.why_run_id == ""
     assert set(analysis.breakdown.framework) == {"torch"}
     assert analysis.borrowed_line == []
