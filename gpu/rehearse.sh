@@ -25,13 +25,15 @@ while [ $# -gt 0 ]; do
     *) echo "gpu/rehearse.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+is312() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; }
 if [ -z "$python" ]; then
-  python=$(command -v python3.12 || true)
-  if [ -z "$python" ] && command -v pyenv >/dev/null; then
-    python=$(ls -d "$(pyenv root)"/versions/3.12*/bin/python3.12 2>/dev/null | sort -V | tail -1)
-  fi
+  # a pyenv shim is on PATH even where 3.12 is not the selected version, and then fails
+  for candidate in "$(command -v python3.12)" \
+    $(command -v pyenv >/dev/null && ls -d "$(pyenv root)"/versions/3.12*/bin/python3.12 2>/dev/null | sort -rV); do
+    if [ -n "$candidate" ] && is312 "$candidate"; then python=$candidate; break; fi
+  done
 fi
-if [ -z "$python" ] || ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+if [ -z "$python" ] || ! is312 "$python"; then
   echo "gpu/rehearse.sh: no Python 3.12 (the node's); give one with --python" >&2
   exit 2
 fi
@@ -43,9 +45,10 @@ if [ ! -x "$env/bin/python" ] || ! "$env/bin/python" -c 'import torch, jax, flax
   rm -rf "$env"
   "$python" -m venv "$env" || exit 2
   "$env/bin/python" -m pip install --quiet --upgrade pip || exit 2
-  "$env/bin/python" -m pip install --quiet -r "$root/gpu/image-pins.txt" ||
-    { say "the image's versions did not install (is PyPI reachable?)"; exit 2; }
 fi
+# again on a kept environment, so that a pin added since reaches it (quick when all are met)
+"$env/bin/python" -m pip install --quiet -r "$root/gpu/image-pins.txt" ||
+  { say "the image's versions did not install (is PyPI reachable?)"; exit 2; }
 "$env/bin/python" -c 'import sys, torch, torchvision, jax, numpy
 print("gpu/rehearse.sh: Python", sys.version.split()[0], "torch", torch.__version__,
       "torchvision", torchvision.__version__, "jax", jax.__version__, "numpy", numpy.__version__)' >&2

@@ -63,7 +63,7 @@ fi
 [ -f "$kit/COMMIT" ] && export FWBENCH_COMMIT="$(cat "$kit/COMMIT")"
 # ipykernel's own kernel, run by this Python with the PYTHONPATH above
 export FWBENCH_KERNEL=python3 PYTHONUNBUFFERED=1
-{ nvidia-smi -L 2>&1 || true; "$python" -c 'import sys, torch, jax, flax
+{ if command -v nvidia-smi >/dev/null; then nvidia-smi -L 2>&1; else echo "no nvidia-smi"; fi; "$python" -c 'import sys, torch, jax, flax
 print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available(),
       "jax", jax.__version__, jax.devices(), "flax", flax.__version__)' 2>&1; } | tee -a "$log"
 

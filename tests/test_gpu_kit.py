@@ -73,6 +73,24 @@ def test_the_kit_and_the_image_meet_every_requirement_of_the_kit():
     assert not missing
 
 
+def test_the_rehearsal_installs_what_the_kit_takes_from_the_image():
+    """gpu/rehearse.sh builds the node's environment from gpu/image-pins.txt, a part of the image:
+    a requirement the kit leaves to the image must be in that part, or the rehearsal fails where
+    the node would not."""
+    lines = (ROOT / "gpu/image-pins.txt").read_text().splitlines()
+    pinned = {canonicalize_name(Requirement(x).name) for x in lines if x and not x.startswith("#")}
+    missing = set()
+    for name in sorted(KIT):
+        for text in importlib.metadata.requires(name) or []:
+            req = Requirement(text)
+            if req.marker is not None and not req.marker.evaluate(NODE):
+                continue
+            wanted = canonicalize_name(req.name)
+            if wanted in IMAGE and wanted not in pinned:
+                missing.add(f"{wanted} (for {name})")
+    assert not missing, sorted(missing)
+
+
 def test_a_named_commit_wins_over_a_stale_checkout(monkeypatch, tmp_path):
     monkeypatch.setenv(ENV_COMMIT, "0123abc dirty")
     assert environment.git_sha(ROOT) == "0123abc-dirty"
