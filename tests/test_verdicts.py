@@ -120,3 +120,10 @@ def test_holm_is_statsmodels_holm():
         p = rng.uniform(0, 0.2, n) ** 2
         want = multipletests(p, alpha=0.05, method="holm")[1]
         np.testing.assert_allclose(verdicts.holm_adjusted(p), want, rtol=0, atol=1e-15)
+
+
+def test_the_design_names_runs_and_rounds_in_the_singular_where_there_is_one():
+    design_label = verdicts.design_label
+    assert design_label(1, 1) == "1 run × 1 round"
+    assert design_label(4, 6) == "4 runs × 6 rounds"
+    assert design_label(3, 2.5) == "3 runs × 2.5 rounds"

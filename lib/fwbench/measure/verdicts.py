@@ -247,7 +247,7 @@ def _exp(log_value: float) -> float:
 
 def design_label(runs: int, rounds: float) -> str:
     rounds_text = f"{rounds:.0f}" if abs(rounds - round(rounds)) < 0.05 else f"{rounds:.1f}"
-    return f"{runs} run{'s' if runs != 1 else ''} × {rounds_text} rounds"
+    return f"{runs} run{'s' if runs != 1 else ''} × {rounds_text} round{'' if rounds_text == '1' else 's'}"
 
 
 def estimate(frame: pd.DataFrame, components: Components | None = None) -> list[Estimate]:
