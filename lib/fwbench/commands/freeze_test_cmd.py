@@ -7,8 +7,12 @@ anyone can draw it again. It refuses to replace a set that exists: a new set is 
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 from pathlib import Path
+
+import pandas as pd
 
 from fwbench.commands.common import EXIT_OK, fail
 from fwbench.results import db
@@ -53,17 +57,37 @@ def add_parser(sub) -> None:
         help="draw the predictor's frozen test set (once, before changing the predictor)",
         description="Draw SIZE models that no campaign in the index has measured, spread over "
         "lineages with one the training table lacks first, and write them as a campaign (OUT) "
-        "with the draw's inputs beside it (OUT with .draw.json). Refuses to replace a set.",
+        "with the draw's inputs beside it (OUT with .draw.json). Refuses to replace a set. "
+        "Then, before the set is measured, --predict writes its predictions on this machine "
+        "(commit them before the run); after the run, --score scores them, once.",
+    )
+    step = parser.add_mutually_exclusive_group()
+    step.add_argument(
+        "--predict",
+        action="store_true",
+        help="predict the set (OUT) on this machine and write OUT with .predictions.csv; "
+        "refused once the index holds a measurement of its models",
+    )
+    step.add_argument(
+        "--score",
+        action="store_true",
+        help="score the committed predictions against the set's newest run and write OUT with "
+        ".score.json; refused where a score exists (a set is scored once)",
     )
     parser.add_argument("--size", type=int, default=12, help="models to draw (default: 12)")
-    parser.add_argument("--seed", type=int, required=True, help="the draw's seed")
+    parser.add_argument("--seed", type=int, help="the draw's seed (needed to draw)")
     parser.add_argument(
         "--max-gflops",
         type=float,
         default=20.0,
         help="leave out models above this many GFLOPs per 224 px image (default: 20)",
     )
-    parser.add_argument("--db", help="index (default: $FWBENCH_DB, else executed/fwbench.duckdb)")
+    parser.add_argument("--db", help="index (default: $FWBENCH_DB, else EXECUTED/fwbench.duckdb)")
+    parser.add_argument(
+        "--executed",
+        default="executed",
+        help="executed-notebook folder --predict reads and calibrates into (default: executed)",
+    )
     parser.add_argument(
         "--out", default="params/frozen_test.yaml", help="the campaign file to write"
     )
@@ -98,6 +122,14 @@ def gflops(model: str) -> float:
 
 
 def handle(args) -> int:
+    if args.predict:
+        return predict(args)
+    if args.score:
+        return score(args)
+    return draw(args)
+
+
+def draw(args) -> int:
     from tqdm.auto import tqdm
 
     from fwbench.families.prediction import frozen
@@ -105,6 +137,8 @@ def handle(args) -> int:
 
     out = Path(args.out)
     draw_path = out.with_suffix(".draw.json")
+    if args.seed is None:
+        return fail("--seed is needed to draw a set")
     if args.size < MIN_LINEAGES:
         return fail(f"--size must be at least {MIN_LINEAGES}, got {args.size}")
     if not args.dry_run and (out.exists() or draw_path.exists()):
@@ -142,4 +176,88 @@ def handle(args) -> int:
     )
     draw_path.write_text(found.to_json())
     print(f"wrote {out} and {draw_path}", file=sys.stderr)
+    return EXIT_OK
+
+
+def predict(args) -> int:
+    """The set's predictions on this machine, before any of its models is measured."""
+    from fwbench.commands.common import indexed, load_training_table
+    from fwbench.commands.predict_cmd import machine_ceiling
+    from fwbench.families.prediction import answers, forecast, frozen_score
+    from fwbench.measure.device import cpu_device_name
+    from fwbench.pipeline.campaign import CampaignError, load_campaign
+
+    campaign, (predictions, _) = Path(args.out), frozen_score.paths(Path(args.out))
+    if predictions.exists():
+        return fail(f"{predictions} exists: a set is predicted once, before it is measured")
+    try:
+        configs = frozen_score.configurations(load_campaign(campaign).cells)
+    except (CampaignError, OSError) as exc:
+        return fail(f"{campaign}: {exc}")
+    if configs.empty:
+        return fail(f"{campaign} has no 10_inference cell to predict")
+    executed, db_path, problem = indexed(argparse.Namespace(out=args.executed, db=args.db))
+    if problem:
+        return fail(problem)
+    seen = sorted(set(configs.model) & set(measured_models(db_path)))
+    if seen:
+        return fail(
+            f"the index already holds measurements of {', '.join(seen)}: too late to predict"
+        )
+    table, source = load_training_table(db_path, executed)
+    device_name = cpu_device_name()
+    ceilings = {}
+    for precision, threads in sorted(set(zip(configs.precision, configs.threads, strict=True))):
+        request = forecast.Request(
+            model=configs.model[0], framework="torch", mode="eager", batch_size=1,
+            precision=precision, threads=int(threads), device="cpu", device_name=device_name,
+            image_size=int(configs.image_size[0]),
+        )  # fmt: skip
+        # a dry run writes nothing, so it never calibrates: it reads the index's ceilings alone
+        ceilings[precision, threads] = (
+            answers.indexed_ceiling(db_path, request)
+            if args.dry_run
+            else machine_ceiling(db_path, executed, request)
+        )
+        if ceilings[precision, threads] is None:
+            return fail(f"no {precision} ceilings with {threads} threads for {device_name}")
+    parts = []
+    for (precision, threads), ceiling in ceilings.items():
+        mine = configs[(configs.precision == precision) & (configs.threads == threads)]
+        parts.append(frozen_score.predict_set(table, mine.reset_index(drop=True), ceiling))
+    found = pd.concat(parts, ignore_index=True)
+    print(found.to_string(index=False))
+    if args.dry_run:
+        return EXIT_OK
+    found.to_csv(predictions, index=False)
+    print(f"wrote {predictions} ({len(found)} predictions for {device_name}, trained on "
+          f"{source}); commit it before the set's run", file=sys.stderr)  # fmt: skip
+    return EXIT_OK
+
+
+def score(args) -> int:
+    """The committed predictions against the set's newest run, once."""
+    from fwbench.families.prediction import frozen_score
+
+    campaign = Path(args.out)
+    predictions, score_path = frozen_score.paths(campaign)
+    if not predictions.exists():
+        return fail(f"no {predictions}: predict the set (--predict) before it is measured")
+    if score_path.exists():
+        return fail(
+            f"{score_path} exists: the set has been scored once; draw a new set to test again"
+        )
+    db_path = Path(args.db) if args.db else db.default_db_path(Path(args.executed))
+    if not db_path.exists():
+        return fail(f"no index at {db_path} (fwbench ingest builds it)")
+    run = frozen_score.newest_run(frozen_score.measured_rows(db_path), campaign.stem)
+    if run.empty:
+        return fail(f"the index holds no run of {campaign.stem}: run {campaign} first")
+    rows, summary = frozen_score.score(pd.read_csv(predictions), run)
+    print(json.dumps(summary, indent=1))
+    if args.dry_run:
+        return EXIT_OK
+    frozen_score.write_score(score_path, summary, str(run.run_id.iloc[0]), predictions)
+    rows.to_csv(score_path.with_suffix(".csv"), index=False)
+    print(f"wrote {score_path}: scored once", file=sys.stderr)
     return EXIT_OK

@@ -76,7 +76,7 @@ def handle(args) -> int:
             "too few measured configurations to learn from; run params/sweep_cpu.yaml "
             "(or any inference campaign) and 21_prediction first"
         )
-    ceiling = _machine_ceiling(db_path, out, request)
+    ceiling = machine_ceiling(db_path, out, request)
     if ceiling is None:
         return fail(
             f"no {request.precision} ceilings with {request.threads} threads for "
@@ -94,7 +94,7 @@ def handle(args) -> int:
     return EXIT_OK if not math.isnan(answer.result["throughput_img_s"]) else EXIT_CELL_FAILED
 
 
-def _machine_ceiling(db_path: Path, out: Path, request):
+def machine_ceiling(db_path: Path, out: Path, request):
     """This machine's ceilings at the request's precision and threads; measured first (a quick
     02_calibrate, executed and indexed like any run) when the index has none. None if that fails."""
     from fwbench.families.prediction import answers

@@ -224,17 +224,10 @@ def winner_pairs(table: pd.DataFrame, predicted: pd.Series | None = None) -> pd.
         if jax.empty or torch.empty:
             continue
         j, t = jax.iloc[0], torch.iloc[0]
-        common = sorted(set(j.trial_img_s) & set(t.trial_img_s))
-        decided = False
-        if len(common) >= 2:
-            paired = paired_ratio_interval(
-                [t.trial_img_s[k] for k in common], [j.trial_img_s[k] for k in common]
-            )
-            decided = bool(paired.low > 1 or paired.high < 1)
         row = {
             **dict(zip(key, values, strict=True)),
             "measured_ratio": j.seconds / t.seconds,
-            "decided": decided,
+            "decided": decided(t.trial_img_s, j.trial_img_s),
         }
         if "setting_seen" in group:
             row["setting_seen"] = bool(j.setting_seen and t.setting_seen)
@@ -244,3 +237,15 @@ def winner_pairs(table: pd.DataFrame, predicted: pd.Series | None = None) -> pd.
             row["predicted_ratio"] = predicted[jax.index[0]] / predicted[torch.index[0]]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def decided(torch_trials: dict, jax_trials: dict) -> bool:
+    """Whether the paired interval of two arms' images/s (trial -> value), over the trials both
+    ran (at least two), excludes a ratio of 1."""
+    common = sorted(set(torch_trials) & set(jax_trials))
+    if len(common) < 2:
+        return False
+    paired = paired_ratio_interval(
+        [torch_trials[k] for k in common], [jax_trials[k] for k in common]
+    )
+    return bool(paired.low > 1 or paired.high < 1)

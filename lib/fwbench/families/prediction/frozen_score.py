@@ -1,0 +1,175 @@
+"""The frozen test set predicted before it is measured, then scored once.
+
+``fwbench freeze-test --predict`` writes the set's predictions for this machine beside its campaign
+(``frozen_test.predictions.csv``), and refuses while the index holds any measurement of the set's
+models: a prediction made after a look at the answer is not a test. The commit that adds that
+file comes before the run that measures the set. ``fwbench freeze-test --score`` reads the set's
+newest run in the index, scores the committed predictions against it and writes the score beside
+them (``frozen_test.score.json``), once: a second scoring is refused, so that a test figure is never
+one the predictor was tuned on. A later predictor change is validated on the hold-outs, and a new
+set is drawn to test it again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fwbench import vocab
+from fwbench.families.prediction import dataset, forecast, predictor
+
+# what identifies a prediction and the measurement it is scored against
+KEYS = ["model", "framework", "mode", "precision", "batch_size", "threads", "image_size"]
+# the goals a test figure is held to: MAPE a bound on the errors, the share within ±20% and the
+# correct winner's share of decided pairs floors, and the 90% intervals' coverage a band
+TEST_GOALS = {
+    "mape_pct": 15.0,
+    "within_20pct": 80.0,
+    "correct_winner_pct": 90.0,
+    "coverage_pct": (85.0, 95.0),
+}
+
+
+def paths(campaign: Path) -> tuple[Path, Path]:
+    """The predictions file and the score file of the set whose campaign file is ``campaign``."""
+    return campaign.with_suffix(".predictions.csv"), campaign.with_suffix(".score.json")
+
+
+def configurations(cells) -> pd.DataFrame:
+    """One row per configuration the campaign's inference cells measure (``KEYS``), from the
+    expanded cells (``Campaign.cells``): trials and A/A copies measure the same configuration."""
+    rows = []
+    for cell in cells:
+        p = cell.parameters
+        if cell.notebook != "10_inference" or cell.aa_copy:
+            continue
+        for batch in p.get("batch_sizes") or []:
+            rows.append(
+                {
+                    "model": p["model"],
+                    "framework": p["framework"],
+                    "mode": vocab.resolve_mode(p["framework"], p.get("mode", "default")),
+                    "precision": p.get("precision", "fp32"),
+                    "batch_size": int(batch),
+                    "threads": int(p["threads"]),
+                    "image_size": int(p["image_size"]),
+                }
+            )
+    return pd.DataFrame(rows, columns=KEYS).drop_duplicates(ignore_index=True)
+
+
+def predict_set(table: pd.DataFrame, configs: pd.DataFrame, ceiling: pd.Series) -> pd.DataFrame:
+    """Each configuration's predicted seconds per call with its interval on the machine of
+    ``ceiling``, from predictors fitted on ``table`` (which holds none of the set's models)."""
+    if set(configs.model) & set(table.model):
+        raise ValueError("the training table holds a model of the frozen set")
+    requests = []
+    for config in configs.itertuples(index=False):
+        request = forecast.Request(
+            **config._asdict(), device="cpu", device_name=ceiling["device_name"]
+        )
+        requests.append(forecast.request_row(request, ceiling))
+    rows = pd.concat(requests, ignore_index=True)
+    found = forecast.predict_rows(forecast.fit_targets(table), rows)
+    out = configs.copy()
+    out["device_name"] = ceiling["device_name"]
+    out["predicted_s"] = rows.batch_size / found.throughput_img_s
+    out["low_s"] = rows.batch_size / found.throughput_high
+    out["high_s"] = rows.batch_size / found.throughput_low
+    out["coverage"] = predictor.COVERAGE
+    return out
+
+
+def _pairs(scored: pd.DataFrame) -> pd.DataFrame:
+    """Each configuration's JAX row against its PyTorch row: the measured ratio of seconds, whether
+    the paired trials decide it, and the predicted ratio."""
+    key = [k for k in KEYS if k not in ("framework", "mode")]
+    rows = []
+    for values, group in scored.groupby(key, sort=True):
+        jax, torch = group[group.framework == "jax"], group[group.framework == "torch"]
+        if jax.empty or torch.empty:
+            continue
+        j, t = jax.iloc[0], torch.iloc[0]
+        measured, predicted = j.seconds / t.seconds, j.predicted_s / t.predicted_s
+        rows.append(
+            {
+                **dict(zip(key, values, strict=True)),
+                "measured_ratio": measured,
+                "predicted_ratio": predicted,
+                "decided": dataset.decided(t.trial_img_s, j.trial_img_s),
+                "correct": bool((measured < 1) == (predicted < 1)),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def score(predictions: pd.DataFrame, measured: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """The predictions against one run's measurements (``dataset.measured``'s rows of that run):
+    per configuration, and in sum (MAPE, median, the shares within ±15% and ±20%, the intervals'
+    coverage, the correct winner on decided pairs), each goal of ``TEST_GOALS`` met or not
+    (None where there is nothing to judge it on)."""
+    on = [*KEYS, "device_name"]
+    scored = predictions.merge(measured[[*on, "seconds", "trial_img_s"]], on=on, how="left")
+    done = scored.dropna(subset=["seconds", "predicted_s"]).copy()
+    done["error_pct"] = predictor.abs_error_pct(done.seconds, done.predicted_s)
+    done["inside"] = (done.seconds >= done.low_s) & (done.seconds <= done.high_s)
+    pairs = _pairs(done) if len(done) else pd.DataFrame()
+    decided = pairs[pairs.decided] if len(pairs) else pairs
+
+    def share(mask) -> float | None:
+        return float(np.mean(mask) * 100) if len(mask) else None
+
+    summary = {
+        "predicted": int(len(predictions)),
+        "measured": int(len(done)),
+        "unmeasured": int(len(scored) - len(done)),
+        "mape_pct": float(done.error_pct.mean()) if len(done) else None,
+        "median_pct": float(done.error_pct.median()) if len(done) else None,
+        "within_15pct": share(done.error_pct <= 15),
+        "within_20pct": share(done.error_pct <= 20),
+        "worst_pct": float(done.error_pct.max()) if len(done) else None,
+        "coverage_pct": share(done.inside),
+        "decided_pairs": int(len(decided)),
+        "correct_winner_pct": share(decided.correct) if len(decided) else None,
+    }
+    low, high = TEST_GOALS["coverage_pct"]
+    summary["met"] = {
+        "mape_pct": _bound(summary["mape_pct"], lambda v: v <= TEST_GOALS["mape_pct"]),
+        "within_20pct": _bound(summary["within_20pct"], lambda v: v >= TEST_GOALS["within_20pct"]),
+        "correct_winner_pct": _bound(
+            summary["correct_winner_pct"], lambda v: v >= TEST_GOALS["correct_winner_pct"]
+        ),
+        "coverage_pct": _bound(summary["coverage_pct"], lambda v: low <= v <= high),
+    }
+    return done.drop(columns=["trial_img_s"]), summary
+
+
+def _bound(value: float | None, holds) -> bool | None:
+    return None if value is None or math.isnan(value) else bool(holds(value))
+
+
+def newest_run(measured: pd.DataFrame, campaign: str) -> pd.DataFrame:
+    """The rows of ``campaign``'s newest run (run ids sort by time); empty where it has none."""
+    rows = measured[measured.campaign == campaign]
+    return rows[rows.run_id == rows.run_id.max()] if len(rows) else rows
+
+
+def write_score(path: Path, summary: dict, run_id: str, predictions: Path) -> None:
+    """The score, with what it scored: written once, beside the predictions."""
+    record = {"run_id": run_id, "predictions": predictions.name, "times_scored": 1, **summary}
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def measured_rows(db_path: Path) -> pd.DataFrame:
+    """Every measured configuration in the index (``dataset.measured``)."""
+    from fwbench.results import db
+
+    con = db.connect(db_path, read_only=True)
+    try:
+        return dataset.measured(con)
+    finally:
+        con.close()

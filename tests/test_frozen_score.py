@@ -1,0 +1,157 @@
+"""The frozen test set: predicted before any of it is measured, scored once against its run."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fwbench import cli
+from fwbench.families.prediction import dataset, frozen_score
+from fwbench.measure.device import cpu_device_name
+from fwbench.pipeline.campaign import load_campaign
+from fwbench.results import db as fw_db
+from tests.test_prediction_dataset import IMAGE, write_index
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_committed_set_asks_for_both_frameworks_at_each_batch_size():
+    campaign = REPO / "params" / "frozen_test.yaml"
+    if not campaign.is_file():
+        pytest.skip("no frozen test set is committed")
+    configs = frozen_score.configurations(load_campaign(campaign).cells)
+    models = configs.model.nunique()
+    assert models >= 12 and len(configs) == models * 2 * 2  # two frameworks, batch 1 and 8
+    pairs = set(zip(configs.framework, configs["mode"], strict=True))
+    assert pairs == {("torch", "eager"), ("jax", "torchax")}
+
+
+def _row(model, framework, predicted, measured, trials):
+    mode = "eager" if framework == "torch" else "torchax"
+    key = {"model": model, "framework": framework, "mode": mode, "precision": "fp32"}
+    key |= {"batch_size": 1, "threads": 2, "image_size": 224, "device_name": "cpu X"}
+    guess = {**key, "predicted_s": predicted, "low_s": predicted / 1.5, "high_s": predicted * 1.5}
+    seen = {**key, "campaign": "frozen_test", "run_id": "r1", "seconds": measured}
+    return guess, {**seen, "trial_img_s": dict(enumerate(trials))}
+
+
+def test_the_score_counts_errors_coverage_and_winners_on_decided_pairs_only():
+    rows = [
+        # a: JAX measured faster in every trial (decided), predicted faster: correct
+        _row("a", "torch", 1.0, 1.0, [1.0, 1.01, 0.99]),
+        _row("a", "jax", 0.6, 0.5, [2.0, 2.02, 1.98]),
+        # b: PyTorch measured faster (decided), predicted slower: wrong; its error is 100%
+        _row("b", "torch", 2.0, 1.0, [1.0, 1.01, 0.99]),
+        _row("b", "jax", 1.5, 2.0, [0.5, 0.505, 0.495]),
+        # c: trials that cross (undecided), so its winner is not judged
+        _row("c", "torch", 1.0, 1.0, [1.0, 2.0, 1.0]),
+        _row("c", "jax", 1.0, 1.0, [2.0, 1.0, 1.0]),
+    ]
+    predictions = pd.DataFrame([guess for guess, _ in rows])
+    measured = pd.DataFrame([seen for _, seen in rows])
+    unmeasured = {**rows[0][0], "model": "d"}
+    predictions = pd.concat([predictions, pd.DataFrame([unmeasured])], ignore_index=True)
+
+    scored, summary = frozen_score.score(predictions, measured)
+    errors = [0.0, 20.0, 100.0, 25.0, 0.0, 0.0]
+    assert summary["mape_pct"] == pytest.approx(sum(errors) / 6)
+    assert summary["within_20pct"] == pytest.approx(4 / 6 * 100)
+    assert (summary["predicted"], summary["measured"], summary["unmeasured"]) == (7, 6, 1)
+    assert summary["decided_pairs"] == 2 and summary["correct_winner_pct"] == 50.0
+    # b's PyTorch row (measured 1.0, interval [1.33, 3.0]) is the one outside its interval
+    assert summary["coverage_pct"] == pytest.approx(5 / 6 * 100)
+    assert summary["met"] == {
+        "mape_pct": False,
+        "within_20pct": False,
+        "correct_winner_pct": False,
+        "coverage_pct": False,
+    }
+    assert len(scored) == 6 and "trial_img_s" not in scored
+
+    _, empty = frozen_score.score(predictions, measured.iloc[0:0])
+    assert empty["mape_pct"] is None and set(empty["met"].values()) == {None}
+
+
+SET = """\
+campaign: frozen_test
+order: interleaved
+steps:
+  - notebook: 10_inference
+    params: {{framework: torch, mode: eager, device: cpu, precision: fp32, threads: 1,
+             image_size: {image}, batch_sizes: [1, 4], min_iters: 1, min_seconds: 0.1}}
+    trials: 3
+    grid:
+      model: [resnet34, mnasnet0_5]
+  - notebook: 10_inference
+    params: {{framework: jax, mode: torchax, device: cpu, precision: fp32, threads: 1,
+             image_size: {image}, batch_sizes: [1, 4], min_iters: 1, min_seconds: 0.1}}
+    trials: 3
+    grid:
+      model: [resnet34, mnasnet0_5]
+"""
+
+
+def _measure_the_set(path: Path, models: list[str]):
+    """The set's run in the index: the synthetic rows of two measured models, renamed."""
+    con = fw_db.connect(path)
+    for new, old in zip(models, ("resnet18", "mobilenet_v3_small"), strict=True):
+        for table in ("measurements", "cells"):
+            con.execute(
+                f"insert into {table} by name select * replace (?::varchar as campaign, "
+                f"'r2' as run_id, cell || '-set' as cell) from {table} where campaign = 'synth' "
+                "and cell like ?",
+                ["frozen_test", f"{old}-%"],
+            )
+        con.execute(
+            "update measurements set model = ? where run_id = 'r2' and model = ?", [new, old]
+        )
+    con.execute("update measurements set mode = 'torchax' where run_id = 'r2' and mode = 'jit'")
+    con.close()
+
+
+def test_a_set_is_predicted_before_it_is_measured_and_scored_once(tmp_path, capsys):
+    name = cpu_device_name()
+    if not dataset.identified("cpu", name):
+        pytest.skip(f"this CPU ({name}) reports no family and model")
+    index = tmp_path / "i.duckdb"
+    write_index(index, device_name=name, threads=1)
+    campaign = tmp_path / "frozen_test.yaml"
+    campaign.write_text(SET.format(image=IMAGE))
+    predictions, score = frozen_score.paths(campaign)
+    common = ["freeze-test", "--out", str(campaign), "--db", str(index)]
+    common += ["--executed", str(tmp_path / "executed")]
+
+    assert cli.main([*common, "--score"]) == 2  # nothing predicted yet
+    assert cli.main([*common, "--predict", "--dry-run"]) == 0
+    assert not predictions.exists()
+    assert cli.main([*common, "--predict"]) == 0
+    found = pd.read_csv(predictions)
+    assert len(found) == 2 * 2 * 2 and (found.device_name == name).all()
+    assert found.predicted_s.map(math.isfinite).all()
+    assert (found.low_s <= found.predicted_s).all() and (found.predicted_s <= found.high_s).all()
+    written = predictions.read_bytes()
+    assert cli.main([*common, "--predict"]) == 2  # predicted once
+    assert predictions.read_bytes() == written
+    assert cli.main([*common, "--score"]) == 2 and not score.exists()  # no run of the set yet
+
+    _measure_the_set(index, ["resnet34", "mnasnet0_5"])
+    late = tmp_path / "late" / "frozen_test.yaml"
+    late.parent.mkdir()
+    late.write_text(campaign.read_text())
+    capsys.readouterr()
+    assert cli.main(["freeze-test", "--out", str(late), "--db", str(index), "--predict"]) == 2
+    assert "too late to predict" in capsys.readouterr().err
+    assert not frozen_score.paths(late)[0].exists()
+
+    assert cli.main([*common, "--score"]) == 0
+    record = json.loads(score.read_text())
+    assert record["times_scored"] == 1 and record["run_id"] == "r2"
+    # resnet34: PyTorch at batch 1 and 4, JAX at 1; mnasnet0_5: both at batch 1
+    assert (record["measured"], record["unmeasured"]) == (5, 3)
+    scored = score.read_bytes()
+    assert cli.main([*common, "--score"]) == 2  # scored once
+    assert score.read_bytes() == scored
