@@ -60,16 +60,22 @@ def test_the_code_without_the_evidence_travels_with_room():
     assert size <= CODE_LIMIT, f"code outside {EVIDENCE} is {size / 2**20:.1f} MiB"
 
 
-def test_the_kit_and_the_image_meet_every_requirement_of_the_kit():
-    missing = []
+def _kit_requirements():
+    """(kit distribution, requirement, its canonical name) for each requirement of the kit's
+    wheels that applies on the node's Python."""
     for name in sorted(KIT):
         for text in importlib.metadata.requires(name) or []:
             req = Requirement(text)
-            if req.marker is not None and not req.marker.evaluate(NODE):
-                continue
-            wanted = canonicalize_name(req.name)
-            if wanted not in KIT | IMAGE | LEFT_OUT:
-                missing.append(f"{name} needs {req}")
+            if req.marker is None or req.marker.evaluate(NODE):
+                yield name, req, canonicalize_name(req.name)
+
+
+def test_the_kit_and_the_image_meet_every_requirement_of_the_kit():
+    missing = [
+        f"{name} needs {req}"
+        for name, req, wanted in _kit_requirements()
+        if wanted not in KIT | IMAGE | LEFT_OUT
+    ]
     assert not missing
 
 
@@ -79,15 +85,11 @@ def test_the_rehearsal_installs_what_the_kit_takes_from_the_image():
     the node would not."""
     lines = (ROOT / "gpu/image-pins.txt").read_text().splitlines()
     pinned = {canonicalize_name(Requirement(x).name) for x in lines if x and not x.startswith("#")}
-    missing = set()
-    for name in sorted(KIT):
-        for text in importlib.metadata.requires(name) or []:
-            req = Requirement(text)
-            if req.marker is not None and not req.marker.evaluate(NODE):
-                continue
-            wanted = canonicalize_name(req.name)
-            if wanted in IMAGE and wanted not in pinned:
-                missing.add(f"{wanted} (for {name})")
+    missing = {
+        f"{wanted} (for {name})"
+        for name, _, wanted in _kit_requirements()
+        if wanted in IMAGE and wanted not in pinned
+    }
     assert not missing, sorted(missing)
 
 
