@@ -219,12 +219,15 @@ def test_interleaved_trials_decide_step_time_comparisons_through_the_verdicts():
     table = scaling_verdicts(rounds).set_index(["world_size", "a", "b"])
     fused = table.loc[(2, "jax dp", "jax dp_fused")]
     assert fused.design == "3 runs × 4 rounds" and fused.ci_low < 90 / 70 < fused.ci_high
-    assert fused.verdict == verdicts.FASTER_B and fused.faster == "jax dp_fused"
+    assert fused.verdict == "faster" and fused.faster == "jax dp_fused"
     assert table.loc[(2, "torch ddp", "jax dp")].faster == "torch ddp"
     # one run calls no winner; cells without trials give no rounds
     one = scaling_verdicts(scaling_rounds(meas[meas.run_id == "r1"]))
     assert set(one.verdict) == {verdicts.WITHIN_ONE_RUN}
     assert scaling_rounds(meas.assign(trial=None)).empty
+    # the float64 gate's cell (trial 0, run once before the rounds) is no round
+    gate = meas[meas.trial == 1].assign(trial=0, value=1e6)
+    assert len(scaling_rounds(pd.concat([meas, gate], ignore_index=True))) == len(rounds)
 
 
 def test_fsdp_holds_a_shard_of_the_state_ddp_holds_whole(tmp_path):

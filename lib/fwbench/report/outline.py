@@ -53,6 +53,9 @@ class Analysis:
     why_run_id: str = ""
     why_meas: pd.DataFrame = field(default_factory=pd.DataFrame)
     why_cells: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # every pooled run's measurements with its cells' readings (column run_id), for families
+    # whose verdicts read their own metrics' rounds
+    pool_meas: pd.DataFrame = field(default_factory=pd.DataFrame)
     # a family's own frames (items.per_analysis), each computed once
     computed: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -253,6 +256,17 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
     run = tables.load_run(con, campaign, run_id)
     pool = tables.pooled_run_ids(con, campaign, run_id)
     pool_samples = tables.pooled_samples(con, campaign, pool, loaded={run_id: meas})
+    pool_meas = pd.concat(
+        [meas]
+        + [
+            tables.with_cell_readings(
+                tables.load_measurements(con, campaign, rid), tables.load_cells(con, campaign, rid)
+            )
+            for rid in pool
+            if rid != run_id
+        ],
+        ignore_index=True,
+    )
     with_rounds = pool_samples.trials.notna() if not pool_samples.empty else []
     runs_with_rounds = pool_samples[with_rounds].run_id.nunique() if len(with_rounds) else 0
     imported = tables.imported_between(con, run["environment"]) if runs_with_rounds == 1 else None
@@ -277,6 +291,7 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
         why_run_id=why_run_id,
         why_meas=why_meas,
         why_cells=why_cells,
+        pool_meas=pool_meas,
     )
 
 

@@ -115,7 +115,8 @@ def scaling_rounds(meas: pd.DataFrame) -> pd.DataFrame:
     rows = _distributed_rows(meas, ["step_ms"])
     if rows.empty or "trial" not in rows or "run_id" not in rows:
         return pd.DataFrame(columns=list(verdicts.COLUMNS))
-    rows = rows[(rows.status == "ok") & rows.trial.notna()]
+    # interleaved trials count from 1; a trial-0 cell (the float64 gate, run once) is no round
+    rows = rows[(rows.status == "ok") & rows.trial.notna() & (rows.trial > 0)]
     if rows.empty:
         return pd.DataFrame(columns=list(verdicts.COLUMNS))
     keys = ["run_id", "trial", "model", "precision", "world_size"]
@@ -163,7 +164,8 @@ def scaling_verdicts(rounds: pd.DataFrame) -> pd.DataFrame:
                 "ci90_high": e.high90,
                 "design": e.design,
                 "faster": faster,
-                "verdict": v.verdict,
+                # the estimator's "a"/"b" read as words in the table
+                "verdict": "faster" if faster else v.verdict,
                 "p_holm": v.p_holm,
             }
         )
@@ -196,7 +198,9 @@ def parts(analysis):
 
 @per_analysis
 def scaling(analysis):
-    return scaling_verdicts(scaling_rounds(analysis.meas))
+    # the rounds of every run the verdicts pool, so that their intervals carry the between-run term
+    pooled = analysis.pool_meas if not analysis.pool_meas.empty else analysis.meas
+    return scaling_verdicts(scaling_rounds(pooled))
 
 
 @per_analysis
