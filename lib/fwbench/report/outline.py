@@ -255,18 +255,16 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
     histories = con.execute(sql, params).df()
     run = tables.load_run(con, campaign, run_id)
     pool = tables.pooled_run_ids(con, campaign, run_id)
-    pool_samples = tables.pooled_samples(con, campaign, pool, loaded={run_id: meas})
-    pool_meas = pd.concat(
-        [meas]
-        + [
-            tables.with_cell_readings(
-                tables.load_measurements(con, campaign, rid), tables.load_cells(con, campaign, rid)
-            )
-            for rid in pool
-            if rid != run_id
-        ],
-        ignore_index=True,
-    )
+    # each pooled run's measurements read once, for the samples and for the families' own rounds
+    loaded = {run_id: meas} | {
+        rid: tables.with_cell_readings(
+            tables.load_measurements(con, campaign, rid), tables.load_cells(con, campaign, rid)
+        )
+        for rid in pool
+        if rid != run_id
+    }
+    pool_samples = tables.pooled_samples(con, campaign, pool, loaded=loaded)
+    pool_meas = pd.concat(loaded.values(), ignore_index=True)
     with_rounds = pool_samples.trials.notna() if not pool_samples.empty else []
     runs_with_rounds = pool_samples[with_rounds].run_id.nunique() if len(with_rounds) else 0
     imported = tables.imported_between(con, run["environment"]) if runs_with_rounds == 1 else None
