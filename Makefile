@@ -12,7 +12,7 @@ help:
 	@echo "make run   set up .venv, run $(CAMPAIGN) and build its report"
 	@echo "make test  set up .venv, lint (ruff) and run the test suite (pytest, TEST_WORKERS=2 workers)"
 	@echo "make lab   set up .venv and open the notebooks in JupyterLab (fwbench kernel)"
-	@echo "make browser  install Debian's Chromium for tests/test_lab.py (root, apt)"
+	@echo "make browser  install Debian's Chromium, Firefox ESR and WebKitGTK (root, apt)"
 	@echo "make slurm    install Debian's Slurm and munge for tests/test_slurm.py (root, apt)"
 	@echo "make jemalloc install Debian's jemalloc, which params/memory_seed.yaml preloads (root, apt)"
 	@echo "make web      install onnxruntime-web (npm ci in web/) for 14_web_audio's browser runtimes"
@@ -63,11 +63,15 @@ lab: $(STAMP)
 	$(BIN)/jupyter-lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir="$(CURDIR)" \
 	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
-# The browser tests/test_lab.py drives: Debian's Chromium (playwright's own download cannot be
-# used offline). Needs root; does nothing when it is already installed.
+# The browsers tests/test_lab.py and 14_web_audio drive, Debian's (playwright's own downloads
+# cannot be used offline): Chromium; Firefox ESR (through Playwright's moz-firefox channel);
+# WebKitGTK's MiniBrowser with its WebDriver (through Selenium) on a virtual X display (Xvfb).
+# Needs root; does nothing when they are all installed.
 browser:
-	test -x /usr/bin/chromium || { DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+	test -x /usr/bin/chromium -a -x /usr/bin/firefox-esr -a -x /usr/bin/WebKitWebDriver \
+	  -a -x /usr/bin/Xvfb || { DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium firefox-esr \
+	    webkit2gtk-driver xvfb xauth; }
 
 # The Slurm clusters the tests start (tests/slurm_cluster.py, one node; tests/slurm_nodes.py, two
 # nodes in network namespaces of their own; daemons run by the tests, stopped after): Debian's

@@ -3,7 +3,8 @@
 #
 # **Purpose.** Run the same wav2vec2 speech encoder (random weights from `transformers`' config,
 # `model_size` tiny or base) on the same audio in PyTorch (eager), JAX (jit), native ONNX Runtime
-# and onnxruntime-web inside Debian's Chromium (WASM with SIMD and threads, WebGPU, WebNN), and
+# and onnxruntime-web inside Debian's Chromium, Firefox ESR and WebKitGTK (WASM with SIMD and
+# threads, WebGPU, WebNN), and
 # measure for each runtime and audio length: load time (fetch and session creation), the first
 # call, latency p50/p95 over calls, the **real-time factor** (latency ÷ audio seconds; below 1
 # keeps up with a microphone) and the agreement with PyTorch on the same fp32 input.
@@ -14,12 +15,14 @@
 # measurement with a sanity bound of 1e-4.
 #
 # **Run it:** `fwbench run params/web_audio.yaml` (the study: base, 1 s and 10 s, one and two
-# threads); its defaults (tiny, 1 s) are the smoke setting. Browser runtimes need Chromium
-# (`make browser`) and onnxruntime-web (`make web`); where either is missing their rows are
-# `skipped` with the command that installs it, and the cell still succeeds.
+# threads); its defaults (tiny, 1 s) are the smoke setting. Browser runtimes need the browsers
+# (`make browser`: Debian's Chromium, Firefox ESR and WebKitGTK) and onnxruntime-web (`make web`);
+# where one is missing or does not start, its rows are `skipped` with the reason, and the cell
+# still succeeds. A WASM run whose browser gave it fewer threads than asked is `failed`.
 #
 # **Runtime:** the defaults (tiny, 1 s, one thread) take about a minute and a half on a 2-core
-# CPU: the kernel's imports, the ONNX export, the browser's start and software WebGPU's first call
+# CPU per browser (Firefox's start takes 3-4 s): the kernel's imports, the ONNX export, each
+# browser's start and software WebGPU's first call
 # (shader compilation, about 10 s). Software WebGPU (SwiftShader, a CPU rasteriser) is a
 # correctness check: no warm-up, at most two timed calls, and skipped above tiny. Base at 10 s
 # takes about 10 minutes per thread count.
@@ -35,6 +38,7 @@ runtimes = [
     "ort-web-webgpu",
     "ort-web-webnn",
 ]  # one of: torch, jax, onnxruntime, ort-web-wasm, ort-web-webgpu, ort-web-webnn
+browsers = ["chromium", "firefox", "webkit"]  # one of: chromium, firefox, webkit
 threads = 1
 min_iters = 5
 min_seconds = 1.0
@@ -52,7 +56,7 @@ import numpy as np
 import pandas as pd
 
 from fwbench import vocab
-from fwbench.families.web_audio import browser, native, signals
+from fwbench.families.web_audio import browser, drivers, native, signals
 from fwbench.families.web_audio.onnx_export import export_onnx
 from fwbench.measure import device as fw_device
 from fwbench.measure.precision import configure
@@ -64,6 +68,7 @@ from fwbench.results.records import Recorder
 
 charts.use_theme()
 runtimes = native.check_runtimes(runtimes)  # bad input stops here
+browsers = drivers.check_browsers(browsers)
 check_size(model_size)
 # a campaign refuses audio_seconds <= 0 before anything runs (the parameters cell's "> 0"); this
 # guards a Run-All with edited defaults
@@ -135,7 +140,11 @@ onnx_path = (
     if needs_onnx
     else None
 )
-why_not = browser.unavailable(root) if browser_runtimes or streaming else None
+# each browser that cannot run here, and why (streaming uses Chromium's fake microphone)
+why_not = {
+    name: browser.unavailable(root, name)
+    for name in browsers if browser_runtimes or (streaming and name == "chromium")
+}
 results, references, runs = [], {}, []
 for seconds in audio_seconds:
     audio = signals.synthetic_speech(seconds, seed)
@@ -152,25 +161,31 @@ for seconds in audio_seconds:
             found = native.run_onnxruntime(onnx_path, audio, threads, rule)
         results.append((seconds, found))
     runs += [(runtime, threads, name) for runtime in browser_runtimes]
-caps = None
-if browser_runtimes and why_not:
-    results += [
-        (seconds, native.RuntimeResult(runtime, status="skipped", reason=why_not))
-        for seconds in audio_seconds
-        for runtime in browser_runtimes
-    ]
-elif browser_runtimes:
-    found, caps = browser.bench(
-        files,
-        browser.ort_web_dist(root),
-        runs,
-        "model.onnx",
-        min_iters,
-        min_seconds,
-        software_webgpu=model_size == "tiny",
-    )
-    by_name = {f"audio_{s:g}s.f32": s for s in audio_seconds}
-    results += [(by_name[name], r) for (_, _, name), r in zip(runs, found, strict=True)]
+by_name = {f"audio_{s:g}s.f32": s for s in audio_seconds}
+caps = {}
+for name in browsers if browser_runtimes else []:
+    try:
+        if why_not[name]:
+            raise drivers.DriverError(why_not[name])
+        found, caps[name] = browser.bench(
+            files,
+            browser.ort_web_dist(root),
+            runs,
+            "model.onnx",
+            min_iters,
+            min_seconds,
+            name=name,
+            software_webgpu=model_size == "tiny",
+        )
+    except drivers.DriverError as exc:  # this browser's rows are skipped, the others run
+        why_not[name] = str(exc)
+        results += [
+            (s, native.RuntimeResult(r, status="skipped", reason=str(exc), details={"browser": name}))
+            for s in audio_seconds
+            for r in browser_runtimes
+        ]
+        continue
+    results += [(by_name[audio], r) for (_, _, audio), r in zip(runs, found, strict=True)]
 
 for seconds, result in results:
     runtime = result.runtime
@@ -214,6 +229,8 @@ table = pd.DataFrame(
         {
             "audio s": s,
             "runtime": r.runtime,
+            "browser": r.details.get("browser", ""),
+            "threads used": r.details.get("num_threads", threads),
             "status": r.status,
             "p50 ms": np.median(r.latency_ms) if r.latency_ms else None,
             "rtf": np.median(r.latency_ms) / 1e3 / s if r.latency_ms else None,
@@ -226,11 +243,13 @@ table = pd.DataFrame(
 table
 
 # %%
-ok = table.dropna(subset=["rtf"])
+ok = table.dropna(subset=["rtf"]).assign(
+    where=lambda t: [f"{r} · {b}" if b else r for r, b in zip(t.runtime, t.browser, strict=True)]
+)
 alt.Chart(
     ok, title=f"{model}: real-time factor ({threads} thread(s); below 1 keeps up)"
 ).mark_bar().encode(
-    x=alt.X("runtime:N", sort="y"),
+    x=alt.X("where:N", sort="y", title="runtime"),
     xOffset="audio s:N",
     y=alt.Y("rtf:Q", scale=alt.Scale(type="log"), title="latency / audio"),
     color="audio s:N",
@@ -244,14 +263,14 @@ alt.Chart(
 # keep up).
 
 # %%
-if streaming and why_not:
+if streaming and why_not.get("chromium"):
     rec.add(
         "chunk_latency_p50_ms",
         None,
         "ms",
         framework="ort-web-wasm",
         status="skipped",
-        error=why_not,
+        error=why_not["chromium"],
         extra={"streaming": True},
     )
 elif streaming:
@@ -290,16 +309,21 @@ elif streaming:
         print(f"keeps up: {summary['keeps_up']} (largest backlog {summary['max_backlog']})")
 
 # %% [markdown]
-# ## What the browser offers
+# ## What each browser offers
 
 # %%
-if why_not:
-    print(f"no browser here: {why_not}")
-else:
-    if caps is None:
-        _, caps = browser.bench(files, browser.ort_web_dist(root), [], "model.onnx", 1, 0.0)
-    rec.add("browser_capabilities", None, "1", framework="chromium", extra={"capabilities": caps})
-    display(pd.Series({k: v for k, v in caps.items() if k != "webgpu_adapter"}, name="Chromium"))
+for name in browsers:
+    if why_not.get(name) is None and name not in caps:
+        try:
+            _, caps[name] = browser.bench(files, browser.ort_web_dist(root), [], "model.onnx", 1, 0.0, name=name)
+        except drivers.DriverError as exc:
+            why_not[name] = str(exc)
+    if name in caps:
+        rec.add("browser_capabilities", None, "1", framework=name, extra={"capabilities": caps[name]})
+    else:
+        print(f"{drivers.LABELS[name]}: {why_not.get(name)}")
+if caps:
+    display(pd.DataFrame({drivers.LABELS[n]: c for n, c in caps.items()}).drop(index="webgpu_adapter"))
 
 # %%
 rec.emit()

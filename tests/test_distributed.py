@@ -184,6 +184,33 @@ def test_a_step_parts_into_compute_its_all_reduce_and_the_rest_that_add_up():
     assert step_parts_table(table.drop(columns="grad_allreduce_ms")).empty
 
 
+def test_the_gap_to_ddp_is_parted_into_its_steps_parts_largest_first():
+    from fwbench.report.family_reports.distributed_report import gap_sentences
+
+    parts = pd.DataFrame(
+        {
+            "model": ["m"] * 3,
+            "framework": ["jax", "jax", "torch"],
+            "strategy": ["dp", "dp_fused", "ddp"],
+            "precision": ["fp32"] * 3,
+            "world_size": [2, 2, 2],
+            "step_ms": [160.0, 70.0, 60.0],
+            "compute_ms": [60.0, 66.0, 50.0],
+            "grad_allreduce_ms": [90.0, 6.0, 15.0],
+            "rest_ms": [10.0, -2.0, -5.0],
+        }
+    )
+    dp, fused = gap_sentences(parts)
+    assert dp == (
+        "On 2 processes (m, fp32), jax dp's step is 100.0 ms longer than torch ddp's: "
+        "+75.0 ms the gradients' all-reduce (+75%), +15.0 ms the rest (+15%), "
+        "+10.0 ms compute (+10%)."
+    )
+    # a part the fused step spends less on than DDP's counts against the gap
+    assert "+16.0 ms compute (+160%), −9.0 ms the gradients' all-reduce (−90%)" in fused
+    assert gap_sentences(parts[parts.framework == "jax"]) == []
+
+
 def test_interleaved_trials_decide_step_time_comparisons_through_the_verdicts():
     from fwbench.measure import verdicts
     from fwbench.report.family_reports.distributed_report import (

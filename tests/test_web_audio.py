@@ -146,15 +146,147 @@ def test_a_checkout_without_onnxruntime_web_says_how_to_get_it(tmp_path):
     assert any(fix in reason for fix in ("make web", "make browser", "pip install"))
 
 
-def _browser_or_skip():
+def _browser_or_skip(name: str = "chromium"):
     from fwbench.families.web_audio import browser
 
-    reason = browser.unavailable(REPO)
+    reason = browser.unavailable(REPO, name)
     if reason:
         if os.environ.get("FWBENCH_REQUIRE_BROWSER") == "1":
             pytest.fail(f"FWBENCH_REQUIRE_BROWSER=1 but {reason}")
         pytest.skip(reason)
     return browser
+
+
+def test_unknown_browsers_are_refused_and_a_missing_one_says_how_to_get_it(tmp_path, monkeypatch):
+    from fwbench.families.web_audio import drivers
+
+    assert drivers.check_browsers(["webkit", "firefox"]) == ["webkit", "firefox"]
+    with pytest.raises(ValueError, match="safari"):
+        drivers.check_browsers(["chromium", "safari"])
+    monkeypatch.setattr(drivers, "FIREFOX", str(tmp_path / "no-firefox"))
+    assert "make browser" in drivers.unavailable("firefox")
+    campaign = tmp_path / "bad.yaml"
+    campaign.write_text(
+        f"campaign: web_audio_bad\nsteps:\n  - notebook: {REPO}/notebooks/14_web_audio\n"
+        "    params: {browsers: [chromium, safari]}\n"
+    )
+    proc = run_cli("run", campaign, "--out", tmp_path / "out", "--dry-run")
+    assert proc.returncode == 2 and "safari" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_wasm_run_on_fewer_threads_than_asked_is_never_reported_as_asked():
+    from fwbench.families.web_audio import browser
+
+    warned = {"num_threads": 1, "warnings": ["env.wasm.numThreads is set to 2, but ..."]}
+    reason = browser.thread_fallback("ort-web-wasm", 2, warned)
+    assert reason.startswith("asked for 2 WASM thread(s), onnxruntime-web ran 1")
+    assert "numThreads is set to 2" in reason
+    assert browser.thread_fallback("ort-web-wasm", 2, {"num_threads": 2}) is None
+    assert "ran None" in browser.thread_fallback("ort-web-wasm", 1, {})
+    assert browser.thread_fallback("ort-web-webgpu", 2, {"num_threads": 1}) is None
+
+
+def test_the_report_names_each_browser_and_reads_older_rows_as_chromiums():
+    def row(framework, metric, value, **extra):
+        return {"family": "web_audio", "model": "wav2vec2_tiny", "framework": framework,
+                "threads": 2, "metric": metric, "value": value, "status": "ok",
+                "extra": {"audio_seconds": 1.0, **extra}}  # fmt: skip
+
+    meas = pd.DataFrame(
+        [
+            row("onnxruntime", "latency_p50_ms", 10.0),
+            row("onnxruntime", "rtf", 0.01),
+            # a row from before the family ran more than one browser: no browser named
+            row("ort-web-wasm", "latency_p50_ms", 20.0, browser_version="140.0.1"),
+            row("ort-web-wasm", "rtf", 0.02),
+            row("ort-web-wasm", "latency_p50_ms", 40.0, browser="firefox",
+                browser_version="153.8.0esr"),  # fmt: skip
+            row("ort-web-wasm", "rtf", 0.04, browser="firefox"),
+            row("chromium", "browser_capabilities", None, capabilities={"browser_version": "140"}),
+            row("firefox", "browser_capabilities", None,
+                capabilities={"browser": "firefox", "browser_version": "153.8.0esr"}),  # fmt: skip
+        ]
+    )
+    table = audio_report.runtime_table(meas)
+    assert list(table.browser) == ["", "chromium", "firefox"]
+    assert audio_report.sentences(meas) == [
+        "In Chromium 140, WASM with 2 threads runs 1 s of audio 2.0× slower than native ONNX "
+        "Runtime (real-time factor 0.020 against 0.010).",
+        "In Firefox ESR 153, WASM with 2 threads runs 1 s of audio 4.0× slower than native ONNX "
+        "Runtime (real-time factor 0.040 against 0.010).",
+    ]
+    caps = audio_report.capability_table(meas)
+    assert list(caps.browser) == ["Chromium 140", "Firefox ESR 153.8.0esr"]
+
+
+def test_browser_against_native_goes_through_the_verdicts_with_trials_as_rounds():
+    rng = np.random.default_rng(4)
+    rows = []
+    for run in ("r1", "r2"):
+        shift = rng.normal(0, 0.01)
+        for trial in range(1, 6):
+            native = 0.1 * np.exp(rng.normal(0, 0.02))
+            for framework, browser, times in [
+                ("onnxruntime", None, 1.0),
+                ("ort-web-wasm", "chromium", 3.0),
+                ("ort-web-wasm", "firefox", 1.0),
+            ]:
+                value = native * times * np.exp(shift + rng.normal(0, 0.005) if browser else 0)
+                extra = {"audio_seconds": 1.0, **({"browser": browser} if browser else {})}
+                rows.append({"family": "web_audio", "model": "wav2vec2_base", "threads": 2,
+                             "framework": framework, "metric": "rtf", "value": value,
+                             "status": "ok", "run_id": run, "trial": trial, "extra": extra})  # fmt: skip
+    meas = pd.DataFrame(rows)
+    rounds = audio_report.ratio_rounds(meas)
+    assert len(rounds) == 2 * 2 * 5  # two browsers, two runs of five trials
+    table = audio_report.ratio_table(rounds).set_index("browser")
+    chromium, firefox = table.loc["Chromium"], table.loc["Firefox ESR"]
+    assert chromium.rtf_ratio == pytest.approx(3.0, rel=0.05)
+    assert chromium.faster == "native" and chromium.verdict == "faster"
+    assert chromium.design == "2 runs × 5 rounds"
+    assert firefox.ci_low < 1 < firefox.ci_high and firefox.faster == ""
+    # one trial per cell (no trial number above 0) gives no rounds, so no verdict
+    assert audio_report.ratio_rounds(meas.assign(trial=0)).empty
+
+
+@pytest.mark.parametrize("name", ["chromium", "firefox", "webkit"])
+def test_each_browser_runs_wasm_on_the_threads_asked_and_agrees_with_pytorch(
+    name, tiny_pair, tiny_onnx
+):
+    browser = _browser_or_skip(name)
+    files = tiny_onnx.parent
+    audio = signals.synthetic_speech(1.0, seed=5)
+    signals.write_f32(audio, files / "audio_5.f32")
+    runs = [("ort-web-wasm", 2, "audio_5.f32")]
+    (wasm,), caps = browser.bench(
+        files, browser.ort_web_dist(REPO), runs, "model.onnx", 2, 0.0, name=name
+    )
+    assert caps["browser"] == name and caps["browser_version"]
+    assert caps["crossOriginIsolated"] is True and caps["sharedArrayBuffer"] is True
+    assert caps["wasmSimd"] is True
+    assert wasm.status == "ok", wasm.reason
+    assert wasm.details["num_threads"] == 2 and wasm.details["browser"] == name
+    reference = native.torch_output(tiny_pair[0], audio)
+    assert native.agreement(wasm.output, reference)[1] <= FP32_BOUND
+
+
+def test_webkit_without_shared_memory_is_caught_running_one_thread(tiny_onnx, monkeypatch):
+    """WebKitGTK hides SharedArrayBuffer unless told; onnxruntime-web then warns and runs one
+    thread. The run must come back failed, naming the fallback."""
+    browser = _browser_or_skip("webkit")
+    from fwbench.families.web_audio import drivers
+
+    monkeypatch.setattr(drivers, "WEBKIT_ENV", {})
+    files = tiny_onnx.parent
+    signals.write_f32(signals.synthetic_speech(0.5, seed=6), files / "audio_6.f32")
+    runs = [("ort-web-wasm", 2, "audio_6.f32")]
+    (wasm,), caps = browser.bench(
+        files, browser.ort_web_dist(REPO), runs, "model.onnx", 1, 0.0, name="webkit"
+    )
+    assert caps["sharedArrayBuffer"] is False
+    assert wasm.status == "failed" and wasm.details["num_threads"] == 1
+    assert wasm.reason.startswith("asked for 2 WASM thread(s), onnxruntime-web ran 1")
 
 
 def test_wasm_and_webgpu_in_chromium_agree_with_pytorch_and_webnn_says_why_not(
@@ -226,7 +358,7 @@ def test_the_notebook_runs_every_runtime_and_streams_through_the_runner(tmp_path
     campaign.write_text(
         f"campaign: web_audio_test\nsteps:\n  - notebook: {REPO}/notebooks/14_web_audio\n"
         "    params: {model_size: tiny, audio_seconds: [1.0], min_iters: 2, min_seconds: 0.0,\n"
-        "             streaming: true,\n"
+        "             streaming: true, browsers: [chromium, webkit],\n"
         "             runtimes: [torch, jax, onnxruntime, ort-web-wasm, ort-web-webnn]}\n"
     )
     out = tmp_path / "out"
@@ -238,34 +370,50 @@ def test_the_notebook_runs_every_runtime_and_streams_through_the_runner(tmp_path
     (parity,) = [r for r in records if r["metric"] == "fp64_output_parity_max_rel"]
     assert parity["status"] == "ok" and parity["value"] <= 1e-10
 
-    latency = {r["framework"]: r for r in records if r["metric"] == "latency_p50_ms"}
-    for runtime in ("torch", "jax", "onnxruntime", "ort-web-wasm"):
-        assert latency[runtime]["status"] == "ok" and latency[runtime]["value"] > 0, runtime
-    assert latency["ort-web-webnn"]["status"] in ("ok", "skipped")
-    if latency["ort-web-webnn"]["status"] == "skipped":
-        assert "navigator.ml" in latency["ort-web-webnn"]["error"]
-    agreement = {r["framework"]: r for r in records if r["metric"] == "max_rel_err_vs_torch"}
-    assert agreement["torch"]["value"] == 0.0
-    for runtime in ("jax", "onnxruntime", "ort-web-wasm"):
-        assert agreement[runtime]["status"] == "ok" and agreement[runtime]["value"] <= FP32_BOUND
-    rtf = {r["framework"]: r["value"] for r in records if r["metric"] == "rtf"}
-    assert rtf["ort-web-wasm"] == pytest.approx(latency["ort-web-wasm"]["value"] / 1e3)
-    wasm = latency["ort-web-wasm"]["extra"]
-    assert wasm["crossOriginIsolated"] is True and wasm["ort_version"] and wasm["browser_version"]
+    def by_runtime(metric):
+        return {
+            (r["framework"], r["extra"].get("browser", "")): r
+            for r in records
+            if r["metric"] == metric
+        }
+
+    latency = by_runtime("latency_p50_ms")
+    wasm_rows = [("ort-web-wasm", "chromium"), ("ort-web-wasm", "webkit")]
+    native_rows = [("torch", ""), ("jax", ""), ("onnxruntime", "")]
+    for key in native_rows + wasm_rows:
+        assert latency[key]["status"] == "ok" and latency[key]["value"] > 0, key
+    for name in ("chromium", "webkit"):
+        webnn = latency[("ort-web-webnn", name)]
+        assert webnn["status"] in ("ok", "skipped")
+        if webnn["status"] == "skipped":
+            assert "navigator.ml" in webnn["error"]
+    agreement = by_runtime("max_rel_err_vs_torch")
+    assert agreement[("torch", "")]["value"] == 0.0
+    for key in native_rows[1:] + wasm_rows:
+        assert agreement[key]["status"] == "ok" and agreement[key]["value"] <= FP32_BOUND
+    rtf = by_runtime("rtf")
+    for key in wasm_rows:
+        assert rtf[key]["value"] == pytest.approx(latency[key]["value"] / 1e3)
+        wasm = latency[key]["extra"]
+        assert wasm["crossOriginIsolated"] is True and wasm["num_threads"] == 1
+        assert wasm["ort_version"] and wasm["browser_version"]
 
     (chunk,) = [r for r in records if r["metric"] == "chunk_latency_p50_ms"]
     assert chunk["status"] == "ok" and chunk["value"] > 0 and chunk["n"] == 1
     assert chunk["extra"]["per_chunk"][0]["latency_ms"] == pytest.approx(chunk["value"])
-    (caps,) = [r for r in records if r["metric"] == "browser_capabilities"]
-    assert caps["extra"]["capabilities"]["crossOriginIsolated"] is True
+    caps = {r["framework"]: r for r in records if r["metric"] == "browser_capabilities"}
+    assert set(caps) == {"chromium", "webkit"}
+    assert all(c["extra"]["capabilities"]["crossOriginIsolated"] is True for c in caps.values())
 
-    # the report's section reads them
+    # the report's section reads them, one row and one sentence per browser
     meas = pd.DataFrame(records)
     table = audio_report.runtime_table(meas)
     assert set(table.framework) == {"torch", "jax", "onnxruntime", "ort-web-wasm"}
-    (wasm_line,) = [line for line in audio_report.sentences(meas) if "WASM" in line]
-    assert "native ONNX Runtime" in wasm_line and "1 s of audio" in wasm_line
-    assert len(audio_report.capability_table(meas)) == 1
+    assert set(table[table.framework == "ort-web-wasm"].browser) == {"chromium", "webkit"}
+    wasm_lines = [line for line in audio_report.sentences(meas) if "WASM" in line]
+    assert [line.split(",")[0].split()[1] for line in wasm_lines] == ["Chromium", "WebKitGTK"]
+    assert all("native ONNX Runtime" in ln and "1 s of audio" in ln for ln in wasm_lines)
+    assert len(audio_report.capability_table(meas)) == 2
     skipped = audio_report.skipped_table(meas)
     assert set(skipped.framework) <= {"ort-web-webnn"}
 

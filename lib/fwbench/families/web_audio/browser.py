@@ -1,6 +1,7 @@
-"""onnxruntime-web in a real browser: Debian's Chromium driven by Playwright (never
-``playwright install``), a local server that makes the page cross-origin isolated, and the page
-(``page/bench.mjs``) that loads the model, times its calls and posts the output back.
+"""onnxruntime-web in a real browser: Chromium, Firefox ESR or WebKitGTK, each through its driver
+(``drivers``: Debian's browsers, never a download), a local server that makes the page
+cross-origin isolated, and the page (``page/bench.mjs``) that loads the model, times its calls and
+posts the output back.
 
 - The server is Python's ``ThreadingHTTPServer`` on 127.0.0.1, port 0, in this process. It sends
   ``Cross-Origin-Opener-Policy: same-origin``, ``Cross-Origin-Embedder-Policy: require-corp`` and
@@ -8,7 +9,10 @@
   serves ``.mjs`` as JavaScript and ``.wasm`` as ``application/wasm``, and takes the page's output
   as a raw float32 POST to ``/upload/NAME``. ``/page/`` is the bench page, ``/ort/`` the installed
   onnxruntime-web's ``dist/``, ``/files/`` the model and audio of the run.
-- WASM's thread count is fixed once per page, so every (runtime, threads) gets a new page.
+- WASM's thread count is fixed once per page, so every (runtime, threads) gets a new page. The
+  page reads back the thread count onnxruntime-web kept after creating its session, and the
+  warnings it printed: a run that fell back to fewer threads than asked is ``failed``, never
+  reported at the count it asked for.
 - Headless Chromium's WebGPU is SwiftShader, software; it is reported as such from the adapter.
   WebNN's ``createContext()`` fails on Linux: the page reports the browser's own reason and the
   runtime is recorded ``skipped``.
@@ -20,8 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import shutil
 import threading
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -30,19 +32,11 @@ from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
+from fwbench.families.web_audio import drivers
 from fwbench.families.web_audio.native import RuntimeResult
 
 PAGE = Path(__file__).resolve().parent / "page"
-CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--enable-unsafe-webgpu",
-    "--enable-features=WebMachineLearningNeuralNetwork",
-]
-PAGE_TIMEOUT_MS = 600_000
+PAGE_TIMEOUT_S = 600
 ISOLATION_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Embedder-Policy": "require-corp",
@@ -56,21 +50,12 @@ def ort_web_dist(root: Path) -> Path:
     return root / "web" / "node_modules" / "onnxruntime-web" / "dist"
 
 
-def chromium_path() -> str | None:
-    found = shutil.which("chromium")
-    if found:
-        return found
-    return next((p for p in CHROMIUM_CANDIDATES if Path(p).exists()), None)
-
-
-def unavailable(root: Path) -> str | None:
-    """Why the browser runtimes cannot run here, with the command that fixes it; None if they can."""
-    if chromium_path() is None:
-        return "Chromium is not installed (`make browser` installs Debian's, as root)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "the playwright package is missing (`pip install -e '.[dev]'` installs it)"
+def unavailable(root: Path, name: str = "chromium") -> str | None:
+    """Why the browser runtimes cannot run in ``name`` here, with the command that fixes it; None
+    if they can."""
+    why = drivers.unavailable(name)
+    if why:
+        return why
     if not (ort_web_dist(root) / "ort.wasm.min.mjs").is_file():
         return "onnxruntime-web is not installed (`make web` runs npm ci in web/)"
     return None
@@ -133,19 +118,6 @@ def serve(files: Path, ort_dist: Path):
         server.server_close()
 
 
-@contextlib.contextmanager
-def chromium():
-    """A headless Chromium (the system's), closed on exit; yields the Playwright browser."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
 def on_own_thread(fn, *args, **kwargs):
     """``fn(*args, **kwargs)``, on a thread of its own when this one runs an asyncio loop."""
     try:
@@ -169,7 +141,7 @@ def on_own_thread(fn, *args, **kwargs):
 
 
 def run_page(
-    browser,
+    browser: drivers.Driver,
     base_url: str,
     runtime: str,
     threads: int,
@@ -183,48 +155,27 @@ def run_page(
     """One runtime at one thread count in a fresh page; the output read back from ``out``.
 
     A page that crashes or never finishes is this runtime's ``failed`` row, not the end of the
-    others."""
-    from playwright.sync_api import Error as PlaywrightError
-
+    others; so is a page whose onnxruntime-web ran fewer WASM threads than asked."""
     query = (
         f"runtime={runtime}&threads={threads}&model=/files/{model}&input=/files/{audio}"
         f"&out={out.name}&min_iters={min_iters}&min_seconds={min_seconds}&warmup={warmup}"
     )
-    page = browser.new_page()
+    base = {"browser": browser.name, "browser_version": browser.version}
     try:
-        page.goto(f"{base_url}/page/index.html?{query}")
-        page.wait_for_function("window.__fwbench_result !== undefined", timeout=PAGE_TIMEOUT_MS)
-        result = page.evaluate("window.__fwbench_result")
-    except PlaywrightError as exc:
-        return RuntimeResult(
-            runtime,
-            status="failed",
-            reason=f"the page: {exc}",
-            details={"browser_version": browser.version},
-        )
-    finally:
-        page.close()
-    details = {
-        k: result.get(k)
-        for k in (
-            "bundle",
-            "ort_version",
-            "num_threads",
-            "crossOriginIsolated",
-            "hardwareConcurrency",
-            "userAgent",
-            "adapter",
-            "warmup",
-        )
-        if result.get(k) is not None
-    }
-    details["browser_version"] = browser.version
+        result = browser.result(f"{base_url}/page/index.html?{query}", PAGE_TIMEOUT_S)
+    except drivers.DriverError as exc:
+        return RuntimeResult(runtime, status="failed", reason=f"the page: {exc}", details=base)
+    details = {k: result.get(k) for k in PAGE_DETAILS if result.get(k) is not None}
+    details.update(base)
     if "adapter" in details:
         details["software_webgpu"] = is_software_adapter(details["adapter"])
     if result["status"] != "ok":
         return RuntimeResult(
             runtime, status=result["status"], reason=result.get("reason", ""), details=details
         )
+    fewer = thread_fallback(runtime, threads, details)
+    if fewer:
+        return RuntimeResult(runtime, status="failed", reason=fewer, details=details)
     output = np.fromfile(out, "<f4").reshape(result["output_dims"][1:])
     return RuntimeResult(
         runtime,
@@ -234,6 +185,31 @@ def run_page(
         output=output,
         details=details,
     )
+
+
+PAGE_DETAILS = (
+    "bundle",
+    "ort_version",
+    "num_threads",
+    "crossOriginIsolated",
+    "hardwareConcurrency",
+    "userAgent",
+    "adapter",
+    "warmup",
+    "warnings",
+)
+
+
+def thread_fallback(runtime: str, threads: int, details: dict) -> str | None:
+    """Why a WASM run is not the thread count it asked for (onnxruntime-web falls back to one
+    thread, with a console warning, where SharedArrayBuffer is missing); None where it is."""
+    if runtime != "ort-web-wasm":
+        return None
+    used = details.get("num_threads")
+    if used == threads:
+        return None
+    warned = "; ".join(details.get("warnings") or []) or "no warning"
+    return f"asked for {threads} WASM thread(s), onnxruntime-web ran {used} ({warned})"
 
 
 def is_software_adapter(adapter: dict) -> bool:
@@ -259,20 +235,21 @@ def bench(
     min_iters: int,
     min_seconds: float,
     *,
+    name: str = "chromium",
     warmup: int = 3,
     software_webgpu: bool = True,
 ) -> tuple[list[RuntimeResult], dict]:
-    """The browser's capabilities, then every ``(runtime, threads, audio file)`` of ``runs`` in
-    one Chromium, each in a page of its own; outputs are read back from
-    ``files/out_<runtime>_<threads>_<audio>.f32``.
+    """The capabilities of browser ``name``, then every ``(runtime, threads, audio file)`` of
+    ``runs`` in that one browser, each in a page of its own; outputs are read back from
+    ``files/out_<browser>_<runtime>_<threads>_<audio>.f32``.
 
     WebGPU on a software adapter (a CPU rasteriser) is a correctness check, not a timing: it
     gets no warm-up and at most two timed calls, and ``software_webgpu=False`` skips it (one call
     of a large model takes minutes there)."""
 
     def go():
-        with serve(files, ort_dist) as url, chromium() as b:
-            caps = {**capabilities(b, url), "browser_version": b.version}
+        with serve(files, ort_dist) as url, drivers.launch(name) as b:
+            caps = capabilities(b, url)
             adapter = caps.get("webgpu_adapter") or {}
             software = bool(adapter) and is_software_adapter(adapter)
             results = []
@@ -280,37 +257,37 @@ def bench(
                 settings = (min_iters, min_seconds, warmup)
                 if runtime == "ort-web-webgpu" and software:
                     if not software_webgpu:
-                        results.append(_software_webgpu_skipped(b.version, caps))
+                        results.append(_software_webgpu_skipped(b, caps))
                         continue
                     settings = (min(min_iters, 2), 0.0, 0)
-                out = files / f"out_{runtime}_{threads}_{Path(audio).stem}.f32"
+                out = files / f"out_{name}_{runtime}_{threads}_{Path(audio).stem}.f32"
                 results.append(run_page(b, url, runtime, threads, model, audio, out, *settings))
             return results, caps
 
     return on_own_thread(go)
 
 
-def _software_webgpu_skipped(browser_version: str, caps: dict) -> RuntimeResult:
+def _software_webgpu_skipped(browser: drivers.Driver, caps: dict) -> RuntimeResult:
     return RuntimeResult(
         "ort-web-webgpu",
         status="skipped",
         reason=SOFTWARE_WEBGPU_SKIP.format(adapter=caps["webgpu"]),
         details={
-            "browser_version": browser_version,
+            "browser": browser.name,
+            "browser_version": browser.version,
             "adapter": caps["webgpu_adapter"],
             "software_webgpu": True,
         },
     )
 
 
-def capabilities(browser, base_url: str) -> dict:
-    """What this browser offers the page: WASM SIMD and threads, isolation, WebGPU, WebNN."""
-    page = browser.new_page()
-    try:
-        page.goto(f"{base_url}/page/index.html?runtime=none")
-        return json.loads(page.evaluate(CAPABILITIES_JS))
-    finally:
-        page.close()
+def capabilities(browser: drivers.Driver, base_url: str) -> dict:
+    """What this browser offers the page: WASM SIMD and threads, isolation, WebGPU, WebNN; with
+    the browser's name and version."""
+    found = browser.evaluate(f"{base_url}/page/index.html?runtime=none", CAPABILITIES_JS)
+    if not isinstance(found, dict) or "error" in found:
+        raise drivers.DriverError(f"the capability probe failed: {found}")
+    return {**found, "browser": browser.name, "browser_version": browser.version}
 
 
 CAPABILITIES_JS = """async () => {
@@ -335,12 +312,12 @@ CAPABILITIES_JS = """async () => {
     try { await navigator.ml.createContext(); webnn = "context"; }
     catch (e) { webnn = `${e.name}: ${e.message}`; }
   }
-  return JSON.stringify({
+  return {
     userAgent: navigator.userAgent, wasmSimd: simd,
     sharedArrayBuffer: typeof SharedArrayBuffer !== "undefined",
     crossOriginIsolated: self.crossOriginIsolated,
     hardwareConcurrency: navigator.hardwareConcurrency, webgpu, webgpu_adapter, webnn,
-  });
+  };
 }"""
 
 
@@ -353,34 +330,18 @@ def stream(base_url: str, wav: Path, model: str, threads: int, chunks: int) -> d
 
 
 def _stream(base_url: str, wav: Path, model: str, threads: int, chunks: int) -> dict:
-    from playwright.sync_api import sync_playwright
-
-    args = [
-        *CHROMIUM_ARGS,
+    fake_microphone = (
         "--use-fake-ui-for-media-stream",
         "--use-fake-device-for-media-stream",
         f"--use-file-for-fake-audio-capture={wav}%noloop",
         "--autoplay-policy=no-user-gesture-required",
-    ]
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), args=args)
-        try:
-            page = browser.new_page()
-            page.goto(
-                f"{base_url}/page/stream.html?threads={threads}&model=/files/{model}"
-                f"&chunks={chunks}"
-            )
-            # the fake microphone plays in real time: a page still waiting long after the last
-            # chunk should have arrived is stuck, not slow
-            page.wait_for_function(
-                "window.__fwbench_result !== undefined",
-                timeout=min(PAGE_TIMEOUT_MS, (60 + 30 * chunks) * 1000),
-            )
-            result = page.evaluate("window.__fwbench_result")
-            result["browser_version"] = browser.version
-            return result
-        finally:
-            browser.close()
+    )
+    url = f"{base_url}/page/stream.html?threads={threads}&model=/files/{model}&chunks={chunks}"
+    with drivers.launch("chromium", chromium_args=fake_microphone) as browser:
+        # the fake microphone plays in real time: a page still waiting long after the last
+        # chunk should have arrived is stuck, not slow
+        result = browser.result(url, min(PAGE_TIMEOUT_S, 60 + 30 * chunks))
+        return {**result, "browser_version": browser.version}
 
 
 def stream_summary(result: dict, chunk_seconds: float = 1.0) -> dict:

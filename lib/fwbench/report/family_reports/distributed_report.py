@@ -186,6 +186,39 @@ def parts_sentences(parts: pd.DataFrame) -> list[str]:
     return lines
 
 
+PART_WORDS = {"compute_ms": "compute", "grad_allreduce_ms": "the gradients' all-reduce",
+              "rest_ms": "the rest"}
+
+
+def _signed(x: float, spec: str) -> str:
+    return f"{'+' if x >= 0 else '−'}{format(abs(x), spec)}"
+
+
+def gap_sentences(parts: pd.DataFrame, baseline=("torch", "ddp")) -> list[str]:
+    """What each other strategy's step has beyond the baseline's at the same model, precision and
+    world size, parted the way the steps are: each part's extra milliseconds and its share of the
+    gap, largest first (a part the other strategy spends less on counts negative)."""
+    lines = []
+    keys = ["model", "precision", "world_size"]
+    base = parts[(parts.framework == baseline[0]) & (parts.strategy == baseline[1])]
+    for r in parts.merge(base, on=keys, suffixes=("", "_base")).itertuples():
+        if (r.framework, r.strategy) == baseline:
+            continue
+        gap = r.step_ms - r.step_ms_base
+        extra = {col: getattr(r, col) - getattr(r, f"{col}_base") for col in PART_WORDS}
+        shares = ", ".join(
+            f"{_signed(ms, '.1f')} ms {PART_WORDS[col]} ({_signed(100 * ms / gap, '.0f')}%)"
+            for col, ms in sorted(extra.items(), key=lambda kv: -abs(kv[1]))
+        )
+        longer = "longer" if gap >= 0 else "shorter"
+        lines.append(
+            f"On {int(r.world_size)} processes ({r.model}, {r.precision}), {r.framework} "
+            f"{r.strategy}'s step is {abs(gap):.1f} ms {longer} than {baseline[0]} "
+            f"{baseline[1]}'s: {shares}."
+        )
+    return lines
+
+
 @per_analysis
 def runs(analysis):
     return distributed_table(analysis.meas)
@@ -240,6 +273,10 @@ DISTRIBUTED = Section(
             parts,
             records("distributed", ["step_ms", "compute_only_step_ms", "grad_allreduce_ms"]),
             when=nonempty(parts),
+        ),
+        Note(
+            lambda a: " ".join(gap_sentences(parts(a))),
+            when=lambda a: not parts(a).empty and bool(gap_sentences(parts(a))),
         ),
         Note(
             lambda a: " ".join(parts_sentences(parts(a))),

@@ -25,6 +25,13 @@ def runtimes(analysis):
 
 
 @per_analysis
+def ratios(analysis):
+    # the rounds of every run the verdicts pool, so that their intervals carry the between-run term
+    pooled = analysis.pool_meas if not analysis.pool_meas.empty else analysis.meas
+    return web_audio_tables.ratio_table(web_audio_tables.ratio_rounds(pooled))
+
+
+@per_analysis
 def skipped(analysis):
     return web_audio_tables.skipped_table(analysis.meas)
 
@@ -41,8 +48,8 @@ def _web_audio_notes(analysis) -> list:
 WEB_AUDIO = Section(
     "Web audio",
     "One wav2vec2 speech encoder (random weights from transformers' config) on the same audio "
-    "in PyTorch eager, JAX jit, native ONNX Runtime and onnxruntime-web in Chromium "
-    "(14_web_audio). The real-time factor is the median latency / the audio's seconds: below "
+    "in PyTorch eager, JAX jit, native ONNX Runtime and onnxruntime-web in the browsers that "
+    "ran (Chromium, Firefox ESR, WebKitGTK; 14_web_audio). The real-time factor is the median latency / the audio's seconds: below "
     "1 keeps up with a microphone. Every runtime's output is held to PyTorch's on the same "
     "fp32 input (max |diff| / max |PyTorch|, sanity bound 1e-4); the Flax twin's float64 "
     "proof is the gate. All runtimes of a thread count share one cell, timed one after the "
@@ -61,11 +68,22 @@ WEB_AUDIO = Section(
         Table(
             "web_audio",
             "Latency p50/p95 (ms), real-time factor, load time (fetch and session creation, "
-            "s), first call (s) and agreement with PyTorch, per runtime, thread count and "
-            "audio length: medians over trials.",
+            "s), first call (s) and agreement with PyTorch, per runtime, browser, thread count "
+            "and audio length: medians over trials.",
             runtimes,
             records("web_audio", web_audio_tables.WEB_AUDIO_METRICS),
             when=nonempty(runtimes),
+        ),
+        Table(
+            "web_audio_ratios",
+            "Browser against native: each browser runtime's real-time factor ÷ native ONNX "
+            "Runtime's on the same model, threads and audio (above 1: slower in the browser), "
+            "with interleaved trials as rounds nested in runs through the verdicts' estimator "
+            "(its design stated): *faster*, *equivalent within ±5%* or *inconclusive*; one run "
+            "calls no winner.",
+            ratios,
+            records("web_audio", ["rtf"]),
+            when=nonempty(ratios),
         ),
         Table(
             "web_audio_skipped",

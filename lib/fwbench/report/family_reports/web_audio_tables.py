@@ -1,12 +1,16 @@
-"""The report's web-audio section: every runtime's latency and real-time factor per audio length
-and thread count, what was skipped and why, the browser's capabilities, and one sentence per
-browser runtime against native ONNX Runtime (14_web_audio's records)."""
+"""The report's web-audio section: every runtime's latency and real-time factor per browser, audio
+length and thread count, what was skipped and why, each browser's capabilities, and one sentence
+per browser runtime against native ONNX Runtime (14_web_audio's records)."""
 
 from __future__ import annotations
+
+import math
 
 import altair as alt
 import pandas as pd
 
+from fwbench.measure import verdicts
+from fwbench.report import tables
 from fwbench.report.tables import extra_columns, metric_columns
 
 WEB_AUDIO_METRICS = [
@@ -25,11 +29,20 @@ RUNTIME_LABELS = {
     "ort-web-webgpu": "WebGPU",
     "ort-web-webnn": "WebNN",
 }
-KEYS = ["model", "framework", "threads", "audio_seconds"]
+KEYS = ["model", "framework", "browser", "threads", "audio_seconds"]
+BROWSER_LABELS = {"chromium": "Chromium", "firefox": "Firefox ESR", "webkit": "WebKitGTK"}
 
 
 def _rows(meas: pd.DataFrame) -> pd.DataFrame:
-    return extra_columns(meas[meas.family == "web_audio"], ["audio_seconds"])
+    """The family's records with their audio length and browser as columns: a native runtime's
+    browser is "", and a browser row from before the family ran more than one browser is
+    Chromium's, the only one it ran then."""
+    rows = extra_columns(meas[meas.family == "web_audio"], ["audio_seconds", "browser"])
+    in_browser = rows.framework.astype(str).str.startswith("ort-web")
+    rows["browser"] = [
+        (b or "chromium") if web else "" for b, web in zip(rows.browser, in_browser, strict=True)
+    ]
+    return rows
 
 
 def runtime_table(meas: pd.DataFrame) -> pd.DataFrame:
@@ -73,6 +86,14 @@ def _webgpu_label(caps: dict) -> str:
     return f"{caps.get('webgpu', '')} (software)" if software else caps.get("webgpu", "")
 
 
+def browser_label(name: str, version: str | None = None, major: bool = False) -> str:
+    """"Firefox ESR 153.8.0esr", or with ``major`` "Firefox ESR 153"."""
+    label = BROWSER_LABELS.get(name, name)
+    if not version:
+        return label
+    return f"{label} {version.split('.')[0] if major else version}"
+
+
 def capability_table(meas: pd.DataFrame) -> pd.DataFrame:
     """The capability matrix: what each browser offered the page, one row per browser version."""
     rows = _rows(meas)
@@ -80,11 +101,12 @@ def capability_table(meas: pd.DataFrame) -> pd.DataFrame:
     found = []
     for extra in rows.extra:
         caps = extra.get("capabilities", {})
-        version = caps.get("browser_version", "")
         found.append(
             {
                 **{k: caps.get(k) for k in CAPABILITY_COLUMNS},
-                "browser": f"Chromium {version}" if version else "Chromium",
+                "browser": browser_label(
+                    caps.get("browser", "chromium"), caps.get("browser_version")
+                ),
                 "webgpu": _webgpu_label(caps),
             }
         )
@@ -94,17 +116,23 @@ def capability_table(meas: pd.DataFrame) -> pd.DataFrame:
     return table.rename(columns=CAPABILITY_COLUMNS)
 
 
-def _browser_name(meas: pd.DataFrame) -> str:
-    versions = [e.get("browser_version") for e in _rows(meas).extra if e.get("browser_version")]
-    return f"Chromium {versions[0].split('.')[0]}" if versions else "the browser"
+def _browser_names(meas: pd.DataFrame) -> dict[str, str]:
+    """Each browser's label with its major version, as its records name it."""
+    rows = _rows(meas)
+    names = {}
+    for browser, extra in zip(rows.browser, rows.extra, strict=True):
+        if browser and extra.get("browser_version"):
+            names.setdefault(browser, browser_label(browser, extra["browser_version"], major=True))
+    return names
 
 
 def _software(meas: pd.DataFrame) -> set[tuple]:
-    """(model, framework, threads, audio_seconds) of the rows that ran on a software adapter."""
+    """(model, framework, browser, threads, audio_seconds) of the rows that ran on a software
+    adapter."""
     rows = _rows(meas)
     rows = rows[rows.metric == "latency_p50_ms"]
     return {
-        (r.model, r.framework, r.threads, r.audio_seconds)
+        (r.model, r.framework, r.browser, r.threads, r.audio_seconds)
         for r in rows.itertuples()
         if r.extra.get("software_webgpu")
     }
@@ -116,7 +144,7 @@ def sentences(meas: pd.DataFrame) -> list[str]:
     table = runtime_table(meas)
     if table.empty or "onnxruntime" not in set(table.framework):
         return []
-    browser = _browser_name(meas)
+    names = _browser_names(meas)
     software = _software(meas)
     native = table[table.framework == "onnxruntime"].set_index(
         ["model", "threads", "audio_seconds"]
@@ -128,21 +156,90 @@ def sentences(meas: pd.DataFrame) -> list[str]:
             continue
         ratio = row.latency_p50_ms / native.loc[key, "latency_p50_ms"]
         label = RUNTIME_LABELS.get(row.framework, row.framework)
-        if (row.model, row.framework, row.threads, row.audio_seconds) in software:
+        if (row.model, row.framework, row.browser, row.threads, row.audio_seconds) in software:
             label = f"software {label} (a CPU rasteriser, not a GPU)"
         threads = f"{int(row.threads)} thread" + ("s" if int(row.threads) != 1 else "")
         pace = f"{ratio:.1f}× slower" if ratio >= 1 else f"{1 / ratio:.1f}× faster"
         out.append(
-            f"In {browser}, {label} with {threads} runs {row.audio_seconds:g} s of audio {pace} "
+            f"In {names.get(row.browser, browser_label(row.browser))}, {label} with {threads} runs {row.audio_seconds:g} s of audio {pace} "
             f"than native ONNX Runtime (real-time factor {row.rtf:.3f} against "
             f"{native.loc[key, 'rtf']:.3f})."
         )
     return out
 
 
+NATIVE = "onnxruntime"
+
+
+def ratio_rounds(meas: pd.DataFrame) -> pd.DataFrame:
+    """The verdicts' rounds of browser against native: one per run, trial and configuration (model,
+    thread count, audio length) in which a browser runtime and native ONNX Runtime both ran, ``y``
+    the log of the browser's real-time factor over native's (above 0: the browser slower). The
+    runtimes of a trial run one after the other in one cell, so a trial pairs them; cells without
+    a trial number (one trial) give none."""
+    rows = _rows(meas)
+    rows = rows[(rows.metric == "rtf") & (rows.status == "ok") & rows.value.notna()]
+    if rows.empty or "trial" not in rows or "run_id" not in rows:
+        return pd.DataFrame(columns=list(verdicts.COLUMNS))
+    rows = rows[rows.trial.notna() & (rows.trial > 0)]
+    if rows.empty:
+        return pd.DataFrame(columns=list(verdicts.COLUMNS))
+    keys = ["run_id", "trial", "model", "threads", "audio_seconds"]
+    arm = [f"{f} {b}".strip() for f, b in zip(rows.framework, rows.browser, strict=True)]
+    arms = rows.assign(arm=arm).pivot_table(index=keys, columns="arm", values="value")
+    if NATIVE not in arms:
+        return pd.DataFrame(columns=list(verdicts.COLUMNS))
+    out = []
+    for name in [a for a in arms.columns if a.startswith("ort-web")]:
+        runtime, browser = name.split(" ")
+        for (run, trial, model, threads, seconds), row in arms[[NATIVE, name]].dropna().iterrows():
+            out.append(
+                {
+                    "comparison": (model, runtime, browser, int(threads), float(seconds)),
+                    "run": run,
+                    "round": trial,
+                    "y": math.log(row[name] / row[NATIVE]),
+                }
+            )
+    return pd.DataFrame(out, columns=list(verdicts.COLUMNS))
+
+
+def ratio_table(rounds: pd.DataFrame) -> pd.DataFrame:
+    """Each browser runtime's real-time factor over native ONNX Runtime's on the same model,
+    threads and audio (above 1: slower in the browser), through the verdicts' estimator (trials
+    as rounds, nested in runs; one run calls no winner)."""
+    if rounds.empty:
+        return pd.DataFrame()
+    found = tables.estimated(rounds, imported=None)
+    rows = []
+    for (model, runtime, browser, threads, seconds), (e, v) in sorted(found.items()):
+        # y is log(browser / native): a significant ratio above 1 is native's win
+        faster = {verdicts.FASTER_B: "native", verdicts.FASTER_A: "browser"}.get(v.verdict, "")
+        rows.append(
+            {
+                "model": model,
+                "runtime": RUNTIME_LABELS.get(runtime, runtime),
+                "browser": browser_label(browser),
+                "threads": threads,
+                "audio_seconds": seconds,
+                "rtf_ratio": e.ratio,
+                "ci_low": e.low,
+                "ci_high": e.high,
+                "design": e.design,
+                "faster": faster,
+                "verdict": "faster" if faster else v.verdict,
+                "p_holm": v.p_holm,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def rtf_chart(table: pd.DataFrame) -> alt.Chart:
     frame = table.assign(
-        runtime=[RUNTIME_LABELS.get(f, f) for f in table.framework],
+        runtime=[
+            f"{RUNTIME_LABELS.get(f, f)} · {browser_label(b)}" if b else RUNTIME_LABELS.get(f, f)
+            for f, b in zip(table.framework, table.browser, strict=True)
+        ],
         setting=[
             f"{s:g} s, {int(t)} thr"
             for s, t in zip(table.audio_seconds, table.threads, strict=True)

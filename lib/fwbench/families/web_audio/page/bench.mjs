@@ -17,6 +17,17 @@ const BUNDLES = {
 
 class Skip extends Error {}
 
+// what onnxruntime-web warns about (a thread count it could not honour, for one) goes into the
+// result as well as the console: not every driver can read a browser's console
+const warnings = [];
+for (const level of ["warn", "error"]) {
+  const original = console[level].bind(console);
+  console[level] = (...args) => {
+    warnings.push(args.map(String).join(" ").slice(0, 500));
+    original(...args);
+  };
+}
+
 async function probe(result) {
   if (runtime === "ort-web-webnn") {
     if (!("ml" in navigator)) throw new Skip("navigator.ml is absent: this browser does not expose WebNN");
@@ -95,6 +106,7 @@ async function main() {
     result.status = error instanceof Skip ? "skipped" : "failed";
     result.reason = error instanceof Skip ? error.message : String((error && error.stack) || error);
   }
+  result.warnings = warnings;
   document.getElementById("state").textContent = result.status;
   window.__fwbench_result = result;
 }
