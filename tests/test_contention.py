@@ -1,5 +1,7 @@
 """The contention meter tells our own CPU work from other processes' work."""
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -48,6 +50,37 @@ def test_a_child_we_wait_for_is_our_own_work(monkeypatch):
         pass
     assert meter.result.other_cpu_frac == 0.05  # (3 - 2.8) / 4
     assert not meter.result.shared
+
+
+# A parent that starts a CPU-burning child and never reaps it, as a browser's main process does its
+# renderers when the driver kills the browser's process group.
+NEGLECT = (
+    "import subprocess, sys, time\n"
+    "subprocess.Popen([sys.executable, '-c', {burn!r}])\n"
+    "time.sleep(120)"
+)
+
+
+def test_a_process_no_one_in_the_tree_reaps_is_still_our_own_work():
+    from fwbench.measure.meters import contention
+
+    before = contention._own_cpu_seconds()
+    tree = contention.TreeSampler(interval_s=0.1).start()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", NEGLECT.format(burn=BURN.format(seconds=1.0))],
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until the child has burnt its second and exited
+        children = psutil.Process(parent.pid).children()
+        if children and children[0].status() == psutil.STATUS_ZOMBIE:
+            break
+        time.sleep(0.05)
+    os.killpg(parent.pid, signal.SIGKILL)  # the zombie goes to init, which reaps it
+    parent.wait()
+    counted = tree.stop()
+    assert contention._own_cpu_seconds() - before < 0.5  # the children waited for miss it
+    assert counted >= 0.85  # the tree's samples do not (at most one 0.1 s interval short)
 
 
 def test_processes_that_are_not_ours_are_counted_and_mark_the_machine_shared():
