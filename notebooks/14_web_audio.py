@@ -143,7 +143,8 @@ onnx_path = (
 # each browser that cannot run here, and why (streaming uses Chromium's fake microphone)
 why_not = {
     name: browser.unavailable(root, name)
-    for name in browsers if browser_runtimes or (streaming and name == "chromium")
+    for name in browsers
+    if browser_runtimes or (streaming and name == "chromium")
 }
 results, references, runs = [], {}, []
 for seconds in audio_seconds:
@@ -180,7 +181,12 @@ for name in browsers if browser_runtimes else []:
     except drivers.DriverError as exc:  # this browser's rows are skipped, the others run
         why_not[name] = str(exc)
         results += [
-            (s, native.RuntimeResult(r, status="skipped", reason=str(exc), details={"browser": name}))
+            (
+                s,
+                native.RuntimeResult(
+                    r, status="skipped", reason=str(exc), details={"browser": name}
+                ),
+            )
             for s in audio_seconds
             for r in browser_runtimes
         ]
@@ -315,15 +321,21 @@ elif streaming:
 for name in browsers:
     if why_not.get(name) is None and name not in caps:
         try:
-            _, caps[name] = browser.bench(files, browser.ort_web_dist(root), [], "model.onnx", 1, 0.0, name=name)
+            _, caps[name] = browser.bench(
+                files, browser.ort_web_dist(root), [], "model.onnx", 1, 0.0, name=name
+            )
         except drivers.DriverError as exc:
             why_not[name] = str(exc)
     if name in caps:
-        rec.add("browser_capabilities", None, "1", framework=name, extra={"capabilities": caps[name]})
+        rec.add(
+            "browser_capabilities", None, "1", framework=name, extra={"capabilities": caps[name]}
+        )
     else:
         print(f"{drivers.LABELS[name]}: {why_not.get(name)}")
 if caps:
-    display(pd.DataFrame({drivers.LABELS[n]: c for n, c in caps.items()}).drop(index="webgpu_adapter"))
+    display(
+        pd.DataFrame({drivers.LABELS[n]: c for n, c in caps.items()}).drop(index="webgpu_adapter")
+    )
 
 # %%
 rec.emit()

@@ -200,12 +200,21 @@ def test_the_report_names_each_browser_and_reads_older_rows_as_chromiums():
             # a row from before the family ran more than one browser: no browser named
             row("ort-web-wasm", "latency_p50_ms", 20.0, browser_version="140.0.1"),
             row("ort-web-wasm", "rtf", 0.02),
-            row("ort-web-wasm", "latency_p50_ms", 40.0, browser="firefox",
-                browser_version="153.8.0esr"),  # fmt: skip
+            row(
+                "ort-web-wasm",
+                "latency_p50_ms",
+                40.0,
+                browser="firefox",
+                browser_version="153.8.0esr",
+            ),  # fmt: skip
             row("ort-web-wasm", "rtf", 0.04, browser="firefox"),
             row("chromium", "browser_capabilities", None, capabilities={"browser_version": "140"}),
-            row("firefox", "browser_capabilities", None,
-                capabilities={"browser": "firefox", "browser_version": "153.8.0esr"}),  # fmt: skip
+            row(
+                "firefox",
+                "browser_capabilities",
+                None,
+                capabilities={"browser": "firefox", "browser_version": "153.8.0esr"},
+            ),  # fmt: skip
         ]
     )
     table = audio_report.runtime_table(meas)
@@ -427,4 +436,4 @@ def test_the_notebook_runs_every_runtime_and_streams_through_the_runner(tmp_path
                 "and metric = 'rtf' group by framework"
             ).fetchall()
         )
-    assert indexed == {"jax": 1, "onnxruntime": 1, "ort-web-wasm": 1, "torch": 1}
+    assert indexed == {"jax": 1, "onnxruntime": 1, "ort-web-wasm": 2, "torch": 1}  # two browsers

@@ -40,7 +40,8 @@ def _rows(meas: pd.DataFrame) -> pd.DataFrame:
     rows = extra_columns(meas[meas.family == "web_audio"], ["audio_seconds", "browser"])
     in_browser = rows.framework.astype(str).str.startswith("ort-web")
     rows["browser"] = [
-        (b or "chromium") if web else "" for b, web in zip(rows.browser, in_browser, strict=True)
+        (b if isinstance(b, str) and b else "chromium") if web else ""
+        for b, web in zip(rows.browser, in_browser, strict=True)
     ]
     return rows
 
@@ -87,7 +88,7 @@ def _webgpu_label(caps: dict) -> str:
 
 
 def browser_label(name: str, version: str | None = None, major: bool = False) -> str:
-    """"Firefox ESR 153.8.0esr", or with ``major`` "Firefox ESR 153"."""
+    """ "Firefox ESR 153.8.0esr", or with ``major`` "Firefox ESR 153"."""
     label = BROWSER_LABELS.get(name, name)
     if not version:
         return label
