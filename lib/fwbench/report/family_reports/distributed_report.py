@@ -186,8 +186,11 @@ def parts_sentences(parts: pd.DataFrame) -> list[str]:
     return lines
 
 
-PART_WORDS = {"compute_ms": "compute", "grad_allreduce_ms": "the gradients' all-reduce",
-              "rest_ms": "the rest"}
+PART_WORDS = {
+    "compute_ms": "compute",
+    "grad_allreduce_ms": "the gradients' all-reduce",
+    "rest_ms": "the rest",
+}
 
 
 def _signed(x: float, spec: str) -> str:
