@@ -331,10 +331,12 @@ for name in browsers:
             "browser_capabilities", None, "1", framework=name, extra={"capabilities": caps[name]}
         )
     else:
-        print(f"{drivers.LABELS[name]}: {why_not.get(name)}")
+        print(f"{vocab.BROWSER_LABELS[name]}: {why_not.get(name)}")
 if caps:
     display(
-        pd.DataFrame({drivers.LABELS[n]: c for n, c in caps.items()}).drop(index="webgpu_adapter")
+        pd.DataFrame({vocab.BROWSER_LABELS[n]: c for n, c in caps.items()}).drop(
+            index="webgpu_adapter"
+        )
     )
 
 # %%

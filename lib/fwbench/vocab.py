@@ -61,6 +61,9 @@ NOTEBOOK_MODES = {
 # one-process reference, "none", which its parity check runs and a campaign never names).
 # dp_fused: JAX data parallelism with one all-reduce of the flattened gradients, not one per array
 DISTRIBUTED_STRATEGIES = {"torch": ("ddp", "fsdp", "tp"), "jax": ("dp", "dp_fused", "fsdp", "tp")}
+# The browsers 14_web_audio runs onnxruntime-web in (families/web_audio/drivers), and their names
+BROWSERS = ("chromium", "firefox", "webkit")
+BROWSER_LABELS = {"chromium": "Chromium", "firefox": "Firefox ESR", "webkit": "WebKitGTK"}
 # Parameters whose allowed values depend on the cell's framework, as ``mode`` does above.
 NOTEBOOK_FRAMEWORK_CHOICES = {"13_distributed": ("strategy", DISTRIBUTED_STRATEGIES)}
 

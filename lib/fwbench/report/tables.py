@@ -416,6 +416,29 @@ def with_cell_readings(meas: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     return meas.merge(cells[keys + readings], how="left", on=keys)
 
 
+def arm_rounds(rows: pd.DataFrame, keys: list[str], pairs, label, log_ratio) -> pd.DataFrame:
+    """The verdicts' rounds of each ``(a, b)`` arm pair of ``pairs``: one per run, trial and
+    ``keys`` in which both arms ran, from ``rows`` (records with an ``arm`` column). Interleaved
+    trials count from 1, so a cell without one (trial 0 or none: run once) is no round.
+    ``label(key, a, b)`` names a comparison, ``log_ratio(a_value, b_value)`` is a round's ``y``."""
+    empty = pd.DataFrame(columns=list(verdicts.COLUMNS))
+    if rows.empty or "trial" not in rows or "run_id" not in rows:
+        return empty
+    rows = rows[(rows.status == "ok") & rows.value.notna() & rows.trial.notna() & (rows.trial > 0)]
+    if rows.empty:
+        return empty
+    arms = rows.pivot_table(
+        index=["run_id", "trial", *keys], columns="arm", values="value", aggfunc="median"
+    )
+    out = [
+        {"comparison": label(tuple(key), a, b), "run": run, "round": trial, "y": log_ratio(x, y)}
+        for a, b in pairs
+        if a in arms and b in arms
+        for (run, trial, *key), (x, y) in arms[[a, b]].dropna().iterrows()
+    ]
+    return pd.DataFrame(out, columns=list(verdicts.COLUMNS))
+
+
 def estimated(rounds: pd.DataFrame, imported: verdicts.Between | None) -> dict:
     """Each comparison's estimate and verdict from the pooled rounds of one group, the variance
     components fitted on the group (a single run takes ``imported`` or none)."""

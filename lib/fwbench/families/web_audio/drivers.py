@@ -24,8 +24,8 @@ import subprocess
 import time
 from pathlib import Path
 
-BROWSERS = ("chromium", "firefox", "webkit")
-LABELS = {"chromium": "Chromium", "firefox": "Firefox ESR", "webkit": "WebKitGTK"}
+from fwbench.vocab import BROWSER_LABELS, BROWSERS
+
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 FIREFOX = "/usr/bin/firefox-esr"
 WEBKIT_DRIVER = "/usr/bin/WebKitWebDriver"
@@ -191,7 +191,7 @@ def launch(name: str, *, chromium_args: tuple[str, ...] = ()):
                     channel="moz-firefox", executable_path=FIREFOX, firefox_user_prefs=FIREFOX_PREFS
                 )
         except Error as exc:
-            raise DriverError(f"{LABELS[name]} did not start: {exc}") from exc
+            raise DriverError(f"{BROWSER_LABELS[name]} did not start: {exc}") from exc
         try:
             yield _PlaywrightDriver(name, browser)
         finally:

@@ -113,31 +113,15 @@ def scaling_rounds(meas: pd.DataFrame) -> pd.DataFrame:
     and world size where both arms of a pair ran, ``y`` the log of A's step time over B's (B ÷ A
     in steps per second). Cells without a trial number (one trial) give none."""
     rows = _distributed_rows(meas, ["step_ms"])
-    if rows.empty or "trial" not in rows or "run_id" not in rows:
-        return pd.DataFrame(columns=list(verdicts.COLUMNS))
-    # interleaved trials count from 1; a trial-0 cell (the float64 gate, run once) is no round
-    rows = rows[(rows.status == "ok") & rows.trial.notna() & (rows.trial > 0)]
     if rows.empty:
         return pd.DataFrame(columns=list(verdicts.COLUMNS))
-    keys = ["run_id", "trial", "model", "precision", "world_size"]
-    arms = rows.assign(arm=rows.framework + " " + rows.strategy).pivot_table(
-        index=keys, columns="arm", values="value", aggfunc="median"
+    return tables.arm_rounds(
+        rows.assign(arm=rows.framework + " " + rows.strategy),
+        ["model", "precision", "world_size"],
+        [(" ".join(a), " ".join(b)) for a, b in SCALING_PAIRS],
+        lambda key, a, b: (key[0], key[1], int(key[2]), a, b),
+        lambda a_ms, b_ms: math.log(a_ms / b_ms),
     )
-    out = []
-    for a, b in SCALING_PAIRS:
-        a, b = " ".join(a), " ".join(b)
-        if a not in arms or b not in arms:
-            continue
-        for (run, trial, model, precision, n), row in arms[[a, b]].dropna().iterrows():
-            out.append(
-                {
-                    "comparison": (model, precision, int(n), a, b),
-                    "run": run,
-                    "round": trial,
-                    "y": math.log(row[a] / row[b]),
-                }
-            )
-    return pd.DataFrame(out, columns=list(verdicts.COLUMNS))
 
 
 def scaling_verdicts(rounds: pd.DataFrame) -> pd.DataFrame:

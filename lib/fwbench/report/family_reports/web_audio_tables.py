@@ -12,6 +12,7 @@ import pandas as pd
 from fwbench.measure import verdicts
 from fwbench.report import tables
 from fwbench.report.tables import extra_columns, metric_columns
+from fwbench.vocab import BROWSER_LABELS
 
 WEB_AUDIO_METRICS = [
     "latency_p50_ms",
@@ -30,7 +31,6 @@ RUNTIME_LABELS = {
     "ort-web-webnn": "WebNN",
 }
 KEYS = ["model", "framework", "browser", "threads", "audio_seconds"]
-BROWSER_LABELS = {"chromium": "Chromium", "firefox": "Firefox ESR", "webkit": "WebKitGTK"}
 
 
 def _rows(meas: pd.DataFrame) -> pd.DataFrame:
@@ -179,30 +179,16 @@ def ratio_rounds(meas: pd.DataFrame) -> pd.DataFrame:
     runtimes of a trial run one after the other in one cell, so a trial pairs them; cells without
     a trial number (one trial) give none."""
     rows = _rows(meas)
-    rows = rows[(rows.metric == "rtf") & (rows.status == "ok") & rows.value.notna()]
-    if rows.empty or "trial" not in rows or "run_id" not in rows:
-        return pd.DataFrame(columns=list(verdicts.COLUMNS))
-    rows = rows[rows.trial.notna() & (rows.trial > 0)]
-    if rows.empty:
-        return pd.DataFrame(columns=list(verdicts.COLUMNS))
-    keys = ["run_id", "trial", "model", "threads", "audio_seconds"]
+    rows = rows[rows.metric == "rtf"]
     arm = [f"{f} {b}".strip() for f, b in zip(rows.framework, rows.browser, strict=True)]
-    arms = rows.assign(arm=arm).pivot_table(index=keys, columns="arm", values="value")
-    if NATIVE not in arms:
-        return pd.DataFrame(columns=list(verdicts.COLUMNS))
-    out = []
-    for name in [a for a in arms.columns if a.startswith("ort-web")]:
-        runtime, browser = name.split(" ")
-        for (run, trial, model, threads, seconds), row in arms[[NATIVE, name]].dropna().iterrows():
-            out.append(
-                {
-                    "comparison": (model, runtime, browser, int(threads), float(seconds)),
-                    "run": run,
-                    "round": trial,
-                    "y": math.log(row[name] / row[NATIVE]),
-                }
-            )
-    return pd.DataFrame(out, columns=list(verdicts.COLUMNS))
+    in_browser = sorted({a for a in arm if a.startswith("ort-web")})
+    return tables.arm_rounds(
+        rows.assign(arm=arm),
+        ["model", "threads", "audio_seconds"],
+        [(NATIVE, name) for name in in_browser],
+        lambda key, _native, name: (key[0], *name.split(" "), int(key[1]), float(key[2])),
+        lambda native, browser: math.log(browser / native),
+    )
 
 
 def ratio_table(rounds: pd.DataFrame) -> pd.DataFrame:
