@@ -1,21 +1,28 @@
 # %% [markdown]
 # # 14 · Web audio: one speech encoder in every runtime, native and in the browser
 #
-# **Purpose.** Run the same wav2vec2 speech encoder (random weights from `transformers`' config,
-# `model_size` tiny or base) on the same audio in PyTorch (eager), JAX (jit), native ONNX Runtime
-# and onnxruntime-web inside Debian's Chromium, Firefox ESR and WebKitGTK (WASM with SIMD and
-# threads, WebGPU, WebNN), and
+# **Purpose.** Run the same speech encoder (`model`: wav2vec2 or Whisper's encoder, random weights
+# from `transformers`' config, `model_size` tiny or base) on the same audio in PyTorch (eager),
+# JAX (jit), native ONNX Runtime and onnxruntime-web inside Debian's Chromium, Firefox ESR and
+# WebKitGTK (WASM with SIMD and threads, WebGPU, WebNN), and
 # measure for each runtime and audio length: load time (fetch and session creation), the first
 # call, latency p50/p95 over calls, the **real-time factor** (latency ÷ audio seconds; below 1
 # keeps up with a microphone) and the agreement with PyTorch on the same fp32 input.
 #
-# **Same function first**: the Flax twin is proven in float64 against `transformers`' model
-# (outputs within 1e-10 relative) before anything is timed; the other runtimes run PyTorch's own
-# export (`torch.onnx.export(..., dynamo=True)`), and their fp32 agreement with PyTorch is a
+# **Same function first**: JAX's side (wav2vec2's Flax twin; for Whisper, PyTorch's own module
+# through torchax) is proven in float64 against `transformers`' model (outputs within 1e-10
+# relative) before anything is timed; the other runtimes run PyTorch's own export
+# (`torch.onnx.export(..., dynamo=True)`), and their fp32 agreement with PyTorch is a
 # measurement with a sanity bound of 1e-4.
 #
-# **Run it:** `fwbench run params/web_audio.yaml` (the study: base, 1 s and 10 s, one and two
-# threads); its defaults (tiny, 1 s) are the smoke setting. Browser runtimes need the browsers
+# **Whisper hears a 30 s window.** Its input is the log-mel spectrogram of `transformers`' own
+# feature extractor, the audio padded with silence to Whisper's 30 s: every runtime gets the same
+# features (computed once, not timed), and one call costs the same at 1 s as at 10 s of audio, so
+# its real-time factor falls with the audio's length. Audio longer than 30 s is refused.
+#
+# **Run it:** `fwbench run params/web_audio.yaml` (the study: both models at base, 1 s and 10 s,
+# one and two threads, interleaved trials); its defaults (wav2vec2 tiny, 1 s) are the smoke
+# setting. Browser runtimes need the browsers
 # (`make browser`: Debian's Chromium, Firefox ESR and WebKitGTK) and onnxruntime-web (`make web`);
 # where one is missing or does not start, its rows are `skipped` with the reason, and the cell
 # still succeeds. A WASM run whose browser gave it fewer threads than asked is `failed`.
@@ -25,10 +32,12 @@
 # browser's start and software WebGPU's first call
 # (shader compilation, about 10 s). Software WebGPU (SwiftShader, a CPU rasteriser) is a
 # correctness check: no warm-up, at most two timed calls, and skipped above tiny. Base at 10 s
-# takes about 10 minutes per thread count.
+# takes about 10 minutes per thread count; Whisper tiny's 30 s window is about 37 GFLOP a call.
 
 # %% tags=["parameters"]
+model = "wav2vec2"  # one of: wav2vec2, whisper
 model_size = "tiny"  # one of: tiny, base
+whisper_window_s = 30  # Whisper's own window; a shorter one is not Whisper (for tests)
 audio_seconds = [1.0]  # > 0: seconds of audio, each a cell of its own measurement
 runtimes = [
     "torch",
@@ -61,7 +70,7 @@ from fwbench.families.web_audio.onnx_export import export_onnx
 from fwbench.measure import device as fw_device
 from fwbench.measure.precision import configure
 from fwbench.measure.timing import StopRule
-from fwbench.models.speech import build_speech_pair, check_size
+from fwbench.models.speech import WHISPER_WINDOW_S, build_speech, check_size, model_input
 from fwbench.pipeline.campaign import find_repo_root
 from fwbench.report import charts
 from fwbench.results.records import Recorder
@@ -69,21 +78,28 @@ from fwbench.results.records import Recorder
 charts.use_theme()
 runtimes = native.check_runtimes(runtimes)  # bad input stops here
 browsers = drivers.check_browsers(browsers)
-check_size(model_size)
+check_size(model_size, model)
 # a campaign refuses audio_seconds <= 0 before anything runs (the parameters cell's "> 0"); this
 # guards a Run-All with edited defaults
 if not audio_seconds or min(audio_seconds) <= 0:
     raise ValueError(f"audio_seconds must be positive, got {audio_seconds}")
+if model == "whisper" and max(audio_seconds) > whisper_window_s:
+    raise ValueError(f"Whisper's encoder hears at most {whisper_window_s} s, got {audio_seconds}")
 threads = fw_device.limit_threads(threads)  # the kernel, and the browser it starts, on these cores
 configure("torch", "fp32")
 configure("jax", "fp32")
 root = find_repo_root(Path.cwd())
 rule = StopRule(min_iters=min_iters, min_seconds=min_seconds)
-model = f"wav2vec2_{model_size}"
+model_name = f"{model}_{model_size}"
+window = {}
+if model == "whisper":
+    window = {"window_s": whisper_window_s}
+    if whisper_window_s != WHISPER_WINDOW_S:  # not Whisper's encoder: its name says so
+        model_name += f"_{whisper_window_s}s"
 rec = Recorder(
     "web_audio",
-    extra={"model_size": model_size},
-    model=model,
+    extra={"model_size": model_size, "speech_model": model, **window},
+    model=model_name,
     device="cpu",
     device_name=fw_device.cpu_device_name(),
     precision="fp32",
@@ -94,35 +110,27 @@ work = tempfile.TemporaryDirectory(
     prefix=".14_web_audio-", dir=os.environ.get(vocab.ENV_EXECUTED_DIR) or None
 )
 files = Path(work.name)
-torch_model, flax_model = build_speech_pair(model_size, seed=seed)
-print(f"{model} · {threads} thread(s) · {fw_device.cpu_device_name()}")
+torch_model, flax_model = build_speech(model, model_size, seed=seed, window_s=whisper_window_s)
+# JAX runs the Flax twin where there is one, else PyTorch's own module through torchax
+jax_mode = "jit" if flax_model is not None else "torchax"
+print(f"{model_name} · {threads} thread(s) · {fw_device.cpu_device_name()}")
 
 # %% [markdown]
-# ## The Flax twin computes the same function (float64)
+# ## JAX computes the same function (float64)
 
 # %%
 if check_parity:
-    import jax
-    import torch
-    from flax import nnx
-
-    from fwbench.measure.precision import cast_floating
-
-    probe = signals.synthetic_speech(1.0, seed)
-    with torch.inference_mode():
-        reference = torch_model.double()(torch.from_numpy(probe[None].astype(np.float64)))
-    reference = reference.last_hidden_state.numpy()
-    torch_model.float()
-    with jax.enable_x64(True):
-        graphdef, state = nnx.split(flax_model)
-        twin = nnx.merge(graphdef, cast_floating(state, np.float64))
-        ours = np.asarray(twin(probe[None].astype(np.float64)))
-    _, parity = native.agreement(ours, reference)
+    probe = model_input(model, signals.synthetic_speech(1.0, seed), whisper_window_s)
+    if flax_model is not None:
+        parity = native.twin_parity(torch_model, flax_model, probe)
+    else:
+        parity = native.torchax_parity(torch_model, probe)
     rec.add(
         "fp64_output_parity_max_rel",
         parity,
         "ratio",
         framework="jax",
+        mode=jax_mode,
         status="ok" if parity <= 1e-10 else "failed",
         precision="fp64",
         extra={"tolerance": 1e-10},
@@ -136,30 +144,35 @@ if check_parity:
 browser_runtimes = [r for r in runtimes if r in native.BROWSER]
 needs_onnx = streaming or any(r not in ("torch", "jax") for r in runtimes)
 onnx_path = (
-    export_onnx(torch_model, files / "model.onnx", signals.synthetic_speech(1.0, seed))
+    export_onnx(
+        torch_model,
+        files / "model.onnx",
+        model_input(model, signals.synthetic_speech(1.0, seed), whisper_window_s),
+        model,
+    )
     if needs_onnx
     else None
 )
-# each browser that cannot run here, and why (streaming uses Chromium's fake microphone)
-why_not = {
-    name: browser.unavailable(root, name)
-    for name in browsers
-    if browser_runtimes or (streaming and name == "chromium")
-}
-results, references, runs = [], {}, []
+# each browser that cannot run here, and why
+why_not = {name: browser.unavailable(root, name) for name in browsers if browser_runtimes or streaming}
+results, references, runs, dims = [], {}, [], {}
 for seconds in audio_seconds:
-    audio = signals.synthetic_speech(seconds, seed)
+    # what the encoder hears: the audio, or Whisper's log-mel window of it
+    features = model_input(model, signals.synthetic_speech(seconds, seed), whisper_window_s)
     name = f"audio_{seconds:g}s.f32"
-    signals.write_f32(audio, files / name)
+    signals.write_f32(features, files / name)
+    dims[name] = (1, *features.shape)
     # the reference is PyTorch's output whether or not PyTorch is timed
-    references[seconds] = native.torch_output(torch_model, audio)
+    references[seconds] = native.torch_output(torch_model, features)
     for runtime in [r for r in runtimes if r in native.NATIVE]:
         if runtime == "torch":
-            found = native.run_torch(torch_model, audio, rule)
+            found = native.run_torch(torch_model, features, rule)
+        elif runtime == "jax" and flax_model is not None:
+            found = native.run_jax(flax_model, features, rule)
         elif runtime == "jax":
-            found = native.run_jax(flax_model, audio, rule)
+            found = native.run_torchax(torch_model, features, rule)
         else:
-            found = native.run_onnxruntime(onnx_path, audio, threads, rule)
+            found = native.run_onnxruntime(onnx_path, features, threads, rule)
         results.append((seconds, found))
     runs += [(runtime, threads, name) for runtime in browser_runtimes]
 by_name = {f"audio_{s:g}s.f32": s for s in audio_seconds}
@@ -176,7 +189,9 @@ for name in browsers if browser_runtimes else []:
             min_iters,
             min_seconds,
             name=name,
-            software_webgpu=model_size == "tiny",
+            # a software adapter's call takes minutes above wav2vec2 tiny
+            software_webgpu=(model, model_size) == ("wav2vec2", "tiny"),
+            dims=dims,
         )
     except drivers.DriverError as exc:  # this browser's rows are skipped, the others run
         why_not[name] = str(exc)
@@ -195,7 +210,8 @@ for name in browsers if browser_runtimes else []:
 
 for seconds, result in results:
     runtime = result.runtime
-    columns = {"framework": runtime, "mode": vocab.DEFAULT_MODE.get(runtime)}
+    mode = jax_mode if runtime == "jax" else vocab.DEFAULT_MODE.get(runtime)
+    columns = {"framework": runtime, "mode": mode}
     extra = {"audio_seconds": seconds, **result.details}
     if result.status != "ok":
         rec.add(
@@ -253,7 +269,7 @@ ok = table.dropna(subset=["rtf"]).assign(
     where=lambda t: [f"{r} · {b}" if b else r for r, b in zip(t.runtime, t.browser, strict=True)]
 )
 alt.Chart(
-    ok, title=f"{model}: real-time factor ({threads} thread(s); below 1 keeps up)"
+    ok, title=f"{model_name}: real-time factor ({threads} thread(s); below 1 keeps up)"
 ).mark_bar().encode(
     x=alt.X("where:N", sort="y", title="runtime"),
     xOffset="audio s:N",
@@ -263,56 +279,40 @@ alt.Chart(
 
 # %% [markdown]
 # ## Streaming, like a microphone
-# Chromium's fake capture device plays a WAV of the same signal through `getUserMedia`; an
-# AudioWorklet at 16 kHz posts one-second chunks, each run through the model (WASM) as it
-# arrives. Per chunk: latency, and how many chunks queued behind it (any backlog: it does not
-# keep up).
+# Each browser's fake capture device plays into `getUserMedia`: Chromium's a WAV of the same
+# signal, Firefox's its own tone (the latency does not depend on what is heard); an AudioWorklet
+# at 16 kHz posts one-second chunks, each run through the model (WASM) as it arrives. Per chunk:
+# latency, and how many chunks queued behind it (any backlog: it does not keep up). Streaming is
+# wav2vec2's: Whisper's encoder hears a 30 s window, not a second.
 
 # %%
-if streaming and why_not.get("chromium"):
-    rec.add(
-        "chunk_latency_p50_ms",
-        None,
-        "ms",
-        framework="ort-web-wasm",
-        status="skipped",
-        error=why_not["chromium"],
-        extra={"streaming": True},
-    )
-elif streaming:
+for name in browsers if streaming else []:
+    why = why_not.get(name) or browser.no_stream(name)
+    if model != "wav2vec2":
+        why = f"streaming runs wav2vec2 a second at a time; {model}'s encoder hears a 30 s window"
+    if why:
+        rec.add(
+            "chunk_latency_p50_ms", None, "ms", framework="ort-web-wasm", status="skipped",
+            error=why, extra={"streaming": True, "browser": name},
+        )  # fmt: skip
+        print(f"{vocab.BROWSER_LABELS[name]}: {why}")
+        continue
     seconds = max(audio_seconds)
     wav = signals.write_wav(signals.synthetic_speech(seconds + 1.0, seed), files / "speech.wav")
-    with browser.serve(files, browser.ort_web_dist(root)) as url:
-        streamed = browser.stream(url, wav, "model.onnx", threads, max(1, int(seconds)))
-    if streamed["status"] != "ok":
-        rec.add(
-            "chunk_latency_p50_ms",
-            None,
-            "ms",
-            framework="ort-web-wasm",
-            status="failed",
-            error=streamed.get("reason"),
-            extra={"streaming": True},
+    try:
+        with browser.serve(files, browser.ort_web_dist(root)) as url:
+            streamed = browser.stream(url, wav, "model.onnx", threads, max(1, int(seconds)), name)
+    except drivers.DriverError as exc:  # the browser did not start: its stream failed, not the cell
+        streamed = {"status": "failed", "reason": str(exc), "browser": name}
+    summary = browser.add_stream_records(rec, streamed)
+    if summary:
+        display(pd.DataFrame(streamed["chunks"]))
+        print(
+            f"{vocab.BROWSER_LABELS[name]} keeps up: {summary['keeps_up']} "
+            f"(largest backlog {summary['max_backlog']})"
         )
     else:
-        summary = browser.stream_summary(streamed)
-        extra = {
-            "streaming": True,
-            "per_chunk": streamed["chunks"],
-            "browser_version": streamed["browser_version"],
-            **summary,
-        }
-        rec.add(
-            "chunk_latency_p50_ms",
-            summary["chunk_latency_p50_ms"],
-            "ms",
-            framework="ort-web-wasm",
-            n=summary["chunks"],
-            extra=extra,
-        )
-        rec.add("stream_rtf", summary["stream_rtf"], "ratio", framework="ort-web-wasm", extra=extra)
-        display(pd.DataFrame(streamed["chunks"]))
-        print(f"keeps up: {summary['keeps_up']} (largest backlog {summary['max_backlog']})")
+        print(f"{vocab.BROWSER_LABELS[name]}: {streamed.get('reason')}")
 
 # %% [markdown]
 # ## What each browser offers

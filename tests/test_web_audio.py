@@ -72,27 +72,16 @@ def tiny_onnx(tiny_pair, tmp_path_factory):
 
 
 def test_the_flax_twin_computes_transformers_encoder_in_float64(tiny_pair):
-    import jax
-    import torch
-    from flax import nnx
-
-    from fwbench.measure.precision import cast_floating
-
     torch_model, flax_model = tiny_pair
-    audio = signals.synthetic_speech(0.5).astype(np.float64)[None]
-    with torch.inference_mode():
-        reference = torch_model.double()(torch.from_numpy(audio)).last_hidden_state.numpy()
-    torch_model.float()
-    with jax.enable_x64(True):
-        graphdef, state = nnx.split(flax_model)
-        ours = np.asarray(nnx.merge(graphdef, cast_floating(state, np.float64))(audio))
-    assert ours.shape == reference.shape == (1, 24, 256)
-    _, rel = native.agreement(ours, reference)
-    assert rel <= 1e-10
+    audio = signals.synthetic_speech(0.5)
+    assert native.twin_parity(torch_model, flax_model, audio) <= 1e-10
+    # the proof left the torch model in float32, for the timing
+    assert {str(p.dtype) for p in torch_model.parameters()} == {"torch.float32"}
+    reference = native.torch_output(torch_model, audio)
+    assert reference.shape == (24, 256)
     # the function is not trivial: the output moves with the input
-    with torch.inference_mode():
-        other = torch_model(torch.from_numpy(audio[:, ::-1].astype(np.float32).copy()))
-    assert native.agreement(other.last_hidden_state.numpy(), reference)[1] > 1e-2
+    other = native.torch_output(torch_model, audio[::-1].copy())
+    assert native.agreement(other, reference)[1] > 1e-2
 
 
 def test_the_onnx_export_runs_any_length_in_onnxruntime(tiny_pair, tiny_onnx):
@@ -280,6 +269,22 @@ def test_each_browser_runs_wasm_on_the_threads_asked_and_agrees_with_pytorch(
     assert native.agreement(wasm.output, reference)[1] <= FP32_BOUND
 
 
+def test_firefox_streams_from_its_own_fake_microphone(tiny_onnx):
+    browser = _browser_or_skip("firefox")
+    from fwbench.families.web_audio import drivers
+
+    files = tiny_onnx.parent
+    wav = signals.write_wav(signals.synthetic_speech(2.0), files / "speech.wav")
+    with browser.serve(files, browser.ort_web_dist(REPO)) as url:
+        streamed = browser.stream(url, wav, "model.onnx", 1, 1, name="firefox")
+        with pytest.raises(drivers.DriverError, match="fake microphone"):
+            browser.stream(url, wav, "model.onnx", 1, 1, name="webkit")
+    assert streamed["status"] == "ok", streamed.get("reason")
+    assert streamed["browser"] == "firefox" and "tone" in streamed["source"]
+    summary = browser.stream_summary(streamed)
+    assert summary["chunks"] == 1 and summary["chunk_latency_p50_ms"] > 0
+
+
 def test_webkit_without_shared_memory_is_caught_running_one_thread(tiny_onnx, monkeypatch):
     """WebKitGTK hides SharedArrayBuffer unless told; onnxruntime-web then warns and runs one
     thread. The run must come back failed, naming the fallback."""
@@ -407,9 +412,11 @@ def test_the_notebook_runs_every_runtime_and_streams_through_the_runner(tmp_path
         assert wasm["crossOriginIsolated"] is True and wasm["num_threads"] == 1
         assert wasm["ort_version"] and wasm["browser_version"]
 
-    (chunk,) = [r for r in records if r["metric"] == "chunk_latency_p50_ms"]
+    chunks = {r["extra"]["browser"]: r for r in records if r["metric"] == "chunk_latency_p50_ms"}
+    chunk = chunks["chromium"]
     assert chunk["status"] == "ok" and chunk["value"] > 0 and chunk["n"] == 1
     assert chunk["extra"]["per_chunk"][0]["latency_ms"] == pytest.approx(chunk["value"])
+    assert chunks["webkit"]["status"] == "skipped" and "fake microphone" in chunks["webkit"]["error"]
     caps = {r["framework"]: r for r in records if r["metric"] == "browser_capabilities"}
     assert set(caps) == {"chromium", "webkit"}
     assert all(c["extra"]["capabilities"]["crossOriginIsolated"] is True for c in caps.values())

@@ -78,6 +78,7 @@ FAMILIES = {
     "12": "memory",
     "13": "distributed",
     "14": "web_audio",
+    "15": "training",
     "20": "analysis",
     "21": "analysis",
 }

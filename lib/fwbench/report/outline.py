@@ -312,6 +312,7 @@ SECTIONS: tuple[Section, ...] = (
     families.calibration_report.MFU,
     families.inference_report.KINDS,
     families.training_report.TRAINING,
+    families.training_report.TIME_TO_ACCURACY,
     families.memory_report.METHODS,
     families.validation_report.VALIDATION,
     families.distributed_report.DISTRIBUTED,

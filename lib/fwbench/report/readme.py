@@ -21,6 +21,7 @@ import pandas as pd
 from fwbench.pipeline import environment
 from fwbench.pipeline.trial import write_text_atomic
 from fwbench.report import family_reports, sections
+from fwbench.report.family_reports import inference_three_way
 from fwbench.report.sections import markdown_table, notes_part, read_table
 from fwbench.vocab import (
     model_label,
@@ -251,7 +252,9 @@ def results_block(
     if progress:
         parts.append(progress)
     if brief:
-        parts += inference_part(matrix, report_link)
+        # a three-way campaign's front page is its three ways, not its JAX ÷ PyTorch matrix
+        three_way = inference_three_way.readme_lines(read_table(tables, "three_way"), report_link)
+        parts += three_way or inference_part(matrix, report_link)
         parts += notes_part(content, "trust", "How far these ratios can be trusted", report_link)
         # the front page names no run: the report it links to does
         return NAMED_RUN.sub("the newest run", "\n\n".join(parts))

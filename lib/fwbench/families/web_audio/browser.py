@@ -151,8 +151,12 @@ def run_page(
     min_iters: int,
     min_seconds: float,
     warmup: int = 3,
+    *,
+    dims: tuple[int, ...] | None = None,
 ) -> RuntimeResult:
     """One runtime at one thread count in a fresh page; the output read back from ``out``.
+    ``dims`` is the input's shape (Whisper's log-mel window); without it the input is one row
+    of audio, (1, samples).
 
     A page that crashes or never finishes is this runtime's ``failed`` row, not the end of the
     others; so is a page whose onnxruntime-web ran fewer WASM threads than asked."""
@@ -160,6 +164,8 @@ def run_page(
         f"runtime={runtime}&threads={threads}&model=/files/{model}&input=/files/{audio}"
         f"&out={out.name}&min_iters={min_iters}&min_seconds={min_seconds}&warmup={warmup}"
     )
+    if dims:
+        query += "&dims=" + ",".join(str(int(d)) for d in dims)
     base = {"browser": browser.name, "browser_version": browser.version}
     try:
         result = browser.result(f"{base_url}/page/index.html?{query}", PAGE_TIMEOUT_S)
@@ -223,7 +229,7 @@ def is_software_adapter(adapter: dict) -> bool:
 
 SOFTWARE_WEBGPU_SKIP = (
     "WebGPU runs on a software adapter here ({adapter}), about 100x slower than WASM: "
-    "run it at model_size tiny, for correctness"
+    "run it with wav2vec2 at model_size tiny, for correctness"
 )
 
 
@@ -238,10 +244,12 @@ def bench(
     name: str = "chromium",
     warmup: int = 3,
     software_webgpu: bool = True,
+    dims: dict[str, tuple[int, ...]] | None = None,
 ) -> tuple[list[RuntimeResult], dict]:
     """The capabilities of browser ``name``, then every ``(runtime, threads, audio file)`` of
     ``runs`` in that one browser, each in a page of its own; outputs are read back from
-    ``files/out_<browser>_<runtime>_<threads>_<audio>.f32``.
+    ``files/out_<browser>_<runtime>_<threads>_<audio>.f32``. ``dims`` maps an input file to
+    its shape where it is not one row of audio.
 
     WebGPU on a software adapter (a CPU rasteriser) is a correctness check, not a timing: it
     gets no warm-up and at most two timed calls, and ``software_webgpu=False`` skips it (one call
@@ -261,7 +269,10 @@ def bench(
                         continue
                     settings = (min(min_iters, 2), 0.0, 0)
                 out = files / f"out_{name}_{runtime}_{threads}_{Path(audio).stem}.f32"
-                results.append(run_page(b, url, runtime, threads, model, audio, out, *settings))
+                shape = (dims or {}).get(audio)
+                results.append(
+                    run_page(b, url, runtime, threads, model, audio, out, *settings, dims=shape)
+                )
             return results, caps
 
     return on_own_thread(go)
@@ -321,15 +332,39 @@ CAPABILITIES_JS = """async () => {
 }"""
 
 
-def stream(base_url: str, wav: Path, model: str, threads: int, chunks: int) -> dict:
-    """Stream ``wav`` through Chromium's fake microphone into the model, a second at a time.
+# what each browser's fake microphone plays into getUserMedia; WebKitGTK's is not driven yet
+FAKE_MICROPHONES = {
+    "chromium": "a WAV of the same signal (Chromium's fake capture device)",
+    "firefox": "Firefox's own fake capture device (a tone, not the signal)",
+}
 
-    A browser of its own: the fake capture device is a launch flag. Returns the page's result:
-    per chunk the model's latency, the wait before it started and the chunks queued behind it."""
-    return on_own_thread(_stream, base_url, wav, model, threads, chunks)
+
+def no_stream(name: str) -> str | None:
+    """Why the streaming page cannot run in browser ``name``; None where it can."""
+    if name in FAKE_MICROPHONES:
+        return None
+    return (
+        "streaming needs a fake microphone: fwbench drives Chromium's (a WAV) and Firefox's (a "
+        f"tone), not {name}'s"
+    )
 
 
-def _stream(base_url: str, wav: Path, model: str, threads: int, chunks: int) -> dict:
+def stream(
+    base_url: str, wav: Path, model: str, threads: int, chunks: int, name: str = "chromium"
+) -> dict:
+    """Stream audio from browser ``name``'s fake microphone into the model, a second at a time:
+    ``wav`` in Chromium, the browser's own tone in Firefox (``FAKE_MICROPHONES``).
+
+    A browser of its own: Chromium's fake capture device is a launch flag. Returns the page's
+    result: per chunk the model's latency, the wait before it started and the chunks queued
+    behind it."""
+    why = no_stream(name)
+    if why:
+        raise drivers.DriverError(why)
+    return on_own_thread(_stream, base_url, wav, model, threads, chunks, name)
+
+
+def _stream(base_url: str, wav: Path, model: str, threads: int, chunks: int, name: str) -> dict:
     fake_microphone = (
         "--use-fake-ui-for-media-stream",
         "--use-fake-device-for-media-stream",
@@ -337,11 +372,42 @@ def _stream(base_url: str, wav: Path, model: str, threads: int, chunks: int) -> 
         "--autoplay-policy=no-user-gesture-required",
     )
     url = f"{base_url}/page/stream.html?threads={threads}&model=/files/{model}&chunks={chunks}"
-    with drivers.launch("chromium", chromium_args=fake_microphone) as browser:
+    args = fake_microphone if name == "chromium" else ()
+    with drivers.launch(name, chromium_args=args) as browser:
         # the fake microphone plays in real time: a page still waiting long after the last
         # chunk should have arrived is stuck, not slow
         result = browser.result(url, min(PAGE_TIMEOUT_S, 60 + 30 * chunks))
-        return {**result, "browser_version": browser.version}
+        return {
+            **result,
+            "browser": name,
+            "browser_version": browser.version,
+            "source": FAKE_MICROPHONES[name],
+        }
+
+
+def add_stream_records(rec, streamed: dict) -> dict | None:
+    """The records of one streamed run (``stream``'s result) in ``rec``: the chunks' latency
+    p50 and the stream's real-time factor, or the failure; returns the summary (None on failure)."""
+    extra = {"streaming": True, "browser": streamed.get("browser", "chromium")}
+    if streamed["status"] != "ok":
+        rec.add(
+            "chunk_latency_p50_ms", None, "ms", framework="ort-web-wasm", status="failed",
+            error=streamed.get("reason"), extra=extra,
+        )  # fmt: skip
+        return None
+    summary = stream_summary(streamed)
+    extra.update(
+        per_chunk=streamed["chunks"],
+        browser_version=streamed["browser_version"],
+        source=streamed.get("source", ""),
+        **summary,
+    )
+    rec.add(
+        "chunk_latency_p50_ms", summary["chunk_latency_p50_ms"], "ms", framework="ort-web-wasm",
+        n=summary["chunks"], extra=extra,
+    )  # fmt: skip
+    rec.add("stream_rtf", summary["stream_rtf"], "ratio", framework="ort-web-wasm", extra=extra)
+    return summary
 
 
 def stream_summary(result: dict, chunk_seconds: float = 1.0) -> dict:

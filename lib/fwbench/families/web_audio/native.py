@@ -1,15 +1,19 @@
 """The runtimes of the web-audio family, and the three that run in this process: PyTorch eager,
-JAX jit and native ONNX Runtime. Each is timed the same way (``measure.timing.measure_latency``:
-every call synced and timed alone, warm-up until stable, then a minimum count and duration) on the
-same fp32 audio, and its output kept for the agreement with PyTorch.
+JAX under jit (wav2vec2's Flax twin, or PyTorch's own module through torchax where a model has no
+twin) and native ONNX Runtime. Before anything is timed, the JAX side is proven in float64
+against PyTorch (``twin_parity``, ``torchax_parity``). Each is timed the same way
+(``measure.timing.measure_latency``: every call synced and timed alone, warm-up until stable,
+then a minimum count and duration) on the same fp32 input, and its output kept for the agreement
+with PyTorch.
 
-``load_s`` is what a user waits before the first call can start (building the session; for JAX
-nothing, since tracing happens in the first call), ``first_call_s`` the first call itself
-(compilation included).
+``load_s`` is what a user waits before the first call can start (building the session; for the
+Flax twin nothing, since tracing happens in the first call; through torchax, turning the module
+into a JAX function), ``first_call_s`` the first call itself (compilation included).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,3 +140,79 @@ def run_onnxruntime(
         output=call(None)[0],
         details={"onnxruntime": ort.__version__, "threads": threads},
     )
+
+
+def run_torchax(model, x: np.ndarray, rule: StopRule) -> RuntimeResult:
+    """JAX without a twin: PyTorch's own module as a JAX function of its weights (torchax), under
+    ``jax.jit``; ``load_s`` is the extraction of the function and the weights' placement."""
+    import jax
+
+    from fwbench.models import torchax_bridge
+    from fwbench.models.speech import last_hidden_state
+
+    start = time.perf_counter()
+    weights, fn = torchax_bridge.jax_function(last_hidden_state(model))
+    forward = jax.jit(fn)
+    weights = jax.block_until_ready(jax.device_put(weights))
+    load = time.perf_counter() - start
+    x = jax.device_put(x[None])
+
+    def call(_):
+        return forward(weights, x)
+
+    first, samples = _timed(call, jax.block_until_ready, rule)
+    return RuntimeResult(
+        "jax",
+        load_s=load,
+        first_call_s=first,
+        latency_ms=samples,
+        output=np.asarray(call(None))[0],
+        details={
+            "jax": jax.__version__,
+            "mode": "torchax",
+            "torchax": importlib.metadata.version("torchax"),
+        },
+    )
+
+
+def twin_parity(torch_model, flax_model, audio: np.ndarray) -> float:
+    """max |Δ| / max |PyTorch| of the Flax twin against PyTorch, both in float64 on ``audio``;
+    the torch model is back in float32 afterwards."""
+    import jax
+    import torch
+    from flax import nnx
+
+    from fwbench.measure.precision import cast_floating
+
+    x = audio[None].astype(np.float64)
+    try:
+        with torch.inference_mode():
+            reference = torch_model.double()(torch.from_numpy(x)).last_hidden_state.numpy()
+    finally:
+        torch_model.float()
+    with jax.enable_x64(True):
+        graphdef, state = nnx.split(flax_model)
+        twin = nnx.merge(graphdef, cast_floating(state, np.float64))
+        ours = np.asarray(twin(x))
+    return agreement(ours, reference)[1]
+
+
+def torchax_parity(torch_model, x: np.ndarray) -> float:
+    """max |Δ| / max |PyTorch| of PyTorch's module through torchax against PyTorch eager, both in
+    float64 (JAX's 64-bit mode on for the proof alone); the torch model is back in float32
+    afterwards."""
+    import jax
+    import torch
+
+    from fwbench.models import torchax_bridge
+    from fwbench.models.speech import last_hidden_state
+
+    was = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        return torchax_bridge.float64_agreement(
+            last_hidden_state(torch_model), torch.from_numpy(x[None].copy())
+        )
+    finally:
+        jax.config.update("jax_enable_x64", was)
+        torch_model.float()

@@ -24,6 +24,7 @@ import pandas as pd
 from fwbench.measure import verdicts
 from fwbench.measure.stats import ratio_ci
 from fwbench.report import charts, tables, why
+from fwbench.report.sections import markdown_table
 from fwbench.report.items import (
     Each,
     Figure,
@@ -215,6 +216,43 @@ def headline_words(matrix: pd.DataFrame) -> list[str]:
             f"twin ÷ torchax throughput ({group.design.iloc[0]}): " + "; ".join(parts) + "."
         )
     return lines
+
+
+# the README's two questions, each a pair of the three-way table
+README_PAIRS = (
+    (PORT, "what the port buys on XLA; above 1 the Flax twin is faster"),
+    ("torchax ÷ PyTorch", "PyTorch's own graph on XLA against PyTorch; above 1 torchax is faster"),
+)
+
+
+def readme_lines(table: pd.DataFrame, report_link: str) -> list[str]:
+    """The README's three-way headline from the report's ``three_way`` table: per pair, setting
+    and design, a table of models by batch size, each ratio with its 95% interval and, where no
+    arm is faster, its verdict."""
+    if table.empty or "pair" not in table:
+        return []
+    lines = []
+    for pair, meaning in README_PAIRS:
+        rows = table[table.pair == pair]
+        for (device, precision, threads, design), group in rows.groupby(
+            ["device_name", "precision", "threads", "design"], sort=True
+        ):
+            batches = sorted(group.batch_size.unique())
+            body = []
+            for model, by_model in group.groupby("model", sort=True):
+                cells = {int(r.batch_size): _ratio_words(r) for r in by_model.itertuples()}
+                body.append([model_label(model), *[cells.get(int(b), "") for b in batches]])
+            lines += [
+                f"{pair} throughput, {setting_words(precision, threads)} on {device}, 95% "
+                f"intervals, design {design} ({meaning}; [report]({report_link})):",
+                markdown_table(["model", *[f"batch {int(b)}" for b in batches]], body),
+            ]
+    return lines
+
+
+def _ratio_words(r) -> str:
+    text = f"{r.ratio:.2f}× [{r.ci_low:.2f}, {r.ci_high:.2f}]"
+    return text if isinstance(r.faster, str) and r.faster else f"{text} ({r.verdict})"
 
 
 @per_analysis

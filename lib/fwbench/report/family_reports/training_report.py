@@ -1,5 +1,6 @@
 """Training (11_training): speed with every step synced, the float64 parity of the two frameworks'
-steps and convergence on the same batches.
+steps and convergence on the same batches; and time to accuracy (15_time_to_accuracy,
+``training_tta``).
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fwbench.report import charts, sentences, tables
+from fwbench.report.family_reports import training_tta
 from fwbench.report.items import (
     Figure,
     Note,
@@ -344,4 +346,6 @@ TRAINING = Section(
 )
 
 
-SECTIONS = (TRAINING,)
+TIME_TO_ACCURACY = training_tta.SECTION
+
+SECTIONS = (TRAINING, TIME_TO_ACCURACY)

@@ -47,13 +47,16 @@ def _web_audio_notes(analysis) -> list:
 
 WEB_AUDIO = Section(
     "Web audio",
-    "One wav2vec2 speech encoder (random weights from transformers' config) on the same audio "
+    "Speech encoders (random weights from transformers' configs: wav2vec2, and Whisper's "
+    "encoder, which hears a 30 s log-mel window whatever the audio's length) on the same audio "
     "in PyTorch eager, JAX jit, native ONNX Runtime and onnxruntime-web in the browsers that "
-    "ran (Chromium, Firefox ESR, WebKitGTK; 14_web_audio). The real-time factor is the median latency / the audio's seconds: below "
-    "1 keeps up with a microphone. Every runtime's output is held to PyTorch's on the same "
-    "fp32 input (max |diff| / max |PyTorch|, sanity bound 1e-4); the Flax twin's float64 "
-    "proof is the gate. All runtimes of a thread count share one cell, timed one after the "
-    "other in a single trial, so these ratios carry no interval and no A/A check.",
+    "ran (Chromium, Firefox ESR, WebKitGTK; 14_web_audio). The real-time factor is the median "
+    "latency / the audio's seconds: below 1 keeps up with a microphone. Every runtime's output "
+    "is held to PyTorch's on the same fp32 input (max |diff| / max |PyTorch|, sanity bound "
+    "1e-4); JAX's float64 proof (wav2vec2's Flax twin, Whisper's module through torchax) is the "
+    "gate. All runtimes of a thread count share one cell, timed one after the other; the "
+    "browser-versus-native ratios carry intervals where the campaign repeated its cells as "
+    "interleaved trials.",
     (
         Each(_web_audio_notes),
         Figure(

@@ -1,6 +1,7 @@
 // One runtime, one thread count, one audio file: load the model, time its calls, post the
 // output back as raw float32. Query: runtime (none: do nothing), threads, model, input, out,
-// min_iters, min_seconds, warmup (calls after the first, untimed).
+// min_iters, min_seconds, warmup (calls after the first, untimed), dims (the input's shape,
+// comma-separated; without it one row of audio, [1, samples]).
 const query = new URLSearchParams(location.search);
 const runtime = query.get("runtime");
 const threads = Number(query.get("threads") || "1");
@@ -83,7 +84,11 @@ async function main() {
     result.ort_version = ort.env.versions ? ort.env.versions.web : "";
     result.num_threads = ort.env.wasm.numThreads;
     const audio = new Float32Array(await bytes(query.get("input")));
-    const feeds = { [session.inputNames[0]]: new ort.Tensor("float32", audio, [1, audio.length]) };
+    const dims = query.get("dims") ? query.get("dims").split(",").map(Number) : [1, audio.length];
+    if (dims.reduce((a, b) => a * b, 1) !== audio.length) {
+      throw new Error(`input of ${audio.length} values does not fill dims ${dims}`);
+    }
+    const feeds = { [session.inputNames[0]]: new ort.Tensor("float32", audio, dims) };
     let t0 = performance.now();
     let outputs = await session.run(feeds);
     result.first_call_s = (performance.now() - t0) / 1000;

@@ -1,0 +1,232 @@
+"""Time to accuracy (15_time_to_accuracy): each framework's best learning rate and batch size from
+the same search, its seconds to the target on other data orders, and JAX ÷ PyTorch through the
+verdicts' estimator with those data orders as rounds (nested in runs; one run calls no winner).
+"""
+
+from __future__ import annotations
+
+import math
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from fwbench.measure import verdicts
+from fwbench.report import tables
+from fwbench.report.items import Each, Figure, Note, Section, Table, literal, nonempty, per_analysis
+from fwbench.report.items import records as sources
+from fwbench.vocab import framework_label, model_label
+
+SEARCH, TTA = "search_score_s", "time_to_accuracy_s"
+
+
+EXTRA = ["lr", "reached", "best_top1", "compile_s", "target", "replicate", "search_trial", "losses"]
+
+
+def _rows(meas: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The family's records of ``metric`` with the attempt's details as columns."""
+    return tables.extra_columns(
+        meas[(meas.family == "training") & (meas.metric == metric)], EXTRA
+    )
+
+
+def best_table(meas: pd.DataFrame) -> pd.DataFrame:
+    """Per model and framework: the search's best learning rate and batch size, and at them the
+    median seconds to the target over the data orders, how many reached it, the compile."""
+    found = _rows(meas, TTA)
+    searched = _rows(meas, SEARCH)
+    if found.empty:
+        return pd.DataFrame()
+    out = []
+    for (model, framework), group in found.groupby(["model", "framework"], sort=True):
+        best = group.extra.iloc[0].get("best") or {}
+        tried = searched[(searched.model == model) & (searched.framework == framework)]
+        reached = group[group.status == "ok"]
+        out.append(
+            {
+                "model": model,
+                "framework": framework,
+                "target_top1": float(group.target.iloc[0]),
+                "best_lr": best.get("lr"),
+                "best_batch_size": best.get("batch_size"),
+                "search_trials": len(tried),
+                "search_reached": int(tried.reached.fillna(False).astype(bool).sum()),
+                "replicates": len(group),
+                "reached": len(reached),
+                "tta_median_s": float(reached.value.median()) if len(reached) else np.nan,
+                "tta_min_s": float(reached.value.min()) if len(reached) else np.nan,
+                "tta_max_s": float(reached.value.max()) if len(reached) else np.nan,
+                "compile_s": float(group.compile_s.median()),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def tta_rounds(meas: pd.DataFrame) -> pd.DataFrame:
+    """The verdicts' rounds of JAX against PyTorch: one per run, model and data order both
+    frameworks reached the target in, ``y`` the log of JAX's seconds over PyTorch's."""
+    rows = _rows(meas, TTA)
+    if rows.empty:
+        return pd.DataFrame(columns=list(verdicts.COLUMNS))
+    rows = rows.assign(arm=rows.framework, trial=rows.replicate)
+    return tables.arm_rounds(
+        rows,
+        ["model"],
+        [("torch", "jax")],
+        lambda key, _a, _b: key[0],
+        lambda torch_s, jax_s: math.log(jax_s / torch_s),
+    )
+
+
+def tta_verdicts(meas: pd.DataFrame) -> pd.DataFrame:
+    """JAX ÷ PyTorch seconds to the target per model (above 1: JAX takes longer), the data
+    orders as rounds, with the interval, design and verdict; and the two best learning rates."""
+    found = tables.estimated(tta_rounds(meas), imported=None)
+    best = best_table(meas)
+    out = []
+    for model, (e, v) in sorted(found.items()):
+        faster = {verdicts.FASTER_B: "PyTorch", verdicts.FASTER_A: "JAX"}.get(v.verdict, "")
+        lrs = best[best.model == model].set_index("framework").best_lr
+        out.append(
+            {
+                "model": model,
+                "jax_over_torch_s": e.ratio,
+                "ci_low": e.low,
+                "ci_high": e.high,
+                "design": e.design.replace("rounds", "data orders"),
+                "faster": faster,
+                "verdict": "faster" if faster else v.verdict,
+                "best_lr_jax_over_torch": float(lrs.get("jax", np.nan) / lrs.get("torch", np.nan)),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def sentences(meas: pd.DataFrame) -> list[str]:
+    lines = []
+    best = best_table(meas)
+    for r in tta_verdicts(meas).itertuples():
+        rows = best[best.model == r.model].set_index("framework")
+        words = (
+            f"{r.faster} reaches it sooner"
+            if r.faster
+            else {"equivalent": "equivalent within ±5%"}.get(r.verdict, r.verdict)
+        )
+        lines.append(
+            f"{model_label(r.model)} to {rows.target_top1.iloc[0]:g}% validation top-1: JAX "
+            f"takes {r.jax_over_torch_s:.2f}× PyTorch's seconds [{r.ci_low:.2f}, "
+            f"{r.ci_high:.2f}] ({r.design}), {words}; best learning rates "
+            + ", ".join(
+                f"{framework_label(f)} {rows.best_lr[f]:.3g} at batch {int(rows.best_batch_size[f])}"
+                for f in rows.index
+            )
+            + f" (JAX ÷ PyTorch {r.best_lr_jax_over_torch:.2f})."
+        )
+    return lines
+
+
+def search_chart(meas: pd.DataFrame) -> alt.FacetChart:
+    rows = _rows(meas, SEARCH)
+    data = pd.DataFrame(
+        {
+            "model_label": rows.model.map(model_label),
+            "framework": rows.framework.map(framework_label),
+            "lr": rows.lr.astype(float),
+            "batch": rows.batch_size.astype(int).astype(str),
+            "score_s": rows.value.astype(float),
+            "reached": rows.reached.map({True: "reached", False: "missed"}),
+        }
+    )
+    return (
+        alt.Chart(data)
+        .mark_point(filled=True, size=60)
+        .encode(
+            x=alt.X("lr:Q", scale=alt.Scale(type="log"), title="learning rate"),
+            y=alt.Y("score_s:Q", scale=alt.Scale(type="log"), title="search score (s)"),
+            color=alt.Color("framework:N"),
+            shape=alt.Shape("reached:N", title="target"),
+            tooltip=["model_label", "framework", "lr", "batch", "score_s", "reached"],
+        )
+        .facet(column=alt.Column("model_label:N", title=None))
+    )
+
+
+def loss_chart(meas: pd.DataFrame) -> alt.FacetChart:
+    rows = _rows(meas, TTA)
+    data = pd.DataFrame(
+        [
+            {"model_label": model_label(r.model), "framework": framework_label(r.framework),
+             "order": f"{framework_label(r.framework)} · order {r.replicate}", "step": i + 1,
+             "loss": loss}
+            for r in rows.itertuples()
+            for i, loss in enumerate(r.losses or [])
+        ]  # fmt: skip
+    )
+    return (
+        alt.Chart(data)
+        .mark_line(opacity=0.7)
+        .encode(
+            x=alt.X("step:Q", title="step"),
+            y=alt.Y("loss:Q", scale=alt.Scale(type="log"), title="training loss"),
+            color=alt.Color("framework:N"),
+            detail="order:N",
+        )
+        .facet(column=alt.Column("model_label:N", title=None))
+    )
+
+
+@per_analysis
+def best(analysis) -> pd.DataFrame:
+    return best_table(analysis.meas)
+
+
+@per_analysis
+def compared(analysis) -> pd.DataFrame:
+    return tta_verdicts(analysis.meas)
+
+
+SECTION = Section(
+    "Time to accuracy",
+    "How many seconds of training each framework needs to reach a validation accuracy, at the "
+    "learning rate and batch size its own search found soonest (Optuna's TPE sampler, the same "
+    "seed and number of trials for both, every attempt from the same initial weights), then "
+    "at that configuration on other data orders. The clock holds training only (batches and "
+    "steps); evaluations and JAX's compile are off it. The target is on the validation split "
+    "the search read: a tuned time to accuracy, not a held-out test.",
+    (
+        Each(lambda a: [Note(literal(t)) for t in sentences(a.meas)]),
+        Figure(
+            "tta_search",
+            "The search",
+            "Each search attempt's score (seconds to the target; a miss penalised) against its "
+            "learning rate, per model and framework.",
+            lambda a: search_chart(a.meas),
+        ),
+        Table(
+            "tta_best",
+            "Per model and framework: the best configuration, and at it the seconds to the "
+            "target over the data orders (median, min, max of those that reached it), with "
+            "JAX's compile of the step (off the clock).",
+            best,
+            sources("training", [TTA, SEARCH]),
+        ),
+        Table(
+            "tta_verdicts",
+            "JAX ÷ PyTorch seconds to the target (above 1: JAX takes longer), data orders as "
+            "rounds nested in runs, through the verdicts' estimator; and the ratio of the two "
+            "best learning rates (1: the same function wants the same rate).",
+            compared,
+            sources("training", [TTA]),
+            when=nonempty(compared),
+        ),
+        Figure(
+            "tta_losses",
+            "Training loss at the best configuration",
+            "Per step, each data order's training loss until it reached the target.",
+            lambda a: loss_chart(a.meas),
+        ),
+    ),
+    when=nonempty(best),
+    name="time_to_accuracy",
+)
+

@@ -1,0 +1,110 @@
+"""Time to accuracy: an attempt's clock and target on real trainers (ResNet-18 at 32 px on
+digits), the search's shared first draws, the notebook through the runner for both frameworks,
+and the report's tables and verdicts on its records."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fwbench.data import batches
+from fwbench.families.training import tuning
+from fwbench.report.family_reports import training_tta
+from tests.conftest import REPO, run_cli
+
+RECORDS_MIME = "application/vnd.fwbench.records+json"
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return batches.load("digits", 32)
+
+
+def test_a_miss_scores_worse_than_the_seconds_it_spent():
+    reached = tuning.Attempt("torch", 0.1, 64, 0, 90.0, seconds=12.0)
+    reached.evals = [{"step": 10, "epoch": 0.5, "seconds": 12.0, "val_top1": 91.0}]
+    assert reached.score() == 12.0 and reached.reached
+    missed = tuning.Attempt("torch", 0.1, 64, 0, 90.0)
+    missed.evals = [{"step": 10, "epoch": 0.5, "seconds": 5.0, "val_top1": 45.0}]
+    assert not missed.reached and missed.best_top1 == 45.0
+    assert missed.score() == pytest.approx(5.0 * (tuning.MISS_FACTOR + 0.5))
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_an_attempt_stops_at_the_target_with_its_clock_on_training_only(digits, framework):
+    make = tuning.trainer_factory("resnet18", framework, digits, seed=0)
+    common = {"lr": 0.05, "batch_size": 64, "seed": 1, "evals_per_epoch": 4}
+    found = tuning.run_attempt(make, digits, target=50.0, max_epochs=2, **common)
+    assert found.framework == framework
+    assert found.reached and found.best_top1 >= 50.0
+    assert found.seconds == found.evals[-1]["seconds"] > 0
+    times = [e["seconds"] for e in found.evals]
+    assert times == sorted(times) and len(set(times)) == len(times)
+    assert len(found.losses) == found.steps == found.evals[-1]["step"]
+    assert all(np.isfinite(found.losses))
+    assert (found.compile_s > 0) == (framework == "jax")  # JAX's step compiled off the clock
+    # an unreachable target runs every epoch and misses
+    missed = tuning.run_attempt(make, digits, target=100.0, max_epochs=1, **common)
+    assert not missed.reached and missed.evals[-1]["epoch"] == 1.0
+    assert missed.score() > 2 * missed.spent_s
+    with pytest.raises(ValueError, match="validation top-1"):
+        tuning.run_attempt(make, digits, target=0.0, max_epochs=1, **common)
+
+
+def test_both_frameworks_search_from_the_same_first_draws():
+    def attempt_at(speed):
+        def run(lr, batch_size):
+            found = tuning.Attempt("x", lr, batch_size, 0, 90.0, seconds=speed * abs(np.log(lr)))
+            found.evals = [{"step": 1, "epoch": 1, "seconds": found.seconds, "val_top1": 95}]
+            return found
+
+        return run
+
+    space = {"trials": 6, "seed": 3, "lr_range": (1e-3, 1.0), "batch_sizes": [32, 64]}
+    slow = tuning.search(attempt_at(5.0), **space)
+    fast = tuning.search(attempt_at(1.0), **space)
+    first = [(a.lr, a.batch_size) for a in slow.attempts[:2]]  # the random third of 6 trials
+    assert first == [(a.lr, a.batch_size) for a in fast.attempts[:2]]
+    best = min(slow.attempts, key=tuning.Attempt.score)
+    assert slow.best == {"lr": best.lr, "batch_size": best.batch_size}
+    assert len(slow.attempts) == 6
+    with pytest.raises(ValueError, match="0 < low < high"):
+        tuning.search(attempt_at(1.0), **{**space, "lr_range": (0.1, 0.01)})
+
+
+@pytest.mark.slow
+def test_the_notebook_tunes_both_frameworks_and_the_report_compares_them(tmp_path):
+    campaign = tmp_path / "tta.yaml"
+    campaign.write_text(
+        f"campaign: tta_test\nsteps:\n  - notebook: {REPO}/notebooks/15_time_to_accuracy\n"
+        "    params: {model: resnet18, target: 40.0, max_epochs: 1, evals_per_epoch: 4,\n"
+        "             search_trials: 2, seeds: 2, batch_sizes: [64], lr_range: [0.02, 0.1]}\n"
+        "    grid:\n      framework: [torch, jax]\n"
+    )
+    out = tmp_path / "out"
+    proc = run_cli("run", campaign, "--out", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = []
+    for executed in out.glob("tta_test/*/15_time_to_accuracy/*.ipynb"):
+        records += [
+            row
+            for cell in json.loads(executed.read_text())["cells"]
+            for output in cell.get("outputs", [])
+            for row in output.get("data", {}).get(RECORDS_MIME, [])
+        ]
+    meas = pd.DataFrame(records).assign(run_id="r1")
+    assert set(meas.family) == {"training"}
+    searched = meas[meas.metric == training_tta.SEARCH]
+    assert len(searched) == 4 and set(searched.framework) == {"torch", "jax"}
+    # the same seed: both frameworks' searches began at the same configuration
+    first = searched[[e["search_trial"] == 0 for e in searched.extra]]
+    assert len({e["lr"] for e in first.extra}) == 1
+    best = training_tta.best_table(meas).set_index("framework")
+    assert list(best.replicates) == [2, 2] and (best.reached == 2).all()
+    assert (best.tta_median_s > 0).all()
+    compared = training_tta.tta_verdicts(meas)
+    assert list(compared.model) == ["resnet18"]
+    assert compared.design.iloc[0] == "1 run × 2 data orders"
+    assert compared.verdict.iloc[0] == "within one run"
+    assert training_tta.sentences(meas)[0].startswith("ResNet-18 to 40% validation top-1: JAX")
