@@ -32,7 +32,8 @@
 # browser's start and software WebGPU's first call
 # (shader compilation, about 10 s). Software WebGPU (SwiftShader, a CPU rasteriser) is a
 # correctness check: no warm-up, at most two timed calls, and skipped above tiny. Base at 10 s
-# takes about 10 minutes per thread count; Whisper tiny's 30 s window is about 37 GFLOP a call.
+# takes about 10 minutes per thread count. Whisper costs the same at every audio length (its
+# 30 s window).
 
 # %% tags=["parameters"]
 model = "wav2vec2"  # one of: wav2vec2, whisper
@@ -154,7 +155,9 @@ onnx_path = (
     else None
 )
 # each browser that cannot run here, and why
-why_not = {name: browser.unavailable(root, name) for name in browsers if browser_runtimes or streaming}
+why_not = {
+    name: browser.unavailable(root, name) for name in browsers if browser_runtimes or streaming
+}
 results, references, runs, dims = [], {}, [], {}
 for seconds in audio_seconds:
     # what the encoder hears: the audio, or Whisper's log-mel window of it
@@ -279,10 +282,11 @@ alt.Chart(
 
 # %% [markdown]
 # ## Streaming, like a microphone
-# Each browser's fake capture device plays into `getUserMedia`: Chromium's a WAV of the same
-# signal, Firefox's its own tone (the latency does not depend on what is heard); an AudioWorklet
-# at 16 kHz posts one-second chunks, each run through the model (WASM) as it arrives. Per chunk:
-# latency, and how many chunks queued behind it (any backlog: it does not keep up). Streaming is
+# Chromium's fake capture device plays a WAV of the same signal through `getUserMedia`; an
+# AudioWorklet at 16 kHz posts one-second chunks, each run through the model (WASM) as it
+# arrives. Per chunk: latency, and how many chunks queued behind it (any backlog: it does not
+# keep up). The other browsers' rows are skipped with the reason (headless Firefox ESR's
+# AudioContext never starts here; WebKitGTK's fake microphone is not driven). Streaming is
 # wav2vec2's: Whisper's encoder hears a 30 s window, not a second.
 
 # %%

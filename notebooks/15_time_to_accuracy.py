@@ -123,8 +123,15 @@ for i, attempt in enumerate(found.attempts):
     )
 searched = pd.DataFrame(
     [
-        {"lr": a.lr, "batch": a.batch_size, "reached": a.reached, "seconds": a.seconds,
-         "best top-1": a.best_top1, "epochs": a.steps and a.evals[-1]["epoch"], "score": a.score()}
+        {
+            "lr": a.lr,
+            "batch": a.batch_size,
+            "reached": a.reached,
+            "seconds": a.seconds,
+            "best top-1": a.best_top1,
+            "epochs": a.steps and a.evals[-1]["epoch"],
+            "score": a.score(),
+        }
         for a in found.attempts
     ]  # fmt: skip
 )
@@ -149,9 +156,7 @@ replicates = [
 for attempt in replicates:
     missed = None
     if not attempt.reached:
-        missed = (
-            f"did not reach {target:g}% in {max_epochs} epochs (best {attempt.best_top1:.1f}%)"
-        )
+        missed = f"did not reach {target:g}% in {max_epochs} epochs (best {attempt.best_top1:.1f}%)"
     rec.add(
         "time_to_accuracy_s",
         attempt.seconds,
@@ -168,8 +173,9 @@ curves = pd.DataFrame(
         for i, loss in enumerate(a.losses)
     ]
 )
-alt.Chart(curves, title=f"{model} · {framework}: training loss at the best configuration").mark_line(
-).encode(x="step:Q", y=alt.Y("loss:Q", scale=alt.Scale(type="log")), color="order:N")
+alt.Chart(
+    curves, title=f"{model} · {framework}: training loss at the best configuration"
+).mark_line().encode(x="step:Q", y=alt.Y("loss:Q", scale=alt.Scale(type="log")), color="order:N")
 
 # %%
 pd.DataFrame([

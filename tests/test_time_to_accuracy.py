@@ -31,7 +31,7 @@ def test_a_miss_scores_worse_than_the_seconds_it_spent():
     assert missed.score() == pytest.approx(5.0 * (tuning.MISS_FACTOR + 0.5))
 
 
-@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("framework", ["torch"])  # JAX's attempts: the notebook test below
 def test_an_attempt_stops_at_the_target_with_its_clock_on_training_only(digits, framework):
     make = tuning.trainer_factory("resnet18", framework, digits, seed=0)
     common = {"lr": 0.05, "batch_size": 64, "seed": 1, "evals_per_epoch": 4}
@@ -79,7 +79,7 @@ def test_the_notebook_tunes_both_frameworks_and_the_report_compares_them(tmp_pat
     campaign.write_text(
         f"campaign: tta_test\nsteps:\n  - notebook: {REPO}/notebooks/15_time_to_accuracy\n"
         "    params: {model: resnet18, target: 40.0, max_epochs: 1, evals_per_epoch: 4,\n"
-        "             search_trials: 2, seeds: 2, batch_sizes: [64], lr_range: [0.02, 0.1]}\n"
+        "             search_trials: 1, seeds: 2, batch_sizes: [64], lr_range: [0.02, 0.1]}\n"
         "    grid:\n      framework: [torch, jax]\n"
     )
     out = tmp_path / "out"
@@ -96,7 +96,9 @@ def test_the_notebook_tunes_both_frameworks_and_the_report_compares_them(tmp_pat
     meas = pd.DataFrame(records).assign(run_id="r1")
     assert set(meas.family) == {"training"}
     searched = meas[meas.metric == training_tta.SEARCH]
-    assert len(searched) == 4 and set(searched.framework) == {"torch", "jax"}
+    assert len(searched) == 2 and set(searched.framework) == {"torch", "jax"}
+    compiles = {r.framework: r.extra["compile_s"] for r in searched.itertuples()}
+    assert compiles["jax"] > 0 and compiles["torch"] == 0  # JAX's step compiled off the clock
     # the same seed: both frameworks' searches began at the same configuration
     first = searched[[e["search_trial"] == 0 for e in searched.extra]]
     assert len({e["lr"] for e in first.extra}) == 1

@@ -44,12 +44,13 @@ def test_the_log_mel_window_pads_the_audio_and_refuses_longer():
     assert not np.allclose(short, longer)
     with pytest.raises(ValueError, match="longer than Whisper's 2 s window"):
         speech.log_mel(signals.synthetic_speech(2.5), WINDOW)
-    assert speech.model_input("wav2vec2", short[0]) is short[0]
+    audio = signals.synthetic_speech(0.5)
+    assert speech.model_input("wav2vec2", audio) is audio  # wav2vec2 hears the audio itself
 
 
 def test_unknown_speech_models_and_sizes_are_named():
     assert speech.check_size("base", "whisper").d_model == 512
-    with pytest.raises(ValueError, match="wav2vec2, whisper"):
+    with pytest.raises(ValueError, match="hubert"):
         speech.check_size("tiny", "hubert")
     with pytest.raises(ValueError, match="whisper size must be one of"):
         speech.check_size("large", "whisper")

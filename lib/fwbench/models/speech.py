@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fwbench.models.flax_wav2vec2 import SIZES, SpeechConfig
+from fwbench.models.flax_wav2vec2 import SIZES
 
 SAMPLE_RATE = 16_000
 SPEECH_MODELS = ("wav2vec2", "whisper")

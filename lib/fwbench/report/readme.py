@@ -204,6 +204,12 @@ def mfu_part(mfu: pd.DataFrame, section: dict | None, run_id: str, report_link: 
     ]
 
 
+def brief_ratios(tables: Path, matrix: pd.DataFrame, report_link: str) -> list[str]:
+    """The front page's ratios: a three-way campaign's three ways, else the JAX ÷ PyTorch matrix."""
+    three_way = inference_three_way.readme_lines(read_table(tables, "three_way"), report_link)
+    return three_way or inference_part(matrix, report_link)
+
+
 def results_block(
     campaign: str,
     report_dir: Path,
@@ -252,10 +258,10 @@ def results_block(
     if progress:
         parts.append(progress)
     if brief:
-        # a three-way campaign's front page is its three ways, not its JAX ÷ PyTorch matrix
-        three_way = inference_three_way.readme_lines(read_table(tables, "three_way"), report_link)
-        parts += three_way or inference_part(matrix, report_link)
-        parts += notes_part(content, "trust", "How far these ratios can be trusted", report_link)
+        three_way = brief_ratios(tables, matrix, report_link)
+        parts += three_way
+        if not read_table(tables, "three_way").size:  # a three-way front page cites its report
+            parts += notes_part(content, "trust", "How far these ratios can be trusted", report_link)
         # the front page names no run: the report it links to does
         return NAMED_RUN.sub("the newest run", "\n\n".join(parts))
     figure = Path(figures_dir) / "ratio_matrix.svg"

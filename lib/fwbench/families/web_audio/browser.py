@@ -332,28 +332,28 @@ CAPABILITIES_JS = """async () => {
 }"""
 
 
-# what each browser's fake microphone plays into getUserMedia; WebKitGTK's is not driven yet
-FAKE_MICROPHONES = {
-    "chromium": "a WAV of the same signal (Chromium's fake capture device)",
-    "firefox": "Firefox's own fake capture device (a tone, not the signal)",
+# what each browser's fake microphone plays into getUserMedia, where the streaming page runs
+FAKE_MICROPHONES = {"chromium": "a WAV of the same signal (Chromium's fake capture device)"}
+# why it does not run elsewhere: what was seen here
+NO_STREAM = {
+    "firefox": (
+        "headless Firefox ESR's AudioContext stays suspended here (resume() never settles, with "
+        "or without a null audio backend), so no chunk reaches the model"
+    ),
+    "webkit": "streaming needs a fake microphone, which fwbench does not drive in WebKitGTK",
 }
 
 
 def no_stream(name: str) -> str | None:
     """Why the streaming page cannot run in browser ``name``; None where it can."""
-    if name in FAKE_MICROPHONES:
-        return None
-    return (
-        "streaming needs a fake microphone: fwbench drives Chromium's (a WAV) and Firefox's (a "
-        f"tone), not {name}'s"
-    )
+    return None if name in FAKE_MICROPHONES else NO_STREAM.get(name, f"no streaming in {name}")
 
 
 def stream(
     base_url: str, wav: Path, model: str, threads: int, chunks: int, name: str = "chromium"
 ) -> dict:
-    """Stream audio from browser ``name``'s fake microphone into the model, a second at a time:
-    ``wav`` in Chromium, the browser's own tone in Firefox (``FAKE_MICROPHONES``).
+    """Stream audio from browser ``name``'s fake microphone into the model, a second at a time
+    (``wav`` in Chromium; ``FAKE_MICROPHONES`` lists where it runs, ``no_stream`` says why not).
 
     A browser of its own: Chromium's fake capture device is a launch flag. Returns the page's
     result: per chunk the model's latency, the wait before it started and the chunks queued

@@ -24,7 +24,6 @@ import pandas as pd
 from fwbench.measure import verdicts
 from fwbench.measure.stats import ratio_ci
 from fwbench.report import charts, tables, why
-from fwbench.report.sections import markdown_table
 from fwbench.report.items import (
     Each,
     Figure,
@@ -36,6 +35,7 @@ from fwbench.report.items import (
     per_analysis,
     records,
 )
+from fwbench.report.sections import markdown_table
 from fwbench.vocab import model_label, setting_words
 
 TORCHAX = ("jax", "torchax")

@@ -25,9 +25,7 @@ EXTRA = ["lr", "reached", "best_top1", "compile_s", "target", "replicate", "sear
 
 def _rows(meas: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The family's records of ``metric`` with the attempt's details as columns."""
-    return tables.extra_columns(
-        meas[(meas.family == "training") & (meas.metric == metric)], EXTRA
-    )
+    return tables.extra_columns(meas[(meas.family == "training") & (meas.metric == metric)], EXTRA)
 
 
 def best_table(meas: pd.DataFrame) -> pd.DataFrame:
@@ -155,9 +153,13 @@ def loss_chart(meas: pd.DataFrame) -> alt.FacetChart:
     rows = _rows(meas, TTA)
     data = pd.DataFrame(
         [
-            {"model_label": model_label(r.model), "framework": framework_label(r.framework),
-             "order": f"{framework_label(r.framework)} · order {r.replicate}", "step": i + 1,
-             "loss": loss}
+            {
+                "model_label": model_label(r.model),
+                "framework": framework_label(r.framework),
+                "order": f"{framework_label(r.framework)} · order {r.replicate}",
+                "step": i + 1,
+                "loss": loss,
+            }
             for r in rows.itertuples()
             for i, loss in enumerate(r.losses or [])
         ]  # fmt: skip
@@ -229,4 +231,3 @@ SECTION = Section(
     when=nonempty(best),
     name="time_to_accuracy",
 )
-
