@@ -261,7 +261,9 @@ def results_block(
         three_way = brief_ratios(tables, matrix, report_link)
         parts += three_way
         if not read_table(tables, "three_way").size:  # a three-way front page cites its report
-            parts += notes_part(content, "trust", "How far these ratios can be trusted", report_link)
+            parts += notes_part(
+                content, "trust", "How far these ratios can be trusted", report_link
+            )
         # the front page names no run: the report it links to does
         return NAMED_RUN.sub("the newest run", "\n\n".join(parts))
     figure = Path(figures_dir) / "ratio_matrix.svg"
