@@ -153,3 +153,19 @@ def test_the_headline_sentence_names_the_design_and_the_verdict():
     (line,) = three_way.headline_words(matrix)
     assert line.startswith("ResNet-50 on Test CPU in fp32 with 2 threads, the Flax twin ÷ torchax")
     assert "(3 runs × 6 rounds)" in line and line.count("the twin is faster") == 2
+
+
+def test_the_readme_quotes_the_port_and_torchax_against_pytorch_as_tables(tmp_path):
+    matrix = three_way.three_way_matrix(samples_frame(runs=3, rounds=6))
+    matrix.loc[0, ["faster", "verdict"]] = ["", verdicts.INCONCLUSIVE]  # one undecided pair
+    # as the README reads it back: the report's CSV, where an empty `faster` comes back as NaN
+    matrix.to_csv(tmp_path / "three_way.csv", index=False)
+    lines = three_way.readme_lines(pd.read_csv(tmp_path / "three_way.csv"), "r.md")
+    assert len(lines) == 4  # per pair: its sentence, then its table
+    assert lines[0].startswith("Flax twin ÷ torchax throughput, fp32 with 2 threads on Test CPU")
+    assert "design 3 runs × 6 rounds" in lines[0] and "[report](r.md)" in lines[0]
+    assert lines[1].splitlines()[0] == "| model | batch 1 | batch 8 |"
+    first, second = lines[1].splitlines()[2].split(" | ")[1:3]
+    assert first.endswith("(inconclusive)") and "(" not in second  # a winner needs no words
+    assert lines[2].startswith("torchax ÷ PyTorch throughput")
+    assert three_way.readme_lines(pd.DataFrame(), "r.md") == []
