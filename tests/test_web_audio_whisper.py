@@ -5,8 +5,6 @@ the notebook through the runner.
 A two-second window keeps these quick; it is not Whisper's (30 s), and the notebook names such a
 model apart. Browser tests skip or fail as in test_web_audio."""
 
-import json
-
 import numpy as np
 import pytest
 
@@ -14,7 +12,7 @@ from fwbench.families.web_audio import native, signals
 from fwbench.measure.timing import StopRule
 from fwbench.models import speech
 from tests.conftest import REPO, run_cli
-from tests.test_web_audio import FP32_BOUND, RECORDS_MIME, _browser_or_skip
+from tests.test_web_audio import FP32_BOUND, _browser_or_skip, _records
 
 QUICK = StopRule(min_iters=2, min_seconds=0.0)
 WINDOW = 2  # seconds: 200 log-mel frames, 100 encoder positions
@@ -112,13 +110,7 @@ def test_the_notebook_runs_whisper_on_every_runtime(tmp_path):
     out = tmp_path / "out"
     proc = run_cli("run", campaign, "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (executed,) = out.glob("web_audio_test/*/14_web_audio/*.ipynb")
-    records = [
-        row
-        for cell in json.loads(executed.read_text())["cells"]
-        for output in cell.get("outputs", [])
-        for row in output.get("data", {}).get(RECORDS_MIME, [])
-    ]
+    records = _records(out)
     assert {r["model"] for r in records} == {f"whisper_tiny_{WINDOW}s"}
     (parity,) = [r for r in records if r["metric"] == "fp64_output_parity_max_rel"]
     assert parity["status"] == "ok" and parity["value"] <= 1e-10 and parity["mode"] == "torchax"

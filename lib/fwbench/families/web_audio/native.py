@@ -92,26 +92,33 @@ def run_torch(model, audio: np.ndarray, rule: StopRule) -> RuntimeResult:
     )
 
 
+def _run_jitted(forward, weights, x: np.ndarray, rule: StopRule, load: float, details: dict):
+    """JAX's row: ``forward(weights, x)`` (jitted) timed on ``x`` with a batch axis of 1."""
+    import jax
+
+    x = jax.device_put(x[None])
+
+    def call(_):
+        return forward(weights, x)
+
+    first, samples = _timed(call, jax.block_until_ready, rule)
+    return RuntimeResult(
+        "jax",
+        load_s=load,
+        first_call_s=first,
+        latency_ms=samples,
+        output=np.asarray(call(None))[0],
+        details={"jax": jax.__version__, **details},
+    )
+
+
 def run_jax(model, audio: np.ndarray, rule: StopRule) -> RuntimeResult:
     import jax
     from flax import nnx
 
     graphdef, state = nnx.split(model)
     forward = jax.jit(lambda state, x: nnx.merge(graphdef, state)(x))
-    x = jax.device_put(audio[None])
-
-    def call(_):
-        return forward(state, x)
-
-    first, samples = _timed(call, jax.block_until_ready, rule)
-    return RuntimeResult(
-        "jax",
-        load_s=0.0,
-        first_call_s=first,
-        latency_ms=samples,
-        output=np.asarray(call(None))[0],
-        details={"jax": jax.__version__},
-    )
+    return _run_jitted(forward, state, audio, rule, 0.0, {})
 
 
 def run_onnxruntime(
@@ -152,27 +159,10 @@ def run_torchax(model, x: np.ndarray, rule: StopRule) -> RuntimeResult:
 
     start = time.perf_counter()
     weights, fn = torchax_bridge.jax_function(last_hidden_state(model))
-    forward = jax.jit(fn)
     weights = jax.block_until_ready(jax.device_put(weights))
     load = time.perf_counter() - start
-    x = jax.device_put(x[None])
-
-    def call(_):
-        return forward(weights, x)
-
-    first, samples = _timed(call, jax.block_until_ready, rule)
-    return RuntimeResult(
-        "jax",
-        load_s=load,
-        first_call_s=first,
-        latency_ms=samples,
-        output=np.asarray(call(None))[0],
-        details={
-            "jax": jax.__version__,
-            "mode": "torchax",
-            "torchax": importlib.metadata.version("torchax"),
-        },
-    )
+    details = {"mode": "torchax", "torchax": importlib.metadata.version("torchax")}
+    return _run_jitted(jax.jit(fn), weights, x, rule, load, details)
 
 
 def twin_parity(torch_model, flax_model, audio: np.ndarray) -> float:
