@@ -204,10 +204,14 @@ def mfu_part(mfu: pd.DataFrame, section: dict | None, run_id: str, report_link: 
     ]
 
 
-def brief_ratios(tables: Path, matrix: pd.DataFrame, report_link: str) -> list[str]:
-    """The front page's ratios: a three-way campaign's three ways, else the JAX ÷ PyTorch matrix."""
+def brief_ratios(content: dict, tables: Path, matrix: pd.DataFrame, report_link: str) -> list:
+    """The front page's ratios: a three-way campaign's three ways (its report has the trust
+    figures), else the JAX ÷ PyTorch matrix and how far it can be trusted."""
     three_way = inference_three_way.readme_lines(read_table(tables, "three_way"), report_link)
-    return three_way or inference_part(matrix, report_link)
+    if three_way:
+        return three_way
+    trust = notes_part(content, "trust", "How far these ratios can be trusted", report_link)
+    return inference_part(matrix, report_link) + trust
 
 
 def results_block(
@@ -258,12 +262,7 @@ def results_block(
     if progress:
         parts.append(progress)
     if brief:
-        three_way = brief_ratios(tables, matrix, report_link)
-        parts += three_way
-        if not read_table(tables, "three_way").size:  # a three-way front page cites its report
-            parts += notes_part(
-                content, "trust", "How far these ratios can be trusted", report_link
-            )
+        parts += brief_ratios(content, tables, matrix, report_link)
         # the front page names no run: the report it links to does
         return NAMED_RUN.sub("the newest run", "\n\n".join(parts))
     figure = Path(figures_dir) / "ratio_matrix.svg"
