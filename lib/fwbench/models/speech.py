@@ -40,7 +40,6 @@ class WhisperSize:
 WHISPER_SIZES = {"tiny": WhisperSize(384, 4, 6, 1536), "base": WhisperSize(512, 6, 8, 2048)}
 WHISPER_MELS = 80
 WHISPER_WINDOW_S = 30  # Whisper's own: every input is this long, padded with silence
-MEL_FRAMES_PER_S = 100  # the feature extractor's hop: 160 samples
 ENCODER_FRAMES_PER_S = 50  # the second convolution halves the frame rate
 
 
@@ -176,19 +175,3 @@ def model_input(model: str, audio, window_s: int = WHISPER_WINDOW_S):
     """What the encoder hears for ``audio``, without the batch axis: the audio itself (wav2vec2)
     or its log-mel window (Whisper)."""
     return audio if model == "wav2vec2" else log_mel(audio, window_s)
-
-
-def last_hidden_state(model):
-    """``model`` as a module whose one output is the last hidden state (a tensor, as ONNX export
-    and torchax want, rather than ``transformers``' output object)."""
-    import torch
-
-    class Encoder(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, x):
-            return self.inner(x).last_hidden_state
-
-    return Encoder(model).eval()

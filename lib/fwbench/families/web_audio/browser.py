@@ -372,8 +372,7 @@ def _stream(base_url: str, wav: Path, model: str, threads: int, chunks: int, nam
         "--autoplay-policy=no-user-gesture-required",
     )
     url = f"{base_url}/page/stream.html?threads={threads}&model=/files/{model}&chunks={chunks}"
-    args = fake_microphone if name == "chromium" else ()
-    with drivers.launch(name, chromium_args=args) as browser:
+    with drivers.launch(name, chromium_args=fake_microphone) as browser:
         # the fake microphone plays in real time: a page still waiting long after the last
         # chunk should have arrived is stuck, not slow
         result = browser.result(url, min(PAGE_TIMEOUT_S, 60 + 30 * chunks))

@@ -155,10 +155,10 @@ def run_torchax(model, x: np.ndarray, rule: StopRule) -> RuntimeResult:
     import jax
 
     from fwbench.models import torchax_bridge
-    from fwbench.models.speech import last_hidden_state
+    from fwbench.models.hf_models import LastHidden
 
     start = time.perf_counter()
-    weights, fn = torchax_bridge.jax_function(last_hidden_state(model))
+    weights, fn = torchax_bridge.jax_function(LastHidden(model).eval())
     weights = jax.block_until_ready(jax.device_put(weights))
     load = time.perf_counter() - start
     details = {"mode": "torchax", "torchax": importlib.metadata.version("torchax")}
@@ -195,13 +195,13 @@ def torchax_parity(torch_model, x: np.ndarray) -> float:
     import torch
 
     from fwbench.models import torchax_bridge
-    from fwbench.models.speech import last_hidden_state
+    from fwbench.models.hf_models import LastHidden
 
     was = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
     try:
         return torchax_bridge.float64_agreement(
-            last_hidden_state(torch_model), torch.from_numpy(x[None].copy())
+            LastHidden(torch_model).eval(), torch.from_numpy(x[None].copy())
         )
     finally:
         jax.config.update("jax_enable_x64", was)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fwbench.models.speech import INPUT_NAMES, SAMPLE_RATE, last_hidden_state
+from fwbench.models.speech import INPUT_NAMES, SAMPLE_RATE
 
 OUTPUT = "last_hidden_state"
 # wav2vec2's receptive field is 400 samples (25 ms); ten minutes is far beyond a chunk
@@ -21,11 +21,13 @@ def export_onnx(model, path: Path, example: np.ndarray, kind: str = "wav2vec2") 
     or Whisper's log-mel window), its one output the last hidden state."""
     import torch
 
+    from fwbench.models.hf_models import LastHidden
+
     dynamic = None
     if kind == "wav2vec2":
         dynamic = ({1: torch.export.Dim("samples", min=MIN_SAMPLES, max=MAX_SAMPLES)},)
     program = torch.onnx.export(
-        last_hidden_state(model),
+        LastHidden(model).eval(),
         (torch.from_numpy(np.asarray(example, np.float32)[None].copy()),),
         dynamo=True,
         verbose=False,  # its progress lines would fill every executed notebook
