@@ -48,6 +48,7 @@ from tqdm import tqdm
 from fwbench import vocab
 from fwbench.families.prediction import (
     dataset,
+    efficiency,
     epochs,
     forecast,
     frozen,
@@ -154,6 +155,34 @@ summary
 
 # %%
 predictor.error_table(pd.concat(scored)) if scored else "no hold-out scored"
+
+# %% [markdown]
+# ## Each op category's efficiency, from the per-op profiles
+# The profiles (`10_inference` with `profile`, e.g. `params/sweep_cpu_why.yaml`) say how long each
+# op category took in each model; its roofline time (FLOPs over the peak, output bytes over the
+# copy bandwidth) over that is its efficiency, at most 1
+# (`fwbench.families.prediction.efficiency`). A model nobody profiled is then priced op by op:
+# each category's roofline over its setting's efficiency, plus the time outside every op. Scored
+# on the lineage hold-out (efficiencies learned from the other lineages' profiles), beside the
+# predictor's fitted cost sum (`cost_mape_pct`) and its corrected prediction (`predicted_mape_pct`)
+# on the same rows. Nothing here feeds the predictor yet.
+
+# %%
+times = efficiency.build(db_file, tested, progress=lambda items: tqdm(items, desc="profiles"))
+per_category = efficiency.efficiencies(times)
+if len(per_category):
+    display(prediction_charts.efficiency_chart(per_category))
+per_category
+
+# %%
+per_op = efficiency.lineage_holdout(times, table)
+lineage_held = next((s for s in scored if s.holdout.iloc[0] == "lineage"), None)
+per_op_scores = efficiency.holdout_table(per_op, lineage_held) if len(per_op) else pd.DataFrame()
+for r in per_op_scores.itertuples():
+    extra = {"holdout": "lineage", "predictor": "per-op sum", "setting": r.setting}
+    for metric in ("mape_pct", "median_pct", "within_15pct", "within_20pct"):
+        rec.add(f"per_op_{metric}", getattr(r, f"per_op_{metric}"), "%", n=r.rows, extra=extra)
+per_op_scores if len(per_op_scores) else "no profiled setting to price the table's rows by"
 
 # %% [markdown]
 # ## Against the goals

@@ -34,3 +34,25 @@ def versus_chart(
         .encode(x=f"{measured}:Q", y=f"{measured}:Q")
     )
     return alt.layer(scatter, diagonal, data=points)
+
+
+def efficiency_chart(table: pd.DataFrame) -> alt.FacetChart:
+    """Each op category's efficiency (share of its roofline, log axis) per setting, one panel per
+    CPU, from ``efficiency.efficiencies``; the bar's tooltip names the rows behind it."""
+    bars = table[table.efficiency.notna()].assign(
+        setting=lambda t: t.framework + " " + t["mode"] + " · " + t.precision
+    )
+    return (
+        alt.Chart(bars)
+        .mark_bar()
+        .encode(
+            y=alt.Y("category:N", title=None),
+            yOffset=alt.YOffset("setting:N"),
+            x=alt.X(
+                "efficiency:Q", scale=alt.Scale(type="log", domainMax=1), title="share of roofline"
+            ),
+            color=alt.Color("setting:N"),
+            tooltip=["setting", "category", "efficiency", "rows", "models"],
+        )
+        .facet(row=alt.Row("device_name:N", title=None))
+    )

@@ -1,6 +1,6 @@
 """Training (11_training): speed with every step synced, the float64 parity of the two frameworks'
-steps and convergence on the same batches; and time to accuracy (15_time_to_accuracy,
-``training_tta``).
+steps and convergence on the same batches, a step's time over a forward's
+(``training_inference``); and time to accuracy (15_time_to_accuracy, ``training_tta``).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fwbench.report import charts, sentences, tables
-from fwbench.report.family_reports import training_tta
+from fwbench.report.family_reports import training_inference, training_tta
 from fwbench.report.items import (
     Figure,
     Note,
@@ -342,6 +342,7 @@ TRAINING = Section(
             records("training", CONVERGENCE_METRICS),
             when=nonempty(convergence_steps),
         ),
+        *training_inference.ITEMS,
     ),
 )
 
