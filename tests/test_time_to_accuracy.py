@@ -110,3 +110,8 @@ def test_the_notebook_tunes_both_frameworks_and_the_report_compares_them(tmp_pat
     assert compared.design.iloc[0] == "1 run × 2 data orders"
     assert compared.verdict.iloc[0] == "within one run"
     assert training_tta.sentences(meas)[0].startswith("ResNet-18 to 40% validation top-1: JAX")
+    # a second run pools with the first: each run's best, and the rounds nested in two runs
+    two = pd.concat([meas, meas.assign(run_id="r2")], ignore_index=True)
+    assert len(training_tta.best_table(two)) == 4
+    assert training_tta.tta_verdicts(two).design.iloc[0] == "2 runs × 2 data orders"
+    assert "each run's search in turn" in training_tta.sentences(two)[0]

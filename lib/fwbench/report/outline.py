@@ -377,11 +377,7 @@ def add_section(
 def summarise(content: ReportContent, analysis: Analysis) -> None:
     """The executive summary, methodology and limitations."""
     a = analysis
-    training = training_report.training_sentences(
-        training_report.matrix(a),
-        training_report.parity_checks(a),
-        training_report.convergence_checks(a),
-    )
+    training = training_report.summary_sentences(a)
     content.summary = sentences.executive_summary(
         a.matrix,
         a.kind_table,

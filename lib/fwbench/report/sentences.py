@@ -398,7 +398,7 @@ def executive_summary(
     if not matrix.empty:
         compared = set(matrix.comparison)
         sentences += [tally_sentence(matrix, c) for c in ("best", "defaults") if c in compared]
-    else:
+    elif not training:  # a training campaign's summary is its training lines
         sentences.append("No inference configuration was measured on both frameworks in this run.")
     sentences += list(trust_lines)
     sentences += kind_sentences(kinds)

@@ -213,6 +213,17 @@ def training_sentences(matrix: pd.DataFrame, parity: pd.DataFrame, convergence: 
     return said
 
 
+def summary_sentences(analysis) -> list[str]:
+    """The executive summary's training lines: speed and the fairness checks, time to accuracy,
+    and a step's time over a forward's."""
+    said = training_sentences(
+        matrix(analysis), parity_checks(analysis), convergence_checks(analysis)
+    )
+    said += training_tta.sentences(training_tta.pooled(analysis))
+    steps = training_inference.step_forward(analysis)
+    return said + ([training_inference.sentence(steps)] if len(steps) else [])
+
+
 @per_analysis
 def rows(analysis):
     return analysis.family("training")

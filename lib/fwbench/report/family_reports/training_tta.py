@@ -29,21 +29,28 @@ def _rows(meas: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def best_table(meas: pd.DataFrame) -> pd.DataFrame:
-    """Per model and framework: the search's best learning rate and batch size, and at them the
-    median seconds to the target over the data orders, how many reached it, the compile."""
+    """Per model, framework and run: the run's search's best learning rate and batch size, and
+    at them the median seconds to the target over the data orders, how many reached it, the
+    compile. Each run searches afresh (its scores are timings), so runs may settle apart."""
     found = _rows(meas, TTA)
     searched = _rows(meas, SEARCH)
     if found.empty:
         return pd.DataFrame()
     out = []
-    for (model, framework), group in found.groupby(["model", "framework"], sort=True):
+    keys = ["model", "framework", "run_id"]
+    for (model, framework, run_id), group in found.groupby(keys, sort=True):
         best = group.extra.iloc[0].get("best") or {}
-        tried = searched[(searched.model == model) & (searched.framework == framework)]
+        tried = searched[
+            (searched.model == model)
+            & (searched.framework == framework)
+            & (searched.run_id == run_id)
+        ]
         reached = group[group.status == "ok"]
         out.append(
             {
                 "model": model,
                 "framework": framework,
+                "run": run_id,
                 "target_top1": float(group.target.iloc[0]),
                 "best_lr": best.get("lr"),
                 "best_batch_size": best.get("batch_size"),
@@ -84,7 +91,7 @@ def tta_verdicts(meas: pd.DataFrame) -> pd.DataFrame:
     out = []
     for model, (e, v) in sorted(found.items()):
         faster = {verdicts.FASTER_B: "PyTorch", verdicts.FASTER_A: "JAX"}.get(v.verdict, "")
-        lrs = best[best.model == model].set_index("framework").best_lr
+        lrs = best[best.model == model].pivot(index="run", columns="framework", values="best_lr")
         out.append(
             {
                 "model": model,
@@ -94,31 +101,43 @@ def tta_verdicts(meas: pd.DataFrame) -> pd.DataFrame:
                 "design": e.design.replace("rounds", "data orders"),
                 "faster": faster,
                 "verdict": "faster" if faster else v.verdict,
-                "best_lr_jax_over_torch": float(lrs.get("jax", np.nan) / lrs.get("torch", np.nan)),
+                # the median over runs of each run's two best rates' ratio
+                "best_lr_jax_over_torch": float(
+                    (lrs.get("jax", np.nan) / lrs.get("torch", np.nan)).median()
+                ),
             }
         )
     return pd.DataFrame(out)
+
+
+def _best_words(rows: pd.DataFrame, framework: str) -> str:
+    """A framework's best configurations over the runs: "0.08 at batch 64" (one run), or each
+    run's in turn."""
+    mine = rows[rows.framework == framework].sort_values("run")
+    found = [f"{r.best_lr:.3g} at batch {int(r.best_batch_size)}" for r in mine.itertuples()]
+    return f"{framework_label(framework)} " + (
+        " and ".join(found) if len(found) < 3 else ", ".join(found)
+    )
 
 
 def sentences(meas: pd.DataFrame) -> list[str]:
     lines = []
     best = best_table(meas)
     for r in tta_verdicts(meas).itertuples():
-        rows = best[best.model == r.model].set_index("framework")
+        rows = best[best.model == r.model]
         words = (
             f"{r.faster} reaches it sooner"
             if r.faster
             else {"equivalent": "equivalent within ±5%"}.get(r.verdict, r.verdict)
         )
+        per_run = " (each run's search in turn)" if rows.run.nunique() > 1 else ""
         lines.append(
             f"{model_label(r.model)} to {rows.target_top1.iloc[0]:g}% validation top-1: JAX "
             f"takes {r.jax_over_torch_s:.2f}× PyTorch's seconds [{r.ci_low:.2f}, "
-            f"{r.ci_high:.2f}] ({r.design}), {words}; best learning rates "
-            + ", ".join(
-                f"{framework_label(f)} {rows.best_lr[f]:.3g} at batch {int(rows.best_batch_size[f])}"
-                for f in rows.index
-            )
-            + f" (JAX ÷ PyTorch {r.best_lr_jax_over_torch:.2f})."
+            f"{r.ci_high:.2f}] ({r.design}), {words}; best learning rates{per_run} "
+            + "; ".join(_best_words(rows, f) for f in sorted(set(rows.framework)))
+            + f" (JAX ÷ PyTorch {r.best_lr_jax_over_torch:.2f}"
+            + (", the median over runs)." if per_run else ").")
         )
     return lines
 
@@ -177,14 +196,19 @@ def loss_chart(meas: pd.DataFrame) -> alt.FacetChart:
     )
 
 
+def pooled(analysis) -> pd.DataFrame:
+    """The measurements of every run the verdicts pool (this CPU model, the same notebooks)."""
+    return analysis.pool_meas if not analysis.pool_meas.empty else analysis.meas
+
+
 @per_analysis
 def best(analysis) -> pd.DataFrame:
-    return best_table(analysis.meas)
+    return best_table(pooled(analysis))
 
 
 @per_analysis
 def compared(analysis) -> pd.DataFrame:
-    return tta_verdicts(analysis.meas)
+    return tta_verdicts(pooled(analysis))
 
 
 SECTION = Section(
@@ -196,19 +220,19 @@ SECTION = Section(
     "steps); evaluations and JAX's compile are off it. The target is on the validation split "
     "the search read: a tuned time to accuracy, not a held-out test.",
     (
-        Each(lambda a: [Note(literal(t)) for t in sentences(a.meas)]),
+        Each(lambda a: [Note(literal(t)) for t in sentences(pooled(a))]),
         Figure(
             "tta_search",
             "The search",
-            "Each search attempt's score (seconds to the target; a miss penalised) against its "
-            "learning rate, per model and framework.",
+            "This run's search: each attempt's score (seconds to the target; a miss penalised) "
+            "against its learning rate, per model and framework.",
             lambda a: search_chart(a.meas),
         ),
         Table(
             "tta_best",
-            "Per model and framework: the best configuration, and at it the seconds to the "
-            "target over the data orders (median, min, max of those that reached it), with "
-            "JAX's compile of the step (off the clock).",
+            "Per model, framework and run: the run's search's best configuration, and at it the "
+            "seconds to the target over the data orders (median, min, max of those that reached "
+            "it), with JAX's compile of the step (off the clock).",
             best,
             sources("training", [TTA, SEARCH]),
         ),
