@@ -76,8 +76,8 @@ def _extra(value) -> dict:
 
 def trial_rows(con, sql: str = _MEASURED_SQL) -> pd.DataFrame:
     """The rows ``sql`` selects (with ``extra`` and ``shared``) that the predictor can learn from:
-    named hardware, a thread count on a CPU, no channels_last arm; ``extra`` parsed to dicts and
-    ``image_size`` read from it."""
+    named hardware, a thread count on a CPU, no channels_last arm, an image model; ``extra``
+    parsed to dicts and ``image_size`` read from it."""
     frame = con.execute(sql).df()
     frame["extra"] = frame["extra"].map(_extra)
     frame["image_size"] = [int(e.get("image_size") or 224) for e in frame.extra]
@@ -87,7 +87,9 @@ def trial_rows(con, sql: str = _MEASURED_SQL) -> pd.DataFrame:
     named = np.array(
         [identified(d, n) for d, n in zip(frame.device, frame.device_name, strict=True)], bool
     )
-    keep = ~frame.channels_last & named
+    # the features price image models: a text or speech model's records name their inputs
+    images = np.array([e.get("inputs", "image") == "image" for e in frame.extra], bool)
+    keep = ~frame.channels_last & named & images
     # a CPU record without its thread count cannot be placed against a ceiling
     keep &= (frame.device != "cpu") | (frame.threads > 0)
     return frame[keep]
