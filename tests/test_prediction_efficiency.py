@@ -10,6 +10,7 @@ import pytest
 from fwbench.families.prediction import efficiency as eff
 from fwbench.families.prediction import features
 from fwbench.vocab import OVERHEAD
+from tests.test_profiling import _TorchSide
 
 SETTING = {
     "framework": "torch",
@@ -44,22 +45,10 @@ def resnet18_profile(tmp_path_factory):
 
     os.environ["FWBENCH_EXECUTED_DIR"] = str(tmp_path_factory.mktemp("traces"))
 
-    class Side:
-        device = "cpu"
-
-        def __init__(self, module):
-            self.module = module
-
-        def __call__(self, x):
-            return self.module(x)
-
-        def sync(self, out):
-            return out
-
     torch.manual_seed(0)
     model = build_torch("resnet18", seed=0, image_size=64).eval()
     with torch.no_grad():
-        profile = profile_torch(Side(model), torch.randn(2, 3, 64, 64), calls=3, batch_size=2)
+        profile = profile_torch(_TorchSide(model), torch.randn(2, 3, 64, 64), calls=3, batch_size=2)
     del os.environ["FWBENCH_EXECUTED_DIR"]
     return dict(profile.rows()), features.torch_features("resnet18", 2, 64).row()
 
