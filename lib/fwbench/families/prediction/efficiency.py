@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from fwbench.families.inference.op_categories import fused_parts
-from fwbench.families.prediction import dataset
+from fwbench.families.prediction import dataset, predictor
 from fwbench.models.lineage import lineage
 from fwbench.results import db as fw_db
 from fwbench.vocab import OP_CATEGORIES, OVERHEAD
@@ -57,10 +57,10 @@ EAGER_MODES = ("eager",)
 
 def profile_rows(con) -> pd.DataFrame:
     """Per configuration and profile category, ms per call (the mean over its trials and runs),
-    scaled to the cell's unprofiled latency where the profile ran slower, with the profiled wall
-    time per call; profiles of unnamed JAX fusions left out."""
+    scaled to the cell's unprofiled latency where the profile ran slower; profiles of unnamed JAX
+    fusions left out."""
     frame = dataset.trial_rows(con, PROFILE_SQL)
-    columns = [*CONFIG, "category", "ms", "wall_ms"]
+    columns = [*CONFIG, "category", "ms"]
     if frame.empty:
         return pd.DataFrame(columns=columns)
     named = [
@@ -75,23 +75,20 @@ def profile_rows(con) -> pd.DataFrame:
     scale = np.fmin(1.0, frame.latency_ms.to_numpy(float) / wall)
     frame = frame.assign(
         category=[e.get("category") for e in frame.extra],
-        wall_ms=wall,
         value=frame.value * np.where(np.isfinite(scale), scale, 1.0),
     )
     grouped = frame.groupby([*CONFIG, "category"], sort=True)
-    out = grouped.agg(ms=("value", "mean"), wall_ms=("wall_ms", "mean")).reset_index()
-    return out[columns]
+    return grouped.agg(ms=("value", "mean")).reset_index()[columns]
 
 
-def block_roofline_s(row: pd.Series, parts: tuple[str, ...]) -> np.ndarray:
-    """Each part's roofline seconds in ``row`` (features and ceilings joined), at its precision."""
-    scale = dataset.ELEMENT_BYTES.get(row.precision, 4) / 4
-    peak, bandwidth = row.peak_tflops * 1e12, row.bandwidth_gbs * 1e9
-    return np.array(
-        [
-            max(row.get(f"flops:{p}", 0.0) / peak, row.get(f"bytes:{p}", 0.0) * scale / bandwidth)
-            for p in parts
-        ]
+def category_roofline_s(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each op category's roofline seconds in every row of ``frame`` (features and ceilings
+    joined): the larger of the predictor's two cost terms for it at the ceilings, its FLOPs over
+    the peak and its output bytes over the copy bandwidth."""
+    terms = predictor.cost_terms(frame)
+    return pd.DataFrame(
+        {c: np.maximum(terms[f"flops:{c}"], terms[f"bytes:{c}"]) for c in OP_CATEGORIES},
+        index=frame.index,
     )
 
 
@@ -100,25 +97,26 @@ def category_times(profiles: pd.DataFrame) -> pd.DataFrame:
     fused block's time shared by roofline), and per configuration the framework's seconds
     outside every op with its op count (category ``OVERHEAD_TERM``). ``profiles`` are
     ``profile_rows`` joined with the features and ceilings (``dataset.with_features``)."""
+    columns = [*CONFIG, "category", "roofline_s", "measured_s", "op_count"]
+    if profiles.empty:
+        return pd.DataFrame(columns=columns)
     rows = []
-    # records, not itertuples: a column named "flops:convolution" is no attribute name
-    for record in profiles.to_dict("records"):
-        row = pd.Series(record)
-        key = {c: row[c] for c in CONFIG} | {"op_count": row.op_count}
-        seconds = row.ms / 1e3
-        if row.category == OVERHEAD:
+    roofs = category_roofline_s(profiles).to_dict("records")
+    for row, roof_of in zip(profiles.to_dict("records"), roofs, strict=True):
+        key = {c: row[c] for c in CONFIG} | {"op_count": row["op_count"]}
+        seconds = row["ms"] / 1e3
+        if row["category"] == OVERHEAD:
             rows.append(
                 {**key, "category": OVERHEAD_TERM, "roofline_s": 0.0, "measured_s": seconds}
             )
             continue
-        parts = tuple(p for p in fused_parts(row.category) if p in OP_CATEGORIES)
-        roof = block_roofline_s(row, parts) if parts else np.zeros(0)
+        parts = tuple(p for p in fused_parts(row["category"]) if p in OP_CATEGORIES)
+        roof = np.array([roof_of[p] for p in parts])
         if not len(parts) or roof.sum() <= 0:
             continue  # time with no FLOPs or bytes to price it by ("other")
         for part, part_roof in zip(parts, roof, strict=True):
             measured = seconds * part_roof / roof.sum()
             rows.append({**key, "category": part, "roofline_s": part_roof, "measured_s": measured})
-    columns = [*CONFIG, "category", "roofline_s", "measured_s", "op_count"]
     out = pd.DataFrame(rows, columns=columns)
     return out.groupby([*CONFIG, "category"], sort=True, as_index=False).agg(
         roofline_s=("roofline_s", "sum"),
@@ -171,13 +169,13 @@ def per_op_seconds(frame: pd.DataFrame, table: pd.DataFrame) -> pd.Series:
     setting has no efficiency for a category the row spends time on, or no overhead."""
     lookup = {(tuple(r[c] for c in SETTING), r["category"]): r for r in table.to_dict("records")}
     out = []
-    for _, row in frame.iterrows():
+    roofline = category_roofline_s(frame).to_numpy()
+    for row, roofs in zip(frame.to_dict("records"), roofline, strict=True):
         setting = tuple(row[c] for c in SETTING)
         pooled = tuple({"device_name": ANY_CPU, "threads": 0}.get(c, row[c]) for c in SETTING)
         # this CPU and thread count's profiles where there are any, else every CPU's
         exact = any((setting, c) in lookup for c in (*OP_CATEGORIES, OVERHEAD_TERM))
         setting = setting if exact else pooled
-        roofs = block_roofline_s(row, OP_CATEGORIES)
         total = 0.0
         for category, roof in zip(OP_CATEGORIES, roofs, strict=True):
             if roof <= 0:
@@ -189,7 +187,7 @@ def per_op_seconds(frame: pd.DataFrame, table: pd.DataFrame) -> pd.Series:
             total = np.nan
         else:
             total += (
-                overhead["overhead_us"] * 1e-6 * (row.op_count if overhead["per"] == "op" else 1)
+                overhead["overhead_us"] * 1e-6 * (row["op_count"] if overhead["per"] == "op" else 1)
             )
         out.append(total)
     return pd.Series(out, index=frame.index, dtype=float)
@@ -233,13 +231,13 @@ def holdout_table(per_op: pd.DataFrame, held: pd.DataFrame | None = None) -> pd.
     ±20% on the lineage hold-out (``lineage_holdout``), beside the predictor's own lineage
     hold-out on the same rows (``held``, from ``predictor.evaluate``): its fitted cost sum before
     the correction and its prediction."""
-    keyed = per_op.assign(setting=per_op.framework + " " + per_op["mode"])
+    keyed = per_op.assign(setting=predictor.setting_of(per_op))
     if held is not None and len(held):
         keys = [c for c in dataset.CONFIG if c in held]
         keyed = keyed.merge(held[[*keys, "cost", "predicted"]], on=keys, how="left")
     out = []
     for setting, group in [("all", keyed), *keyed.groupby("setting", sort=True)]:
-        error = (group.per_op_s / group.seconds - 1).abs() * 100
+        error = predictor.abs_error_pct(group.seconds, group.per_op_s)
         entry = {
             "setting": setting,
             "rows": len(group),
@@ -251,7 +249,7 @@ def holdout_table(per_op: pd.DataFrame, held: pd.DataFrame | None = None) -> pd.
         }
         for column in ("cost", "predicted"):
             if column in group:
-                miss = (group[column] / group.seconds - 1).abs() * 100
+                miss = predictor.abs_error_pct(group.seconds, group[column])
                 entry[f"{column}_mape_pct"] = float(miss.mean())
         out.append(entry)
     return pd.DataFrame(out)
