@@ -153,3 +153,25 @@ def test_a_cpu_nobody_profiled_is_priced_by_every_cpus_shares_at_its_own_ceiling
     # half the roofline on CPU A; CPU B's peak is twice A's, so its convolutions take half as long
     assert eff.per_op_seconds(other, table).iloc[0] == pytest.approx(1e-3 + 100e-6)
     assert eff.per_op_seconds(profiled.iloc[:1], table).iloc[0] == pytest.approx(2e-3 + 100e-6)
+
+
+def test_the_hold_out_table_matches_the_predictors_rows_one_to_one():
+    # one configuration measured in two runs: two rows of the table, each scored once
+    per_op = pd.DataFrame(
+        {
+            **{k: [v, v] for k, v in SETTING.items()},
+            "model": ["a", "a"],
+            "batch_size": [1, 1],
+            "image_size": [224, 224],
+            "lineage": ["x", "x"],
+            "seconds": [1.0, 2.0],
+            "per_op_s": [1.0, 1.0],
+        },
+        index=[7, 9],
+    )
+    held = pd.DataFrame({"cost": [1.5, 2.0], "predicted": [1.0, 3.0]}, index=[7, 9])
+    table = eff.holdout_table(per_op, held).set_index("setting")
+    assert table.loc["all", "rows"] == 2
+    assert table.loc["all", "per_op_mape_pct"] == pytest.approx(25.0)
+    assert table.loc["all", "cost_mape_pct"] == pytest.approx(25.0)
+    assert table.loc["all", "predicted_mape_pct"] == pytest.approx(25.0)

@@ -212,7 +212,8 @@ def build(db_path, exclude: set[str], progress=None) -> pd.DataFrame:
 def lineage_holdout(times: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     """The per-op sum scored as the predictor's lineage hold-out scores it: each row of ``table``
     (measured seconds, features and ceilings) priced by efficiencies learned from the profiles
-    of the other lineages only; rows whose setting lacks an efficiency they need are left out."""
+    of the other lineages only, under ``table``'s index; rows whose setting lacks an efficiency
+    they need are left out."""
     columns = [*dataset.CONFIG, "lineage", "seconds", "per_op_s"]
     if times.empty or table.empty:
         return pd.DataFrame(columns=columns)
@@ -222,19 +223,19 @@ def lineage_holdout(times: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
         rows = table[measured == held]
         priced = per_op_seconds(rows, efficiencies(times[profiled != held]))
         parts.append(rows.assign(lineage=held, per_op_s=priced)[columns])
-    out = pd.concat(parts, ignore_index=True)
-    return out[out.per_op_s.notna()].reset_index(drop=True)
+    out = pd.concat(parts)
+    return out[out.per_op_s.notna()]
 
 
 def holdout_table(per_op: pd.DataFrame, held: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per setting (and ``all``): the per-op sum's MAPE, median error and shares within ±15% and
     ±20% on the lineage hold-out (``lineage_holdout``), beside the predictor's own lineage
-    hold-out on the same rows (``held``, from ``predictor.evaluate``): its fitted cost sum before
-    the correction and its prediction."""
+    hold-out on the same rows (``held``, from ``predictor.evaluate`` on the same table, matched
+    by index: the table holds a configuration once per run): its fitted cost sum before the
+    correction and its prediction."""
     keyed = per_op.assign(setting=predictor.setting_of(per_op))
     if held is not None and len(held):
-        keys = [c for c in dataset.CONFIG if c in held]
-        keyed = keyed.merge(held[[*keys, "cost", "predicted"]], on=keys, how="left")
+        keyed = keyed.join(held[["cost", "predicted"]])
     out = []
     for setting, group in [("all", keyed), *keyed.groupby("setting", sort=True)]:
         error = predictor.abs_error_pct(group.seconds, group.per_op_s)
