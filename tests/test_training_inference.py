@@ -77,5 +77,7 @@ def test_unlike_records_are_not_paired(unlike):
 def test_failed_records_and_text_inputs_stay_out():
     failed = _record("inference", ti.FORWARD, 10.0, status="failed")
     text = _pair(30.0, 10.0, extra={"seq_len": 128})
-    meas = pd.DataFrame([_record("training", ti.STEP, 30.0), failed, *text])
+    # as 10_inference records a text model: its image size parameter beside its inputs
+    bert = _pair(30.0, 10.0, model="hf_bert_base", extra={"image_size": 32, "inputs": "text"})
+    meas = pd.DataFrame([_record("training", ti.STEP, 30.0), failed, *text, *bert])
     assert ti.step_over_forward(meas).empty

@@ -27,9 +27,10 @@ PAIR = ["run_id", "trial"]
 
 def _side(meas: pd.DataFrame, family: str, metric: str) -> pd.DataFrame:
     rows = meas[(meas.family == family) & (meas.metric == metric) & (meas.status == "ok")]
-    rows = tables.extra_columns(rows, ["image_size"])
-    # the image size of a text model's records is not its input's; only images are compared
-    rows = rows[rows.image_size.notna()]
+    rows = tables.extra_columns(rows, ["image_size", "inputs"])
+    # images only: a text or speech model's records name their inputs, and their image size is
+    # only the notebook's parameter
+    rows = rows[rows.image_size.notna() & rows.inputs.fillna("image").eq("image")]
     return rows[[*KEYS, "image_size", *PAIR, "value"]]
 
 
