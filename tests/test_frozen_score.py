@@ -72,6 +72,21 @@ def test_the_score_counts_errors_coverage_and_winners_on_decided_pairs_only():
     }
     assert len(scored) == 6 and "trial_img_s" not in scored
 
+    assert "direct_ratio_mape_pct" not in summary  # predictions written without the column
+
+    # the ratio predicted directly: a says 0.4 [0.3, 0.6] (measured 0.5: right, inside), b says
+    # 0.5 [0.4, 0.6] (measured 2.0: wrong, outside), c is undecided
+    direct = {"a": (0.4, 0.3, 0.6), "b": (0.5, 0.4, 0.6), "c": (1.0, 0.5, 2.0)}
+    jax = predictions.framework == "jax"
+    for column, at in (("direct_ratio", 0), ("direct_ratio_low", 1), ("direct_ratio_high", 2)):
+        predictions[column] = [
+            direct[m][at] if j else math.nan for m, j in zip(predictions.model, jax, strict=True)
+        ]
+    _, summary = frozen_score.score(predictions, measured)
+    assert summary["direct_correct_winner_pct"] == 50.0
+    assert summary["direct_ratio_coverage_pct"] == pytest.approx(2 / 3 * 100)
+    assert summary["direct_ratio_mape_pct"] == pytest.approx((20 + 75 + 0) / 3)
+
     _, empty = frozen_score.score(predictions, measured.iloc[0:0])
     assert empty["mape_pct"] is None and set(empty["met"].values()) == {None}
 

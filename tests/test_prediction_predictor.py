@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwbench.families.prediction import predictor
+from fwbench.families.prediction import costs, predictor
 from fwbench.models.lineage import lineage
 
 FAMILIES = ("resnet", "mobilenet", "vit", "regnet", "densenet")
@@ -102,18 +102,18 @@ def test_the_fitted_costs_carry_over_to_unseen_families():
     held = predictor.evaluate(frame, "lineage")
     learned = predictor.errors(held.seconds, held.predicted)
     assert (held.cost > 0).all()  # the cost model's own seconds ride along for error_table
-    roofline = predictor.errors(held.seconds, predictor.roofline_seconds(held))
+    roofline = predictor.errors(held.seconds, costs.roofline_seconds(held))
     assert learned["mape_pct"] < 15 < roofline["mape_pct"]
     batch = predictor.evaluate(frame, "batch")
     assert predictor.errors(batch.seconds, batch.predicted)["mape_pct"] < 15
 
 
-def _group_factors(costs, pooled, frame):
+def _group_factors(weights, pooled, frame):
     """Each term group's cost over the pooled one, for the terms where the pooled one is not
     zero: one number per group when a setting scales the pooled costs."""
-    groups = [predictor.term_group(name) for name in predictor.cost_terms(frame).columns]
+    groups = [costs.term_group(name) for name in costs.cost_terms(frame).columns]
     factors = {}
-    for group, cost, base in zip(groups, costs, pooled, strict=True):
+    for group, cost, base in zip(groups, weights, pooled, strict=True):
         if base > 0:
             factors.setdefault(group, set()).add(round(cost / base, 9))
     return factors
@@ -124,15 +124,15 @@ def test_each_framework_gets_its_own_costs():
     so, and a setting too thin to fit alone scales the costs of all rows, one factor per group
     of terms."""
     frame = synthetic_sweep(noise=0.0)
-    costs, pooled = predictor.fit_costs(frame)
-    column = list(predictor.cost_terms(frame).columns).index("flops:depthwise/grouped convolution")
-    assert costs["jax jit"][column] > 3 * costs["torch eager"][column]
+    weights, pooled = costs.fit_costs(frame)
+    column = list(costs.cost_terms(frame).columns).index("flops:depthwise/grouped convolution")
+    assert weights["jax jit"][column] > 3 * weights["torch eager"][column]
     thin = frame[(frame.framework == "torch") | frame.model.isin(["resnet_0", "vit_0"])]
     jax = thin[thin.framework == "jax"]
-    assert predictor.setting_fit(jax) == "scaled"
-    costs, pooled = predictor.fit_costs(thin)
-    assert predictor.setting_fit(thin[thin.framework == "torch"]) == "shrunk"
-    factors = _group_factors(costs["jax jit"], pooled, thin)
+    assert costs.setting_fit(jax) == "scaled"
+    weights, pooled = costs.fit_costs(thin)
+    assert costs.setting_fit(thin[thin.framework == "torch"]) == "shrunk"
+    factors = _group_factors(weights["jax jit"], pooled, thin)
     assert all(len(found) == 1 for found in factors.values()), factors
 
 
@@ -141,9 +141,9 @@ def test_a_setting_of_one_family_keeps_the_pooled_costs():
     carries over to another family: such a setting uses the pooled costs as they are."""
     frame = synthetic_sweep(noise=0.0)
     one = frame[(frame.framework == "torch") | frame.model.str.startswith("resnet")]
-    costs, pooled = predictor.fit_costs(one)
-    assert predictor.setting_fit(one[one.framework == "jax"]) == "pooled"
-    assert "jax jit" not in costs and "torch eager" in costs
+    weights, pooled = costs.fit_costs(one)
+    assert costs.setting_fit(one[one.framework == "jax"]) == "pooled"
+    assert "jax jit" not in weights and "torch eager" in weights
 
 
 def test_a_setting_of_two_families_scales_the_pooled_costs():
@@ -154,15 +154,15 @@ def test_a_setting_of_two_families_scales_the_pooled_costs():
     frame = synthetic_sweep(noise=0.0)
     jax = frame.framework == "jax"
     two = frame[~jax | frame.model.str.match("resnet|vit")]
-    costs, pooled = predictor.fit_costs(two)
-    assert predictor.setting_fit(two[two.framework == "jax"]) == "scaled"
-    factors = _group_factors(costs["jax jit"], pooled, two)
+    weights, pooled = costs.fit_costs(two)
+    assert costs.setting_fit(two[two.framework == "jax"]) == "scaled"
+    factors = _group_factors(weights["jax jit"], pooled, two)
     assert all(len(found) == 1 for found in factors.values()), factors
     assert min(factors["ops"]) > 1.5
     three = frame[~jax | frame.model.str.match("resnet|mobilenet|vit")]
-    assert predictor.setting_fit(three[three.framework == "jax"]) == "scaled"
+    assert costs.setting_fit(three[three.framework == "jax"]) == "scaled"
     four = frame[~jax | frame.model.str.match("resnet|mobilenet|vit|densenet")]
-    assert predictor.setting_fit(four[four.framework == "jax"]) == "shrunk"
+    assert costs.setting_fit(four[four.framework == "jax"]) == "shrunk"
 
 
 def test_the_shrink_weight_spans_the_scaled_and_the_free_costs():
@@ -173,10 +173,10 @@ def test_the_shrink_weight_spans_the_scaled_and_the_free_costs():
     truth = np.array([1.0, 2.0, 0.5])
     shares = shares / (shares @ truth)[:, None]  # each row's time is exactly the sum at truth
     prior = np.array([1.0, 1.0, 1.0])
-    assert np.array_equal(predictor._relative_nnls(shares, prior, np.inf), prior)
-    assert np.allclose(predictor._relative_nnls(shares, prior, 0.0), truth)
+    assert np.array_equal(costs._relative_nnls(shares, prior, np.inf), prior)
+    assert np.allclose(costs._relative_nnls(shares, prior, 0.0), truth)
     distances = [
-        np.abs(predictor._relative_nnls(shares, prior, shrink) - prior).sum()
+        np.abs(costs._relative_nnls(shares, prior, shrink) - prior).sum()
         for shrink in (0.01, 1.0, 100.0)
     ]
     assert distances[0] > distances[1] > distances[2] > 0
@@ -193,13 +193,13 @@ def test_cross_validation_shrinks_a_setting_only_as_far_as_its_families_agree():
     train = frame[families != "regnet"]
     held = frame[(families == "regnet") & (frame.framework == "jax")]
     jax = train[train.framework == "jax"]
-    pooled = predictor._fit_costs(train)
-    how, shrunk, shrink = predictor.setting_costs(jax, pooled)
+    pooled = costs._fit_costs(train)
+    how, shrunk, shrink = costs.setting_costs(jax, pooled)
     assert how == "shrunk" and shrink <= 0.1
-    scaled = predictor._fit_scales(jax, pooled)
+    scaled = costs._fit_scales(jax, pooled)
     at = {}
     for name, weights in (("shrunk", shrunk), ("scaled", scaled)):
-        seconds = predictor.Predictor({"jax jit": weights}, pooled, None, np.inf).cost_seconds(held)
+        seconds = costs.cost_seconds({"jax jit": weights}, pooled, held)
         at[name] = predictor.errors(held.seconds, seconds)["mape_pct"]
     assert at["shrunk"] < 10 < at["scaled"], at
 
@@ -225,10 +225,10 @@ def test_a_thin_setting_that_differs_by_a_factor_per_group_is_recovered_by_scali
     for family in ("resnet", "mbconv", "vision transformer", "densenet"):
         train = frame[families != family]
         held = frame[(families == family) & (frame.framework == "jax")]
-        costs, pooled = predictor.fit_costs(train)
-        assert predictor.setting_fit(train[train.framework == "jax"]) == "scaled"
-        scaled = predictor.Predictor(costs, pooled, None, np.inf).cost_seconds(held)
-        borrowed = predictor.Predictor({}, pooled, None, np.inf).cost_seconds(held)
+        weights, pooled = costs.fit_costs(train)
+        assert costs.setting_fit(train[train.framework == "jax"]) == "scaled"
+        scaled = costs.cost_seconds(weights, pooled, held)
+        borrowed = costs.cost_seconds({}, pooled, held)
         assert predictor.errors(held.seconds, scaled)["mape_pct"] < 10, family
         assert predictor.errors(held.seconds, borrowed)["mape_pct"] > 20, family
 
@@ -244,11 +244,11 @@ def test_a_setting_keeps_the_pooled_cost_of_a_term_its_rows_never_exercise():
     frame["bytes:matmul/linear"] = linear
     frame["seconds"] += 2.0 * linear / (frame.bandwidth_gbs * 1e9)
     train = frame[~(vit & (frame.framework == "jax").to_numpy())]
-    costs, pooled = predictor.fit_costs(train)
-    column = list(predictor.cost_terms(train).columns).index("bytes:matmul/linear")
-    assert "jax jit" in costs and pooled[column] > 0
-    scaled = predictor._fit_scales(train[train.framework == "jax"], pooled)
-    assert costs["jax jit"][column] == scaled[column]
+    weights, pooled = costs.fit_costs(train)
+    column = list(costs.cost_terms(train).columns).index("bytes:matmul/linear")
+    assert "jax jit" in weights and pooled[column] > 0
+    scaled = costs._fit_scales(train[train.framework == "jax"], pooled)
+    assert weights["jax jit"][column] == scaled[column]
     # the held-out JAX ViTs then come out near their true time, not hundreds of times off
     fitted = predictor.fit(train)
     held = frame[vit & (frame.framework == "jax").to_numpy()]
@@ -384,9 +384,53 @@ def test_a_setting_slower_than_every_term_keeps_the_pooled_costs_and_does_not_cr
     frame = synthetic_sweep(noise=0.0)
     jax = frame.framework == "jax"
     frame.loc[jax, "seconds"] *= 1000.0
-    costs, pooled = predictor.fit_costs(frame)
-    assert np.array_equal(costs["jax jit"], pooled)
+    weights, pooled = costs.fit_costs(frame)
+    assert np.array_equal(weights["jax jit"], pooled)
     thin = frame[~jax | frame.model.str.match("resnet|vit")]
-    costs, pooled = predictor.fit_costs(thin)
-    assert predictor.setting_fit(thin[thin.framework == "jax"]) == "scaled"
-    assert np.array_equal(costs["jax jit"], pooled)
+    weights, pooled = costs.fit_costs(thin)
+    assert costs.setting_fit(thin[thin.framework == "jax"]) == "scaled"
+    assert np.array_equal(weights["jax jit"], pooled)
+
+
+def test_a_correction_is_kept_only_where_it_lowers_the_lineage_folds_error():
+    """The synthetic law runs small batches slower, which no cost term says: the correction that
+    reads the batch earns its place. Without that effect a correction can only learn the noise,
+    and the lineage folds drop it."""
+    sized = predictor.fit(synthetic_sweep(noise=0.02))
+    assert set(sized.choice) == {"jax jit", "torch eager"}
+    assert "none" not in sized.choice.values()
+    flat = synthetic_sweep(noise=0.05)
+    flat["seconds"] /= 1 + 0.5 / flat.batch_size
+    assert predictor.fit(flat).choice == {"jax jit": "none", "torch eager": "none"}
+
+
+def test_each_setting_gets_the_interval_its_own_misses_ask_for():
+    """JAX rows ten times noisier than PyTorch's get a wider interval, and every row's interval
+    is its setting's; a setting the fit never saw gets the width over all settings."""
+    frame = synthetic_sweep(noise=0.02)
+    jax = (frame.framework == "jax").to_numpy()
+    noise = np.random.default_rng(3).normal(0, 0.2, jax.sum())
+    frame.loc[jax, "seconds"] *= np.exp(noise)
+    fitted = predictor.fit(frame)
+    assert fitted.half_widths["jax jit"] > 2 * fitted.half_widths["torch eager"]
+    found = fitted.predict(frame)
+    width = np.log(found.high / found.seconds)
+    assert np.allclose(width[jax], fitted.half_widths["jax jit"])
+    unseen = frame.iloc[:3].assign(mode="compile")
+    assert np.allclose(
+        np.log(fitted.predict(unseen).high / fitted.predict(unseen).seconds), fitted.half_width
+    )
+
+
+def test_torchax_starts_from_the_costs_of_its_compiler():
+    """PyTorch's graph through torchax runs XLA's kernels: a torchax setting measured on one
+    lineage, too few to fit alone, takes JAX jit's fitted costs, not the pooled ones (which
+    PyTorch's rows dominate)."""
+    frame = synthetic_sweep(noise=0.0)
+    torchax = frame[(frame.framework == "jax") & frame.model.str.startswith("resnet")]
+    frame = pd.concat([frame, torchax.assign(mode="torchax")], ignore_index=True)
+    weights, pooled = costs.fit_costs(frame)
+    assert np.array_equal(weights["jax torchax"], weights["jax jit"])
+    assert not np.array_equal(weights["jax jit"], pooled)
+    table = costs.cost_table(frame)
+    assert set(table[table.setting == "jax torchax"].fit) == {"from jax jit"}

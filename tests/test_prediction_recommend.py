@@ -262,9 +262,14 @@ def test_the_reports_prediction_table_keeps_hold_outs_and_queries_apart():
             row("regret_pct", 30.0, query="batch"),
             row("regret_within_5pct", 33.3, query="batch"),
             {**row("mape_pct", 99.0, holdout="cpu"), "status": "skipped"},
+            # another predictor scored on the same hold-out gets a row of its own
+            row("mape_pct", 55.0, holdout="batch", predictor="per-op sum", setting="all"),
+            row("mape_pct", 30.0, holdout="batch", predictor="ratio, direct", jax_mode="jit"),
         ]
     )
     table = prediction_report.prediction_table(meas).set_index(prediction_report.PREDICTION_GROUP)
+    assert table.loc["hold-out: batch · per-op sum", "mape_pct"] == 55.0
+    assert table.loc["hold-out: batch · ratio, direct · jit", "mape_pct"] == 30.0
     # a family_table would have pooled the two hold-outs' MAPE into one median of 26
     assert table.loc["hold-out: family", "mape_pct"] == 40.0
     assert table.loc["hold-out: batch", "mape_pct"] == 12.0

@@ -120,6 +120,7 @@ METRIC_DIRECTIONS = {
     "correct_winner_rate": HIGHER_IS_BETTER,
     "within_10pct": HIGHER_IS_BETTER,
     "within_15pct": HIGHER_IS_BETTER,
+    "within_20pct": HIGHER_IS_BETTER,
     "per_op_within_15pct": HIGHER_IS_BETTER,
     "per_op_within_20pct": HIGHER_IS_BETTER,
     "regret_within_5pct": HIGHER_IS_BETTER,
@@ -134,6 +135,7 @@ METRIC_DIRECTIONS = {
     "check_passed": HIGHER_IS_BETTER,
     # errors, overheads and losses
     "mape_pct": LOWER_IS_BETTER,
+    "median_pct": LOWER_IS_BETTER,
     "per_op_mape_pct": LOWER_IS_BETTER,
     "per_op_median_pct": LOWER_IS_BETTER,
     "worst_pct": LOWER_IS_BETTER,

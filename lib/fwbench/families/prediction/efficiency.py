@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from fwbench.families.inference.op_categories import fused_parts
-from fwbench.families.prediction import dataset, predictor
+from fwbench.families.prediction import costs, dataset, predictor
 from fwbench.models.lineage import lineage
 from fwbench.results import db as fw_db
 from fwbench.vocab import OP_CATEGORIES, OVERHEAD
@@ -81,17 +81,6 @@ def profile_rows(con) -> pd.DataFrame:
     return grouped.agg(ms=("value", "mean")).reset_index()[columns]
 
 
-def category_roofline_s(frame: pd.DataFrame) -> pd.DataFrame:
-    """Each op category's roofline seconds in every row of ``frame`` (features and ceilings
-    joined): the larger of the predictor's two cost terms for it at the ceilings, its FLOPs over
-    the peak and its output bytes over the copy bandwidth."""
-    terms = predictor.cost_terms(frame)
-    return pd.DataFrame(
-        {c: np.maximum(terms[f"flops:{c}"], terms[f"bytes:{c}"]) for c in OP_CATEGORIES},
-        index=frame.index,
-    )
-
-
 def category_times(profiles: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration and op category: its roofline seconds and measured seconds (a
     fused block's time shared by roofline), and per configuration the framework's seconds
@@ -101,7 +90,7 @@ def category_times(profiles: pd.DataFrame) -> pd.DataFrame:
     if profiles.empty:
         return pd.DataFrame(columns=columns)
     rows = []
-    roofs = category_roofline_s(profiles).to_dict("records")
+    roofs = costs.category_roofline_s(profiles).to_dict("records")
     for row, roof_of in zip(profiles.to_dict("records"), roofs, strict=True):
         key = {c: row[c] for c in CONFIG} | {"op_count": row["op_count"]}
         seconds = row["ms"] / 1e3
@@ -169,7 +158,7 @@ def per_op_seconds(frame: pd.DataFrame, table: pd.DataFrame) -> pd.Series:
     setting has no efficiency for a category the row spends time on, or no overhead."""
     lookup = {(tuple(r[c] for c in SETTING), r["category"]): r for r in table.to_dict("records")}
     out = []
-    roofline = category_roofline_s(frame).to_numpy()
+    roofline = costs.category_roofline_s(frame).to_numpy()
     for row, roofs in zip(frame.to_dict("records"), roofline, strict=True):
         setting = tuple(row[c] for c in SETTING)
         pooled = tuple({"device_name": ANY_CPU, "threads": 0}.get(c, row[c]) for c in SETTING)
@@ -233,7 +222,7 @@ def holdout_table(per_op: pd.DataFrame, held: pd.DataFrame | None = None) -> pd.
     hold-out on the same rows (``held``, from ``predictor.evaluate`` on the same table, matched
     by index: the table holds a configuration once per run): its fitted cost sum before the
     correction and its prediction."""
-    keyed = per_op.assign(setting=predictor.setting_of(per_op))
+    keyed = per_op.assign(setting=costs.setting_of(per_op))
     if held is not None and len(held):
         keyed = keyed.join(held[["cost", "predicted"]])
     out = []

@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from fwbench import vocab
-from fwbench.families.prediction import dataset, forecast, predictor
+from fwbench.families.prediction import dataset, forecast, predictor, ratio
+from fwbench.models.lineage import lineage
 
 # what identifies a prediction and the measurement it is scored against
 KEYS = ["model", "framework", "mode", "precision", "batch_size", "threads", "image_size"]
@@ -81,6 +82,16 @@ def predict_set(table: pd.DataFrame, configs: pd.DataFrame, ceiling: pd.Series) 
     out["low_s"] = rows.batch_size / found.throughput_high
     out["high_s"] = rows.batch_size / found.throughput_low
     out["coverage"] = predictor.COVERAGE
+    # each JAX row's ratio over PyTorch eager's, predicted directly (``ratio``), with its interval
+    pairs = ratio.pairs(table)
+    jax = (rows.framework == "jax").to_numpy()
+    for column in ("direct_ratio", "direct_ratio_low", "direct_ratio_high"):
+        out[column] = np.nan
+    if jax.any() and pairs.model.map(lineage).nunique() >= 2:
+        found = ratio.fit(pairs.reset_index(drop=True)).predict(rows[jax])
+        out.loc[jax, "direct_ratio"] = found.ratio.to_numpy()
+        out.loc[jax, "direct_ratio_low"] = found.low.to_numpy()
+        out.loc[jax, "direct_ratio_high"] = found.high.to_numpy()
     return out
 
 
@@ -95,13 +106,21 @@ def _pairs(scored: pd.DataFrame) -> pd.DataFrame:
             continue
         j, t = jax.iloc[0], torch.iloc[0]
         measured, predicted = j.seconds / t.seconds, j.predicted_s / t.predicted_s
+        direct = j.get("direct_ratio", np.nan)
         rows.append(
             {
                 **dict(zip(key, values, strict=True)),
                 "measured_ratio": measured,
                 "predicted_ratio": predicted,
+                "direct_ratio": direct,
                 "decided": dataset.decided(t.trial_img_s, j.trial_img_s),
                 "correct": bool((measured < 1) == (predicted < 1)),
+                "direct_correct": bool((measured < 1) == (direct < 1)),
+                "direct_inside": bool(
+                    j.get("direct_ratio_low", np.nan)
+                    <= measured
+                    <= j.get("direct_ratio_high", np.nan)
+                ),
             }
         )
     return pd.DataFrame(rows)
@@ -136,6 +155,15 @@ def score(predictions: pd.DataFrame, measured: pd.DataFrame) -> tuple[pd.DataFra
         "decided_pairs": int(len(decided)),
         "correct_winner_pct": share(decided.correct) if len(decided) else None,
     }
+    # the ratio predicted directly, where the predictions hold it (written before it existed,
+    # a file has no such column)
+    direct = pairs[pairs.direct_ratio.notna()] if len(pairs) else pairs
+    if len(direct):
+        error = predictor.abs_error_pct(direct.measured_ratio, direct.direct_ratio)
+        summary["direct_ratio_mape_pct"] = float(error.mean())
+        summary["direct_ratio_coverage_pct"] = share(direct.direct_inside)
+        chosen = direct[direct.decided]
+        summary["direct_correct_winner_pct"] = share(chosen.direct_correct) if len(chosen) else None
     low, high = TEST_GOALS["coverage_pct"]
     summary["met"] = {
         "mape_pct": _bound(summary["mape_pct"], lambda v: v <= TEST_GOALS["mape_pct"]),

@@ -20,16 +20,25 @@ def prediction_table(meas: pd.DataFrame) -> pd.DataFrame:
     rows = meas[(meas.family == "prediction") & (meas.status == "ok") & meas.value.notna()]
     if rows.empty:
         return pd.DataFrame()
-    group = [
-        f"hold-out: {e['holdout']}" if e.get("holdout") else f"query: {e.get('query', '')}"
-        for e in rows.extra
-    ]
+    group = [_group(e) for e in rows.extra]
     table = rows.assign(**{PREDICTION_GROUP: group}).pivot_table(
         index=PREDICTION_GROUP, columns="metric", values="value", aggfunc="median"
     )
     table = table.reset_index()
     table.columns.name = None
     return table
+
+
+def _group(extra: dict) -> str:
+    """A record's row: its hold-out or query, and for a score of something other than the
+    predictor itself (the per-op sum, the ratio predicted directly) what was scored and on which
+    setting, so that no row pools two predictors' scores."""
+    if not extra.get("holdout"):
+        return f"query: {extra.get('query', '')}"
+    parts = [extra["holdout"], extra.get("predictor")]
+    part = extra.get("setting") or extra.get("jax_mode")
+    parts.append(None if part == "all" else part)
+    return "hold-out: " + " · ".join(p for p in parts if p)
 
 
 @per_analysis
