@@ -39,6 +39,7 @@ db_path = ""  # empty: $FWBENCH_DB, else executed/fwbench.duckdb
 seed = 0
 
 # %%
+import json
 import os
 from pathlib import Path
 
@@ -55,6 +56,7 @@ from fwbench.families.prediction import (
     epochs,
     forecast,
     frozen,
+    frozen_score,
     peaks,
     prediction_charts,
     predictor,
@@ -223,6 +225,30 @@ for r in ratio_scores.itertuples():
         extra={"holdout": "lineage", "predictor": "ratio, direct", "jax_mode": r.jax_mode},
     )
 ratio_scores if len(ratio_scores) else "no JAX-vs-PyTorch pair to score"
+
+# %% [markdown]
+# ## The frozen test: models nobody looked at, scored once
+# The hold-outs above are validation: the predictor was designed while reading them. The test is
+# the frozen set (`params/frozen_test.yaml`): models drawn before the predictor changed, predicted
+# and committed before they were measured, scored once by `fwbench freeze-test --score`. Its
+# figures are quoted apart from the hold-outs', with how many times the set has been scored.
+
+# %%
+test_campaign = root / "params" / f"{frozen.CAMPAIGN}.yaml"
+predictions_file, score_file = frozen_score.paths(test_campaign)
+test_score = json.loads(score_file.read_text()) if score_file.is_file() else None
+if test_score is None:
+    state = "predicted, not yet measured" if predictions_file.is_file() else "not yet predicted"
+    print(f"the frozen set is {state}: no test figure yet")
+else:
+    extra = {"test": "frozen set", "times_scored": test_score["times_scored"]}
+    for metric, name in frozen_score.RECORDED.items():
+        if test_score.get(metric) is not None:
+            rec.add(name, test_score[metric], "%", n=test_score["measured"], extra=extra)
+    test_table = frozen_score.goal_table(test_score)
+    display(test_table)
+    scored_rows = pd.read_csv(score_file.with_suffix(".csv"))
+    display(scored_rows.groupby(["framework", "mode", "batch_size"]).error_pct.describe())
 
 # %% [markdown]
 # ## Against the goals

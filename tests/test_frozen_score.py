@@ -71,6 +71,10 @@ def test_the_score_counts_errors_coverage_and_winners_on_decided_pairs_only():
         "coverage_pct": False,
     }
     assert len(scored) == 6 and "trial_img_s" not in scored
+    goals = frozen_score.goal_table(summary).set_index("figure")
+    assert goals.loc["mape_pct", "goal"] == "≤ 15%" and goals.loc["mape_pct", "met"] is False
+    assert goals.loc["coverage_pct", "goal"] == "85-95%"
+    assert goals.loc["median_pct", "value"] == pytest.approx(10.0)
 
     assert "direct_ratio_mape_pct" not in summary  # predictions written without the column
 

@@ -25,6 +25,20 @@ def test_pairs_join_each_jax_row_to_the_pytorch_eager_row_of_its_run():
     assert (torch.framework, torch["mode"], torch.model) == ("torch", "eager", row.model)
     assert np.isclose(row.log_ratio, np.log(frame.loc[row.jax_index].seconds / torch.seconds))
     assert not found.decided.any()  # no trials in the table: nothing is decided
+    assert found.same_run.all()
+
+
+def test_a_jax_run_without_pytorch_pairs_with_the_median_of_other_runs_on_its_cpu():
+    frame = _with_runs(synthetic_sweep(noise=0.0))
+    torch = frame[frame.framework == "torch"]
+    slower = torch.assign(run_id="r2", seconds=torch.seconds * 3)
+    elsewhere = torch.assign(run_id="r3", device_name="CPU B", seconds=torch.seconds * 100)
+    alone = frame[frame.framework == "jax"].assign(campaign="torchax", mode="torchax")
+    found = ratio.pairs(pd.concat([torch, slower, elsewhere, alone], ignore_index=True))
+    assert len(found) == len(alone) and not found.same_run.any() and not found.decided.any()
+    # the median of 1x and 3x (CPU B is another CPU and stays out)
+    row = found.iloc[0]
+    assert np.isclose(row.torch_seconds, 2 * torch.loc[row.torch_index].seconds)
 
 
 def test_the_ratio_model_reads_what_the_lineage_folds_reward_and_its_interval_holds():

@@ -265,6 +265,7 @@ def test_the_reports_prediction_table_keeps_hold_outs_and_queries_apart():
             # another predictor scored on the same hold-out gets a row of its own
             row("mape_pct", 55.0, holdout="batch", predictor="per-op sum", setting="all"),
             row("mape_pct", 30.0, holdout="batch", predictor="ratio, direct", jax_mode="jit"),
+            row("mape_pct", 14.0, test="frozen set", times_scored=1),
         ]
     )
     table = prediction_report.prediction_table(meas).set_index(prediction_report.PREDICTION_GROUP)
@@ -286,6 +287,8 @@ def test_the_reports_prediction_table_keeps_hold_outs_and_queries_apart():
     assert lines["hold-out: family"].endswith("MAPE ≤ 15%: missed by 25.0 points |")
     assert lines["hold-out: memory_inference"].endswith("memory error ≤ 10%: met |")
     assert lines["query: batch"].endswith("regret ≤ 5% ≥ 90%: missed by 56.7 points |")
+    assert lines["test: frozen set"].endswith("MAPE ≤ 15%: met |")
+    assert not [line for line in lines if " · " in line]  # other predictors stay in the report
 
 
 def test_evaluate_asks_each_image_size_its_own_queries():

@@ -35,6 +35,34 @@ TEST_GOALS = {
 }
 
 
+# the score's figures as 21_prediction records them (the prediction family's metric names)
+RECORDED = {
+    "mape_pct": "mape_pct",
+    "median_pct": "median_pct",
+    "within_15pct": "within_15pct",
+    "within_20pct": "within_20pct",
+    "worst_pct": "worst_pct",
+    "coverage_pct": "interval_coverage_pct",
+    "correct_winner_pct": "correct_winner_rate",
+}
+
+
+def goal_table(summary: dict) -> pd.DataFrame:
+    """The score's figures against ``TEST_GOALS``: figure, value, goal, met."""
+    rows = []
+    for metric, goal in TEST_GOALS.items():
+        value = summary.get(metric)
+        bound = f"{goal[0]:g}-{goal[1]:g}%" if isinstance(goal, tuple) else f"{goal:g}%"
+        sign = "" if isinstance(goal, tuple) else ("≤ " if metric == "mape_pct" else "≥ ")
+        met = summary.get("met", {}).get(metric)
+        rows.append({"figure": metric, "value": value, "goal": sign + bound, "met": met})
+    for metric in ("median_pct", "within_15pct", "worst_pct", "direct_correct_winner_pct",
+                   "direct_ratio_mape_pct", "direct_ratio_coverage_pct"):  # fmt: skip
+        if summary.get(metric) is not None:
+            rows.append({"figure": metric, "value": summary[metric], "goal": "", "met": None})
+    return pd.DataFrame(rows)
+
+
 def paths(campaign: Path) -> tuple[Path, Path]:
     """The predictions file and the score file of the set whose campaign file is ``campaign``."""
     return campaign.with_suffix(".predictions.csv"), campaign.with_suffix(".score.json")

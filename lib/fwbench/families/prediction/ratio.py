@@ -35,22 +35,36 @@ JAX_MODES = ("jit", "torchax")
 
 def pairs(table: pd.DataFrame) -> pd.DataFrame:
     """Each JAX row of ``table`` (``JAX_MODES``) with the PyTorch eager row of its run and
-    configuration: the JAX row's columns, ``torch_seconds``, ``log_ratio`` (JAX over PyTorch) and
-    ``decided`` (the paired trials' interval excludes 1; False where the trials are unknown)."""
+    configuration; a JAX row whose run timed no PyTorch (torchax's own campaigns) takes the median
+    of the configuration's PyTorch eager rows in other runs on the same CPU (``same_run`` False:
+    the between-run spread rides along, and it is never ``decided``). The JAX row's columns,
+    ``torch_seconds``, ``torch_index`` (the row, or the first of those pooled), ``log_ratio`` (JAX
+    over PyTorch) and ``decided`` (the paired trials' interval excludes 1)."""
     jax = table[(table.framework == "jax") & table["mode"].isin(JAX_MODES)]
     torch = table[(table.framework == "torch") & (table["mode"] == "eager")]
     right = torch[PAIR_KEY].assign(torch_seconds=torch.seconds.to_numpy(), torch_index=torch.index)
     if "trial_img_s" in torch:
         right["torch_trials"] = torch.trial_img_s.to_numpy()
     right = right.drop_duplicates(PAIR_KEY)
-    out = jax.reset_index(names="jax_index").merge(right, on=PAIR_KEY, how="inner")
+    jax = jax.reset_index(names="jax_index")
+    same = jax.merge(right, on=PAIR_KEY, how="inner").assign(same_run=True)
+    config = PAIR_KEY[2:]
+    pooled = right.groupby(config, as_index=False).agg(
+        torch_seconds=("torch_seconds", "median"), torch_index=("torch_index", "first")
+    )
+    rest = jax[~jax.jax_index.isin(same.jax_index)]
+    other = rest.merge(pooled, on=config, how="inner").assign(same_run=False)
+    out = pd.concat([same, other], ignore_index=True)
     out["log_ratio"] = np.log(out.seconds / out.torch_seconds)
-    if "torch_trials" in out:
-        out["decided"] = [
-            dataset.decided(t, j) for t, j in zip(out.torch_trials, out.trial_img_s, strict=True)
-        ]
-    else:
-        out["decided"] = False
+    out["decided"] = [
+        bool(s) and isinstance(t, dict) and dataset.decided(t, j)
+        for s, t, j in zip(
+            out.same_run,
+            out.get("torch_trials", pd.Series(None, index=out.index)),
+            out.get("trial_img_s", pd.Series(None, index=out.index)),
+            strict=True,
+        )
+    ]
     return out
 
 

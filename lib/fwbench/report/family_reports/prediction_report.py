@@ -33,6 +33,8 @@ def _group(extra: dict) -> str:
     """A record's row: its hold-out or query, and for a score of something other than the
     predictor itself (the per-op sum, the ratio predicted directly) what was scored and on which
     setting, so that no row pools two predictors' scores."""
+    if extra.get("test"):
+        return f"test: {extra['test']}"
     if not extra.get("holdout"):
         return f"query: {extra.get('query', '')}"
     parts = [extra["holdout"], extra.get("predictor")]
@@ -90,17 +92,20 @@ def readme_part(_content: dict, tables_dir, report_link: str) -> list[str]:
 
 
 def readme_lines(table: pd.DataFrame, report_link: str) -> list[str]:
-    """The README's lines: 21_prediction's hold-outs and 22_recommend's queries, one row each, with the goal each
-    is held to and by how much it is met or missed."""
+    """The README's lines: the frozen test, 21_prediction's hold-outs and 22_recommend's queries,
+    one row each, with the goal each is held to and by how much it is met or missed."""
     if table.empty:
         return []
     group = table.columns[0]
+    # the predictor's own scores; the per-op sum's and the direct ratio's stay in the report
+    table = table[~table[group].astype(str).str.contains(" · ")]
     columns = [(c, label) for c, label in PREDICTION_COLUMNS if c in table]
     body = []
     for row in table.itertuples(index=False):
         values = dict(zip(table.columns, row, strict=True))
         cells = ["" if pd.isna(values[c]) else f"{values[c]:.1f}%" for c, _ in columns]
-        # "hold-out: batch" -> the batch hold-out's goal; "query: latency" -> the queries' goal
+        # "hold-out: batch" -> the batch hold-out's goal; "query: latency" -> the queries' goal;
+        # "test: frozen set" -> the test's
         kind, _, name = str(values[group]).partition(": ")
         goal = PREDICTION_GOALS.get("query" if kind == "query" else name)
         words = ""
