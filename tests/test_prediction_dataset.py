@@ -246,7 +246,7 @@ def test_a_frozen_test_model_never_enters_the_table(tmp_path):
 
 def test_a_model_without_a_twin_is_predicted_for_jax_through_torchax_only():
     from fwbench.families.prediction.answers import predict_request
-    from fwbench.families.prediction.predictor import SETTINGS
+    from fwbench.families.prediction.costs import SETTINGS
 
     asked = dict(
         model="convnext_tiny",

@@ -420,17 +420,3 @@ def test_each_setting_gets_the_interval_its_own_misses_ask_for():
     assert np.allclose(
         np.log(fitted.predict(unseen).high / fitted.predict(unseen).seconds), fitted.half_width
     )
-
-
-def test_torchax_starts_from_the_costs_of_its_compiler():
-    """PyTorch's graph through torchax runs XLA's kernels: a torchax setting measured on one
-    lineage, too few to fit alone, takes JAX jit's fitted costs, not the pooled ones (which
-    PyTorch's rows dominate)."""
-    frame = synthetic_sweep(noise=0.0)
-    torchax = frame[(frame.framework == "jax") & frame.model.str.startswith("resnet")]
-    frame = pd.concat([frame, torchax.assign(mode="torchax")], ignore_index=True)
-    weights, pooled = costs.fit_costs(frame)
-    assert np.array_equal(weights["jax torchax"], weights["jax jit"])
-    assert not np.array_equal(weights["jax jit"], pooled)
-    table = costs.cost_table(frame)
-    assert set(table[table.setting == "jax torchax"].fit) == {"from jax jit"}

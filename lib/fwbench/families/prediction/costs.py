@@ -48,11 +48,6 @@ SHRINK_GRID = (np.inf, 10.0, 1.0, 0.1, 0.01, 0.0)
 # time on the term at the ceiling; elsewhere the term keeps the cost fitted on all rows
 MIN_TERM_SHARE = 0.02
 
-# a setting whose kernels come from another's compiler starts from that setting's costs, where it
-# has its own, rather than from the pooled ones: PyTorch's graph through torchax runs XLA's CPU
-# kernels, as a Flax twin under jit does, not PyTorch's
-PRIOR_OF = {"jax torchax": "jax jit"}
-
 
 def setting_of(frame: pd.DataFrame) -> pd.Series:
     return frame["framework"] + " " + frame["mode"]
@@ -231,15 +226,12 @@ def fit_costs(frame: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray]:
 
 
 def _settings(frame: pd.DataFrame, pooled: np.ndarray) -> dict[str, tuple[str, np.ndarray, float]]:
-    """``setting_costs`` of each setting of ``frame`` not fitted as ``pooled``; a setting of
-    ``PRIOR_OF`` starts from its source's costs where the source was fitted, so sources go first."""
-    fitted: dict[str, tuple[str, np.ndarray, float]] = {}
-    groups = dict(list(frame.groupby(setting_of(frame))))
-    for name in sorted(groups, key=lambda s: s in PRIOR_OF):
-        source = fitted.get(PRIOR_OF.get(name, ""))
-        how, weights, shrink = setting_costs(groups[name], pooled if source is None else source[1])
-        if how != "pooled" or source is not None:
-            fitted[name] = (how if how != "pooled" else f"from {PRIOR_OF[name]}", weights, shrink)
+    """``setting_costs`` of each setting of ``frame`` not fitted as ``pooled``."""
+    fitted = {}
+    for name, rows in frame.groupby(setting_of(frame)):
+        how, weights, shrink = setting_costs(rows, pooled)
+        if how != "pooled":
+            fitted[name] = (how, weights, shrink)
     return fitted
 
 
