@@ -339,3 +339,21 @@ def test_recommend_ranks_this_machines_cpu_unless_told_and_names_each_device(tmp
     assert "latency_ms" not in every.stdout and "peak_mem_bytes" not in every.stdout
     rows = every.stdout.splitlines()[1:3]
     assert all(CPU in row for row in rows), rows
+
+
+def test_the_front_page_quotes_the_committed_prediction_report_by_its_own_rows(tmp_path):
+    """A campaign without JAX-vs-PyTorch ratios has its family's lines in the brief block: the
+    predictor's own rows with their goals, no other predictor's and no run id."""
+    from pathlib import Path
+
+    from fwbench.report import readme
+
+    repo = Path(__file__).resolve().parents[1]
+    report = repo / "report" / "prediction"
+    if not (report / "content.json").is_file():
+        pytest.skip("no prediction report is committed")
+    block = readme.results_block(
+        "prediction", report, tmp_path, repo / "executed", repo / "figures", brief=True
+    )
+    assert "| hold-out: lineage |" in block and "MAPE ≤ 15%" in block
+    assert " · " not in block and not readme.NAMED_RUN.search(block)

@@ -261,15 +261,6 @@ def results_block(
     progress = progress_sentence(Path(out) / campaign / run_id / "manifest.json")
     if progress:
         parts.append(progress)
-    if brief:
-        parts += brief_ratios(content, tables, matrix, report_link)
-        # the front page names no run: the report it links to does
-        return NAMED_RUN.sub("the newest run", "\n\n".join(parts))
-    figure = Path(figures_dir) / "ratio_matrix.svg"
-    if figure.is_file():
-        parts.append(
-            f"![JAX ÷ PyTorch throughput ratio, run {run_id}]({_link(figure, readme_dir)})"
-        )
     # each family's own lines (family_reports: a module's readme_part), in the vocabulary's order
     families = [
         line
@@ -277,6 +268,17 @@ def results_block(
         if hasattr(module, "readme_part")
         for line in module.readme_part(content, tables, report_link)
     ]
+    if brief:
+        # a campaign without JAX-vs-PyTorch ratios (prediction) is quoted by its family's lines
+        ratios = not matrix.empty or not read_table(tables, "three_way").empty
+        parts += brief_ratios(content, tables, matrix, report_link) if ratios else families
+        # the front page names no run: the report it links to does
+        return NAMED_RUN.sub("the newest run", "\n\n".join(parts))
+    figure = Path(figures_dir) / "ratio_matrix.svg"
+    if figure.is_file():
+        parts.append(
+            f"![JAX ÷ PyTorch throughput ratio, run {run_id}]({_link(figure, readme_dir)})"
+        )
     if matrix.empty and families:
         # a campaign of other families: the inference parts would only say they are empty
         parts += notes_part(content, "trust", "How far these numbers can be trusted", report_link)

@@ -91,9 +91,16 @@ PREDICTION_COLUMNS = [
 ]
 
 
+# the README's rows: the test, and the hold-outs of time per call (the report has the rest)
+README_ROWS = ("test: frozen set", "hold-out: lineage", "hold-out: batch", "hold-out: cpu")
+
+
 def readme_part(_content: dict, tables_dir, report_link: str) -> list[str]:
-    """The README's lines, from the report's prediction table."""
-    return readme_lines(sections.read_table(tables_dir, "prediction"), report_link)
+    """The README's lines, from the report's prediction table (``README_ROWS``)."""
+    table = sections.read_table(tables_dir, "prediction")
+    if not table.empty:
+        table = table[table[table.columns[0]].isin(README_ROWS)]
+    return readme_lines(table, report_link)
 
 
 def readme_lines(table: pd.DataFrame, report_link: str) -> list[str]:
@@ -126,6 +133,8 @@ def readme_lines(table: pd.DataFrame, report_link: str) -> list[str]:
             )
         body.append([values[group], *cells, words])
     return [
-        f"Prediction: each row scored only on what no fit saw ([report]({report_link}#prediction)):",
+        "Prediction, each row scored only on what no fit saw: the test (models predicted before "
+        "they were measured, scored once) and validation (hold-outs, read while the predictor "
+        f"was designed) ([report]({report_link}#prediction)):",
         sections.markdown_table([group, *(label for _, label in columns), "goal"], body),
     ]
