@@ -214,6 +214,17 @@ def brief_ratios(content: dict, tables: Path, matrix: pd.DataFrame, report_link:
     return inference_part(matrix, report_link) + trust
 
 
+def family_lines(content: dict, tables: Path, report_link: str) -> list[str]:
+    """Each family's own lines (family_reports: a module's readme_part), in the vocabulary's
+    order."""
+    return [
+        line
+        for module in family_reports.BY_FAMILY.values()
+        if hasattr(module, "readme_part")
+        for line in module.readme_part(content, tables, report_link)
+    ]
+
+
 def results_block(
     campaign: str,
     report_dir: Path,
@@ -261,13 +272,7 @@ def results_block(
     progress = progress_sentence(Path(out) / campaign / run_id / "manifest.json")
     if progress:
         parts.append(progress)
-    # each family's own lines (family_reports: a module's readme_part), in the vocabulary's order
-    families = [
-        line
-        for module in family_reports.BY_FAMILY.values()
-        if hasattr(module, "readme_part")
-        for line in module.readme_part(content, tables, report_link)
-    ]
+    families = family_lines(content, tables, report_link)
     if brief:
         # a campaign without JAX-vs-PyTorch ratios (prediction) is quoted by its family's lines
         ratios = not matrix.empty or not read_table(tables, "three_way").empty
