@@ -82,7 +82,9 @@ SECTIONS = (PREDICTION,)
 # the README's columns of the prediction table, in order, with their headings
 PREDICTION_COLUMNS = [
     ("mape_pct", "MAPE"),
+    ("median_pct", "median"),
     ("within_15pct", "within ±15%"),
+    ("within_20pct", "within ±20%"),
     ("worst_pct", "worst"),
     ("interval_coverage_pct", "90% interval held"),
     ("correct_winner_rate", "correct winner"),
@@ -111,7 +113,11 @@ def readme_lines(table: pd.DataFrame, report_link: str) -> list[str]:
     group = table.columns[0]
     # the predictor's own scores; the per-op sum's and the direct ratio's stay in the report
     table = table[~table[group].astype(str).str.contains(" · ")]
-    columns = [(c, label) for c, label in PREDICTION_COLUMNS if c in table]
+    # the test first, then validation; a column none of the rows fills is left out
+    table = table.sort_values(group, key=lambda g: ~g.astype(str).str.startswith("test:"))
+    columns = [
+        (c, label) for c, label in PREDICTION_COLUMNS if c in table and table[c].notna().any()
+    ]
     body = []
     for row in table.itertuples(index=False):
         values = dict(zip(table.columns, row, strict=True))
