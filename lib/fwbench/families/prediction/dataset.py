@@ -203,22 +203,27 @@ def build(db_path: str | Path, exclude: set[str], progress=None) -> tuple[pd.Dat
     return table, left_out
 
 
+# what a JAX row and a PyTorch row share to be a pair: the run, and the configuration but the
+# setting (one run may time a model at two image sizes)
+PAIR_KEY = [
+    "campaign",
+    "run_id",
+    "model",
+    "precision",
+    "batch_size",
+    "threads",
+    "device_name",
+    "image_size",
+]
+
+
 def winner_pairs(table: pd.DataFrame, predicted: pd.Series | None = None) -> pd.DataFrame:
     """JAX jit against PyTorch eager in each configuration and run where both ran: the measured
     ratio of seconds (JAX / PyTorch), whether its paired interval excludes 1 (``decided``), and,
     given ``predicted`` seconds (indexed like ``table``), the predicted ratio. Where ``table``
     carries a hold-out's ``setting_seen``, a pair's ``setting_seen`` holds when both its rows
     have it. A pair shares its image size too: one run may time a model at two."""
-    key = [
-        "campaign",
-        "run_id",
-        "model",
-        "precision",
-        "batch_size",
-        "threads",
-        "device_name",
-        "image_size",
-    ]
+    key = PAIR_KEY
     rows = []
     for values, group in table.groupby(key, sort=True):
         jax = group[(group.framework == "jax") & (group["mode"] == "jit")]

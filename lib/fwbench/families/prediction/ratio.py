@@ -20,16 +20,6 @@ import pandas as pd
 from fwbench.families.prediction import dataset, predictor
 from fwbench.models.lineage import lineage
 
-PAIR_KEY = [
-    "campaign",
-    "run_id",
-    "model",
-    "precision",
-    "batch_size",
-    "threads",
-    "device_name",
-    "image_size",
-]
 JAX_MODES = ("jit", "torchax")
 
 
@@ -42,13 +32,15 @@ def pairs(table: pd.DataFrame) -> pd.DataFrame:
     over PyTorch) and ``decided`` (the paired trials' interval excludes 1)."""
     jax = table[(table.framework == "jax") & table["mode"].isin(JAX_MODES)]
     torch = table[(table.framework == "torch") & (table["mode"] == "eager")]
-    right = torch[PAIR_KEY].assign(torch_seconds=torch.seconds.to_numpy(), torch_index=torch.index)
+    right = torch[dataset.PAIR_KEY].assign(
+        torch_seconds=torch.seconds.to_numpy(), torch_index=torch.index
+    )
     if "trial_img_s" in torch:
         right["torch_trials"] = torch.trial_img_s.to_numpy()
-    right = right.drop_duplicates(PAIR_KEY)
+    right = right.drop_duplicates(dataset.PAIR_KEY)
     jax = jax.reset_index(names="jax_index")
-    same = jax.merge(right, on=PAIR_KEY, how="inner").assign(same_run=True)
-    config = PAIR_KEY[2:]
+    same = jax.merge(right, on=dataset.PAIR_KEY, how="inner").assign(same_run=True)
+    config = dataset.PAIR_KEY[2:]
     pooled = right.groupby(config, as_index=False).agg(
         torch_seconds=("torch_seconds", "median"), torch_index=("torch_index", "first")
     )
