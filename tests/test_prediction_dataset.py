@@ -3,6 +3,7 @@ configurations enter (named hardware, clean trials, a ceiling), the medians they
 JAX-vs-PyTorch pairs the correct-winner rate scores, and the command's answers."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,8 @@ from fwbench.families.prediction import dataset, epochs, forecast
 from fwbench.measure.device import cpu_device_name
 from fwbench.results import db as fw_db
 from tests.conftest import run_cli
+
+REPO = Path(__file__).resolve().parents[1]
 
 CPU = "Test CPU (family 1, model 2)"
 OLD_CPU = "Test CPU"  # a record made before family and model were recorded
@@ -396,9 +399,19 @@ def test_21_and_22_score_hold_outs_and_recommendations(tmp_path, write_campaign)
     con = fw_db.connect(tmp_path / "out.duckdb", read_only=True)
     rows = con.execute(
         "select notebook, metric, status, json_extract_string(extra, '$.holdout') as holdout, "
-        "value from measurements where family = 'prediction'"
+        "json_extract_string(extra, '$.test') as test, value from measurements "
+        "where family = 'prediction'"
     ).df()
     con.close()
+    # the repository's frozen test score, where one is committed, is recorded as it stands
+    tested = rows[rows.test.notna()]
+    score = REPO / "params" / "frozen_test.score.json"
+    if score.is_file():
+        mape = json.loads(score.read_text())["mape_pct"]
+        assert tested.set_index("metric").value["mape_pct"] == pytest.approx(mape)
+    else:
+        assert tested.empty
+    rows = rows[rows.test.isna()]
     scored = rows[(rows.status == "ok") & (rows.notebook == "21_prediction")]
     # three lineages (resnet, mbconv, shufflenet/squeezenet) make the lineage hold-out; no batch size
     # above 16 and one thread count make no other, which the notebook says rather than scores
