@@ -169,26 +169,31 @@ def best_correction(misses: pd.DataFrame) -> str:
     return best
 
 
+def lineage_folds(frame: pd.DataFrame, folds: int):
+    """(train, test) positions of up to ``folds`` folds of ``frame``'s rows, each holding whole
+    lineages out; none where the rows span one lineage."""
+    from sklearn.model_selection import GroupKFold
+
+    groups = frame.model.map(lineage).to_numpy()
+    if len(set(groups)) < 2:
+        return
+    yield from GroupKFold(n_splits=min(folds, len(set(groups)))).split(frame, groups=groups)
+
+
 def fit(frame: pd.DataFrame, *, seed: int = 0, folds: int = 5) -> Predictor:
     """Fit on measured rows (``seconds`` per call plus the feature columns).
 
     Cross-validation grouped by lineage (each residual from a fit, costs and corrections, that
-    never saw its model's lineage) picks each setting's correction (``_best``) and gives the
-    ``COVERAGE`` quantile of its absolute log residuals as the interval's half-width."""
-    from sklearn.model_selection import GroupKFold
-
-    groups = frame.model.map(lineage).to_numpy()
+    never saw its model's lineage) picks each setting's correction (``best_correction``) and
+    gives the ``COVERAGE`` quantile of its absolute log residuals as the interval's half-width."""
     misses = pd.DataFrame(np.nan, index=np.arange(len(frame)), columns=list(CORRECTIONS))
-    n_groups = len(set(groups))
-    if n_groups >= 2:
-        splitter = GroupKFold(n_splits=min(folds, n_groups))
-        for train, test in splitter.split(frame, groups=groups):
-            model = _fit_once(frame.iloc[train], seed)
-            held = frame.iloc[test]
-            cost = model.cost_seconds(held).to_numpy()
-            for name in CORRECTIONS:
-                predicted = cost * np.exp(model.correction(held, name))
-                misses.loc[test, name] = np.abs(np.log(held.seconds.to_numpy() / predicted))
+    for train, test in lineage_folds(frame, folds):
+        model = _fit_once(frame.iloc[train], seed)
+        held = frame.iloc[test]
+        cost = model.cost_seconds(held).to_numpy()
+        for name in CORRECTIONS:
+            predicted = cost * np.exp(model.correction(held, name))
+            misses.loc[test, name] = np.abs(np.log(held.seconds.to_numpy() / predicted))
     fitted = _fit_once(frame, seed)
     setting = costs.setting_of(frame).to_numpy()
     scored = misses.dropna()

@@ -108,18 +108,13 @@ def _fit_reads(rows: pd.DataFrame, seed: int) -> dict:
 def fit(rows: pd.DataFrame, *, seed: int = 0, folds: int = 5) -> RatioModel:
     """Fit on ``pairs`` rows: each reading scored by folds that hold whole lineages out, the best
     kept (``predictor.best_correction``), its residuals the interval's."""
-    from sklearn.model_selection import GroupKFold
-
-    groups = rows.model.map(lineage).to_numpy()
     misses = pd.DataFrame(np.nan, index=np.arange(len(rows)), columns=list(predictor.CORRECTIONS))
-    if len(set(groups)) >= 2:
-        splitter = GroupKFold(n_splits=min(folds, len(set(groups))))
-        for train, test in splitter.split(rows, groups=groups):
-            part = _fit_reads(rows.iloc[train], seed)
-            held = rows.iloc[test]
-            for reads in predictor.CORRECTIONS:
-                log = _predict_log(reads, part["mean"], part.get(reads), held)
-                misses.loc[test, reads] = np.abs(held.log_ratio.to_numpy() - log)
+    for train, test in predictor.lineage_folds(rows, folds):
+        part = _fit_reads(rows.iloc[train], seed)
+        held = rows.iloc[test]
+        for reads in predictor.CORRECTIONS:
+            log = _predict_log(reads, part["mean"], part.get(reads), held)
+            misses.loc[test, reads] = np.abs(held.log_ratio.to_numpy() - log)
     whole = _fit_reads(rows, seed)
     scored = misses.dropna()
     reads = predictor.best_correction(scored) if len(scored) else "none"
