@@ -127,18 +127,24 @@ def test_the_lineage_hold_out_never_learns_from_the_lineage_it_prices():
     assert priced == pytest.approx(1e-3 / (2e-3 / 6e-3) + 100e-6)
 
 
-def test_the_hold_out_table_scores_each_setting_and_all():
-    per_op = pd.DataFrame(
+def _per_op(models, lineages, per_op_s, index=None):
+    """Two per-op hold-out rows of one setting, measured at 1 s and 2 s."""
+    return pd.DataFrame(
         {
             **{k: [v, v] for k, v in SETTING.items()},
-            "model": ["a", "b"],
+            "model": models,
             "batch_size": [1, 1],
             "image_size": [224, 224],
-            "lineage": ["x", "y"],
+            "lineage": lineages,
             "seconds": [1.0, 2.0],
-            "per_op_s": [1.1, 1.0],
-        }
+            "per_op_s": per_op_s,
+        },
+        index=index,
     )
+
+
+def test_the_hold_out_table_scores_each_setting_and_all():
+    per_op = _per_op(["a", "b"], ["x", "y"], per_op_s=[1.1, 1.0])
     table = eff.holdout_table(per_op).set_index("setting")
     assert table.loc["all", "per_op_mape_pct"] == pytest.approx(30.0)
     assert table.loc["all", "per_op_within_15pct"] == pytest.approx(50.0)
@@ -157,18 +163,7 @@ def test_a_cpu_nobody_profiled_is_priced_by_every_cpus_shares_at_its_own_ceiling
 
 def test_the_hold_out_table_matches_the_predictors_rows_one_to_one():
     # one configuration measured in two runs: two rows of the table, each scored once
-    per_op = pd.DataFrame(
-        {
-            **{k: [v, v] for k, v in SETTING.items()},
-            "model": ["a", "a"],
-            "batch_size": [1, 1],
-            "image_size": [224, 224],
-            "lineage": ["x", "x"],
-            "seconds": [1.0, 2.0],
-            "per_op_s": [1.0, 1.0],
-        },
-        index=[7, 9],
-    )
+    per_op = _per_op(["a", "a"], ["x", "x"], per_op_s=[1.0, 1.0], index=[7, 9])
     held = pd.DataFrame({"cost": [1.5, 2.0], "predicted": [1.0, 3.0]}, index=[7, 9])
     table = eff.holdout_table(per_op, held).set_index("setting")
     assert table.loc["all", "rows"] == 2
