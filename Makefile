@@ -65,13 +65,15 @@ lab: $(STAMP)
 
 # The browsers tests/test_lab.py and 14_web_audio drive, Debian's (playwright's own downloads
 # cannot be used offline): Chromium; Firefox ESR (through Playwright's moz-firefox channel);
-# WebKitGTK's MiniBrowser with its WebDriver (through Selenium) on a virtual X display (Xvfb).
+# WebKitGTK's MiniBrowser with its WebDriver (through Selenium) on a virtual X display (Xvfb);
+# PulseAudio, the sound server Firefox's streaming page plays into (a null sink).
 # Needs root; does nothing when they are all installed.
 browser:
 	test -x /usr/bin/chromium -a -x /usr/bin/firefox-esr -a -x /usr/bin/WebKitWebDriver \
-	  -a -x /usr/bin/Xvfb || { DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	  -a -x /usr/bin/Xvfb -a -x /usr/bin/pulseaudio || \
+	  { DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium firefox-esr \
-	    webkit2gtk-driver xvfb xauth; }
+	    webkit2gtk-driver xvfb xauth pulseaudio; }
 
 # The Slurm clusters the tests start (tests/slurm_cluster.py, one node; tests/slurm_nodes.py, two
 # nodes in network namespaces of their own; daemons run by the tests, stopped after): Debian's

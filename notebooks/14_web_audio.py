@@ -282,12 +282,12 @@ alt.Chart(
 
 # %% [markdown]
 # ## Streaming, like a microphone
-# Chromium's fake capture device plays a WAV of the same signal through `getUserMedia`; an
-# AudioWorklet at 16 kHz posts one-second chunks, each run through the model (WASM) as it
-# arrives. Per chunk: latency, and how many chunks queued behind it (any backlog: it does not
-# keep up). The other browsers' rows are skipped with the reason (headless Firefox ESR's
-# AudioContext never starts here; WebKitGTK's fake microphone is not driven). Streaming is
-# wav2vec2's: Whisper's encoder hears a 30 s window, not a second.
+# Chromium's fake capture device plays a WAV of the same signal through `getUserMedia`,
+# Firefox's a tone of its own (its audio played into a PulseAudio null sink: without an output
+# its AudioContext never starts); an AudioWorklet at 16 kHz posts one-second chunks, each run
+# through the model (WASM) as it arrives. Per chunk: latency, and how many chunks queued behind
+# it (any backlog: it does not keep up). WebKitGTK's rows are skipped with the reason (its fake
+# microphone is not driven). Streaming is wav2vec2's: Whisper's encoder hears a 30 s window.
 
 # %%
 for name in browsers if streaming else []:

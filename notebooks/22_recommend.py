@@ -10,7 +10,8 @@
 # configuration at a fixed batch size, and the best under a p95 latency cap at the median of the
 # model's measured p95 latencies, where a pick that breaks the cap counts as 100% regret. Goal:
 # regret ≤ 5% in ≥ 90% of queries (Selecta, USENIX ATC 2018: 94% within 10% of optimal).
-# Records: family `prediction`, `regret_pct` per query and `regret_within_5pct` per kind.
+# Records: family `prediction`, `regret_pct` per query and `regret_within_5pct` per kind. Last,
+# the frozen test set's picks from its committed predictions (batch queries), recorded apart.
 #
 # **Run it:** `fwbench run params/prediction.yaml` (after 21_prediction, whose training table it
 # reads; else it builds one from the index).
@@ -30,7 +31,7 @@ import altair as alt
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fwbench.families.prediction import forecast, frozen, recommend
+from fwbench.families.prediction import forecast, frozen, frozen_score, recommend
 from fwbench.pipeline.campaign import find_repo_root
 from fwbench.results import db as fw_db
 from fwbench.results.records import Recorder
@@ -130,6 +131,62 @@ if not queries.empty:
         )
         .properties(title="Regret of recommendations made from predictions alone", width=360)
     )
+
+# %% [markdown]
+# ## On the frozen test set
+# The models of the frozen set (`params/frozen_test.yaml`) were predicted, and the predictions
+# committed, before anyone measured them; `fwbench freeze-test --score` scored them once. Here
+# the same committed predictions pick a configuration at each batch size (PyTorch eager or JAX
+# through torchax, the set's two settings), and the pick pays its measured gap to the best. This
+# is one more figure from that single scoring's rows (`frozen_test.score.csv`), not a second
+# look with a changed predictor. Latency queries need a predicted p95, which the committed
+# predictions do not hold, so the set has batch queries only.
+
+# %%
+test_campaign = root / "params" / f"{frozen.CAMPAIGN}.yaml"
+scored_file = frozen_score.paths(test_campaign)[1].with_suffix(".csv")
+test_queries = (
+    recommend.committed_queries(pd.read_csv(scored_file)) if scored_file.is_file() else None
+)
+if test_queries is None or test_queries.empty:
+    print("the frozen set is not scored yet: no test figure")
+else:
+    for row in test_queries.itertuples():
+        extra = {"test": "frozen set", "query": row.query, "chosen": row.chosen, "best": row.best}
+        rec.add(
+            "regret_pct",
+            row.regret_pct,
+            "%",
+            model=row.model,
+            device_name=row.device_name,
+            batch_size=int(row.batch_size),
+            extra={**extra, "candidates": int(row.candidates), "differs": row.differs},
+        )
+    test_share = float((test_queries.regret_pct <= goal_regret_pct).mean() * 100)
+    rec.add(
+        "regret_within_5pct",
+        test_share,
+        "%",
+        n=len(test_queries),
+        extra={"test": "frozen set", "query": "batch"},
+    )
+    verdict = (
+        "meets"
+        if test_share >= goal_share_pct
+        else f"misses by {goal_share_pct - test_share:.1f} points"
+    )
+    worst = test_queries.sort_values("regret_pct").iloc[-1]
+    display(
+        Markdown(
+            f"On the frozen set the committed predictions' picks have regret ≤ "
+            f"{goal_regret_pct:g}% in {test_share:.0f}% of {len(test_queries)} batch queries "
+            f"(goal ≥ {goal_share_pct:g}%): {verdict}. Median regret "
+            f"{test_queries.regret_pct.median():.1f}%; the worst, {worst.regret_pct:.1f}%, on "
+            f"{worst.model} at batch {worst.batch_size} (picked {worst.chosen}; best "
+            f"{worst.best})."
+        )
+    )
+    display(test_queries)
 
 # %%
 rec.emit()

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwbench.families.prediction import dataset, epochs, forecast
+from fwbench.families.prediction import dataset, epochs, forecast, recommend
 from fwbench.measure.device import cpu_device_name
 from fwbench.results import db as fw_db
 from tests.conftest import run_cli
@@ -409,6 +409,11 @@ def test_21_and_22_score_hold_outs_and_recommendations(tmp_path, write_campaign)
     if score.is_file():
         mape = json.loads(score.read_text())["mape_pct"]
         assert tested.set_index("metric").value["mape_pct"] == pytest.approx(mape)
+        # and 22_recommend scores the committed predictions' picks on the set's rows
+        scored_rows = pd.read_csv(score.with_suffix(".csv"))
+        share = tested[tested.metric == "regret_within_5pct"].value
+        expected = recommend.committed_queries(scored_rows).regret_pct.le(5).mean() * 100
+        assert share.tolist() == [pytest.approx(expected)]
     else:
         assert tested.empty
     rows = rows[rows.test.isna()]

@@ -161,20 +161,49 @@ def test_a_pick_from_predictions_is_scored_against_the_measured_best():
     predicted = pd.DataFrame(
         {"throughput_img_s": [1.0, 2.0, 3.0], "latency_p95_ms": [100.0, 500.0, 150.0]}
     )
-    found = recommend._choice(group, predicted, None)
+    found = recommend.choice(group, predicted, None)
     assert found["regret_pct"] == pytest.approx(25.0)
     # the record names both the pick and the measured best, so a miss says what it missed
     assert found["chosen"] == "torch compile fp32 batch 8, 2 threads"
     assert found["best"] == "jax jit fp32 batch 8, 2 threads"
     # under a 0.3 s cap the best that fits measures 15 img/s; a pick of it has no regret...
-    assert recommend._choice(group, predicted, 0.3)["regret_pct"] == pytest.approx(0.0)
+    assert recommend.choice(group, predicted, 0.3)["regret_pct"] == pytest.approx(0.0)
     # ...and one the predictions wrongly believe fits, which breaks the cap, counts as 100%
     wrong = predicted.assign(latency_p95_ms=[100.0, 500.0, 250.0], throughput_img_s=[1.0, 2.0, 3.0])
-    broke = recommend._choice(group.assign(latency_p95_s=[0.1, 0.5, 0.4]), wrong, 0.3)
+    broke = recommend.choice(group.assign(latency_p95_s=[0.1, 0.5, 0.4]), wrong, 0.3)
     assert broke["violates"] and broke["regret_pct"] == 100.0
     # the miss says what the pick changed: another mode at the same batch and threads
     assert found["differs"] == "setting"
-    assert recommend._choice(group, predicted, 0.3)["differs"] == ""
+    assert recommend.choice(group, predicted, 0.3)["differs"] == ""
+
+
+def test_committed_predictions_pick_per_batch_and_pay_the_measured_gap():
+    # a frozen set's scored rows: seconds per call predicted and measured, two frameworks of one
+    # model at batch 1 and 8, and a model measured in one framework only
+    base = {"precision": "fp32", "threads": 2, "image_size": 224, "device_name": CPU}
+    scored = pd.DataFrame(
+        [
+            {**base, "model": "m", "framework": "torch", "mode": "eager", "batch_size": 1,
+             "predicted_s": 0.10, "seconds": 0.10},
+            {**base, "model": "m", "framework": "jax", "mode": "torchax", "batch_size": 1,
+             "predicted_s": 0.20, "seconds": 0.12},
+            # batch 8: the predictions pick JAX, which measures 0.8 s against PyTorch's 0.6 s
+            {**base, "model": "m", "framework": "torch", "mode": "eager", "batch_size": 8,
+             "predicted_s": 0.90, "seconds": 0.60},
+            {**base, "model": "m", "framework": "jax", "mode": "torchax", "batch_size": 8,
+             "predicted_s": 0.50, "seconds": 0.80},
+            {**base, "model": "alone", "framework": "torch", "mode": "eager", "batch_size": 1,
+             "predicted_s": 0.1, "seconds": 0.1},
+        ]
+    )  # fmt: skip
+    queries = recommend.committed_queries(scored).set_index("batch_size")
+    # one query per batch size with two candidates; a model with one has no choice to score
+    assert list(queries.index) == [1, 8] and set(queries.model) == {"m"}
+    assert queries.loc[1, "regret_pct"] == pytest.approx(0.0)
+    # the pick gives up a quarter of the best's throughput (8/0.8 against 8/0.6 img/s)
+    assert queries.loc[8, "regret_pct"] == pytest.approx(25.0)
+    assert queries.loc[8, "chosen"] == "jax torchax fp32 batch 8, 2 threads"
+    assert queries.loc[8, "differs"] == "setting"
 
 
 def test_a_miss_says_what_its_pick_changed_from_the_best():

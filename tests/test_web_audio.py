@@ -246,6 +246,32 @@ def test_browser_against_native_goes_through_the_verdicts_with_trials_as_rounds(
     assert firefox.ci_low < 1 < firefox.ci_high and firefox.faster == ""
     # one trial per cell (no trial number above 0) gives no rounds, so no verdict
     assert audio_report.ratio_rounds(meas.assign(trial=0)).empty
+    # the README's table: a row per model, threads and audio, a column per browser; one run of
+    # the same rounds says it calls no winner
+    one_run = audio_report.ratio_table(audio_report.ratio_rounds(meas[meas.run_id == "r1"]))
+    caps = pd.DataFrame(
+        [
+            {"browser": "Chromium 156", "WASM SIMD": "True",
+             "WASM threads (SharedArrayBuffer)": "True", "cross-origin isolated": "True",
+             "WebGPU adapter": "google swiftshader (software)",
+             "WebNN": "NotSupportedError: WebNN is not supported on this platform."},
+            {"browser": "Firefox ESR 153", "WASM SIMD": "True",
+             "WASM threads (SharedArrayBuffer)": "False", "cross-origin isolated": "False",
+             "WebGPU adapter": "no adapter", "WebNN": "absent"},
+        ]
+    )  # fmt: skip
+    ratios, offered = audio_report.readme_lines(one_run, caps, "report.md")
+    assert "1 run × 5 rounds, 95% intervals, within one run, so no winner is called" in ratios
+    found = one_run.set_index("browser").loc["Chromium"]
+    assert (
+        f"Chromium {found.rtf_ratio:.2f}× (intervals within {found.ci_low:.2f}-"
+        f"{found.ci_high:.2f}×); Firefox ESR " in ratios
+    )
+    assert offered.endswith(
+        "Chromium 156: WASM SIMD, WASM threads, cross-origin isolation, WebGPU on google "
+        "swiftshader (software), WebNN refused (NotSupportedError). Firefox ESR 153: WASM SIMD, "
+        "WebGPU without an adapter, no WebNN."
+    )
 
 
 @pytest.mark.parametrize("name", ["chromium", "firefox", "webkit"])
@@ -269,14 +295,33 @@ def test_each_browser_runs_wasm_on_the_threads_asked_and_agrees_with_pytorch(
     assert native.agreement(wasm.output, reference)[1] <= FP32_BOUND
 
 
-def test_streaming_says_why_it_does_not_run_beyond_chromium(tmp_path):
+def test_streaming_says_why_it_does_not_run_where_it_cannot(tmp_path, monkeypatch):
     from fwbench.families.web_audio import browser, drivers
 
     assert browser.no_stream("chromium") is None
-    assert "suspended" in browser.no_stream("firefox")
     assert "fake microphone" in browser.no_stream("webkit")
-    with pytest.raises(drivers.DriverError, match="suspended"):
+    # Firefox's audio needs a sound server to run: without PulseAudio its stream is refused
+    # before a browser starts, with the command that installs it
+    monkeypatch.setattr(browser.shutil, "which", lambda _name: None)
+    assert "make browser" in browser.no_stream("firefox")
+    with pytest.raises(drivers.DriverError, match="PulseAudio"):
         browser.stream("http://127.0.0.1:9", tmp_path / "a.wav", "model.onnx", 1, 1, "firefox")
+
+
+def test_firefox_streams_its_fake_microphone_into_the_model(tiny_onnx, tmp_path):
+    browser = _browser_or_skip("firefox")
+    why = browser.no_stream("firefox")
+    if why:
+        if os.environ.get("FWBENCH_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"FWBENCH_REQUIRE_BROWSER=1 but {why}")
+        pytest.skip(why)
+    with browser.serve(tiny_onnx.parent, browser.ort_web_dist(REPO)) as url:
+        # the WAV is Chromium's; Firefox's fake microphone plays its own tone
+        streamed = browser.stream(url, tmp_path / "unused.wav", "model.onnx", 1, 2, "firefox")
+    assert streamed["status"] == "ok", streamed.get("reason")
+    assert streamed["browser"] == "firefox" and "tone" in streamed["source"]
+    assert streamed["sample_rate"] == 16000
+    assert len(streamed["chunks"]) == 2 and all(c["latency_ms"] > 0 for c in streamed["chunks"])
 
 
 def test_webkit_without_shared_memory_is_caught_running_one_thread(tiny_onnx, monkeypatch):

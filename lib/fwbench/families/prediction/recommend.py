@@ -215,7 +215,7 @@ def regret_pct(chosen: float, best: float, larger_is_better: bool = True) -> flo
     return (chosen / best - 1) * 100
 
 
-def _choice(group: pd.DataFrame, predicted: pd.DataFrame, cap: float | None) -> dict:
+def choice(group: pd.DataFrame, predicted: pd.DataFrame, cap: float | None) -> dict:
     """The configuration predictions alone pick from ``group`` (measured rows of one model), and
     its regret against the best measured one; ``cap`` limits p95 latency (seconds)."""
     truly = group if cap is None else group[group.latency_p95_s <= cap]
@@ -306,25 +306,12 @@ def evaluate(table: pd.DataFrame, *, seed: int = 0) -> pd.DataFrame:
         mine = table[table.model == model]
         mine = mine.sort_values("run_id").drop_duplicates(dataset.CONFIG, keep="last")
         predicted = forecast.predict_rows(fitted, mine)
+        rows += batch_queries(mine, predicted)
         for (device_name, image_size), on_device in mine.groupby(["device_name", "image_size"]):
-            for batch, group in on_device.groupby("batch_size"):
-                if len(group) >= 2:
-                    found = _choice(group, predicted.loc[group.index], None)
-                    rows.append(
-                        {
-                            "query": "batch",
-                            "model": model,
-                            "device_name": device_name,
-                            "image_size": int(image_size),
-                            "batch_size": int(batch),
-                            "candidates": len(group),
-                            **found,
-                        }
-                    )
             timed = on_device[on_device.latency_p95_s.notna()]
             if len(timed) >= 2 and fitted.get("latency_p95_s") is not None:
                 cap = float(timed.latency_p95_s.median())
-                found = _choice(timed, predicted.loc[timed.index], cap)
+                found = choice(timed, predicted.loc[timed.index], cap)
                 rows.append(
                     {
                         "query": "latency",
@@ -337,3 +324,37 @@ def evaluate(table: pd.DataFrame, *, seed: int = 0) -> pd.DataFrame:
                     }
                 )
     return pd.DataFrame(rows)
+
+
+def batch_queries(measured: pd.DataFrame, predicted: pd.DataFrame) -> list[dict]:
+    """The ``batch`` queries of ``measured`` (configurations with their measured ``img_s``): at
+    each model, device, image size and batch size with two or more configurations, the pick that
+    ``predicted``'s ``throughput_img_s`` (same index) makes, against the measured best."""
+    rows = []
+    keys = ["model", "device_name", "image_size", "batch_size"]
+    for (model, device_name, image_size, batch), group in measured.groupby(keys):
+        if len(group) >= 2:
+            rows.append(
+                {
+                    "query": "batch",
+                    "model": model,
+                    "device_name": device_name,
+                    "image_size": int(image_size),
+                    "batch_size": int(batch),
+                    "candidates": len(group),
+                    **choice(group, predicted.loc[group.index], None),
+                }
+            )
+    return rows
+
+
+def committed_queries(scored: pd.DataFrame) -> pd.DataFrame:
+    """The ``batch`` queries of a set predicted before it was measured (the frozen test's scored
+    rows: ``predicted_s`` and the measured ``seconds`` per call): which framework and mode the
+    committed predictions pick at each batch size, and its regret against the measured best.
+    Latency queries need a predicted p95, which the committed predictions do not hold."""
+    frame = scored.assign(img_s=scored.batch_size / scored.seconds)
+    predicted = pd.DataFrame(
+        {"throughput_img_s": scored.batch_size / scored.predicted_s}, index=scored.index
+    )
+    return pd.DataFrame(batch_queries(frame, predicted))

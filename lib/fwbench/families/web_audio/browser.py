@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import threading
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -333,19 +334,21 @@ CAPABILITIES_JS = """async () => {
 
 
 # what each browser's fake microphone plays into getUserMedia, where the streaming page runs
-FAKE_MICROPHONES = {"chromium": "a WAV of the same signal (Chromium's fake capture device)"}
+FAKE_MICROPHONES = {
+    "chromium": "a WAV of the same signal (Chromium's fake capture device)",
+    "firefox": "a tone (Firefox's fake capture device), its audio played into a null sink",
+}
 # why it does not run elsewhere: what was seen here
 NO_STREAM = {
-    "firefox": (
-        "headless Firefox ESR's AudioContext stays suspended here (resume() never settles, with "
-        "or without a null audio backend), so no chunk reaches the model"
-    ),
     "webkit": "streaming needs a fake microphone, which fwbench does not drive in WebKitGTK",
 }
 
 
 def no_stream(name: str) -> str | None:
     """Why the streaming page cannot run in browser ``name``; None where it can."""
+    if name == "firefox" and shutil.which("pulseaudio") is None:
+        # without an audio output Firefox's AudioContext stays suspended: no chunk arrives
+        return f"Firefox streams through a sound server, and PulseAudio is not installed ({drivers.INSTALL})"
     return None if name in FAKE_MICROPHONES else NO_STREAM.get(name, f"no streaming in {name}")
 
 
@@ -372,7 +375,11 @@ def _stream(base_url: str, wav: Path, model: str, threads: int, chunks: int, nam
         "--autoplay-policy=no-user-gesture-required",
     )
     url = f"{base_url}/page/stream.html?threads={threads}&model=/files/{model}&chunks={chunks}"
-    with drivers.launch(name, chromium_args=fake_microphone) as browser:
+    with contextlib.ExitStack() as stack:
+        env = None
+        if name == "firefox":
+            env = {"PULSE_SERVER": stack.enter_context(drivers.sound_server())}
+        browser = stack.enter_context(drivers.launch(name, chromium_args=fake_microphone, env=env))
         # the fake microphone plays in real time: a page still waiting long after the last
         # chunk should have arrived is stuck, not slow
         result = browser.result(url, min(PAGE_TIMEOUT_S, 60 + 30 * chunks))

@@ -21,6 +21,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -166,10 +167,11 @@ class _SeleniumDriver(Driver):
 
 
 @contextlib.contextmanager
-def launch(name: str, *, chromium_args: tuple[str, ...] = ()):
+def launch(name: str, *, chromium_args: tuple[str, ...] = (), env: dict | None = None):
     """A headless ``name`` (one of BROWSERS), closed on exit; yields its Driver.
 
-    ``chromium_args`` are added to Chromium's command line (its fake microphone is a flag)."""
+    ``chromium_args`` are added to Chromium's command line (its fake microphone is a flag);
+    ``env`` is added to Firefox's environment (the sound server its audio plays into)."""
     check_browsers([name])
     why = unavailable(name)
     if why:
@@ -188,7 +190,10 @@ def launch(name: str, *, chromium_args: tuple[str, ...] = ()):
                 )
             else:
                 browser = pw.firefox.launch(
-                    channel="moz-firefox", executable_path=FIREFOX, firefox_user_prefs=FIREFOX_PREFS
+                    channel="moz-firefox",
+                    executable_path=FIREFOX,
+                    firefox_user_prefs=FIREFOX_PREFS,
+                    env={**os.environ, **(env or {})},
                 )
         except Error as exc:
             raise DriverError(f"{BROWSER_LABELS[name]} did not start: {exc}") from exc
@@ -196,6 +201,45 @@ def launch(name: str, *, chromium_args: tuple[str, ...] = ()):
             yield _PlaywrightDriver(name, browser)
         finally:
             browser.close()
+
+
+@contextlib.contextmanager
+def sound_server(timeout_s: float = 10.0):
+    """A PulseAudio server of its own that plays into a null sink; yields its address for
+    ``PULSE_SERVER``. Firefox's AudioContext only runs with an audio output to clock it, and a
+    machine without a sound card has none: its context stays suspended and no chunk of a stream
+    reaches the page."""
+    if shutil.which("pulseaudio") is None:
+        raise DriverError(f"PulseAudio is not installed ({INSTALL})")
+    with tempfile.TemporaryDirectory(prefix="fwbench-pulse-") as home:
+        socket = Path(home) / "native"
+        proc = subprocess.Popen(
+            [
+                "pulseaudio", "--daemonize=no", "--exit-idle-time=-1", "--use-pid-file=no",
+                "-n", "--load=module-null-sink",
+                f"--load=module-native-protocol-unix socket={socket} auth-anonymous=1",
+            ],
+            # its state and runtime folders in the temporary home, never the user's
+            env={**os.environ, "HOME": home, "XDG_RUNTIME_DIR": home, "XDG_CONFIG_HOME": home},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + timeout_s
+            while not socket.exists():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    why = (proc.communicate()[1] or "").strip().splitlines()[-1:]
+                    raise DriverError(f"PulseAudio did not start: {' '.join(why) or 'no socket'}")
+                time.sleep(0.05)
+            yield f"unix:{socket}"
+        finally:
+            proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+            if proc.poll() is None:
+                proc.kill()
 
 
 @contextlib.contextmanager

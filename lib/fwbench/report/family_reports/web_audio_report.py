@@ -112,8 +112,13 @@ WEB_AUDIO = Section(
 SECTIONS = (WEB_AUDIO,)
 
 
-def readme_part(content: dict, _tables_dir, report_link: str) -> list[str]:
-    """The README's lines: the section's sentences, where it showed data."""
+def readme_part(content: dict, tables_dir, report_link: str) -> list[str]:
+    """The README's lines: the browsers against native ONNX Runtime, with intervals, and what
+    each browser offered; a report without intervals (one trial) gives its sentences."""
     if not sections.has_data(content, "web_audio"):
         return []
-    return sections.notes_part(content, "web_audio", "Web audio", report_link)
+    ratios = sections.read_table(tables_dir, "web_audio_ratios")
+    if ratios.empty:
+        return sections.notes_part(content, "web_audio", "Web audio", report_link)
+    capabilities = sections.read_table(tables_dir, "web_audio_capabilities")
+    return web_audio_tables.readme_lines(ratios, capabilities, report_link)

@@ -249,3 +249,77 @@ def rtf_chart(table: pd.DataFrame) -> alt.Chart:
             tooltip=["runtime", "setting", "rtf", "latency_p50_ms", "load_s"],
         )
     )
+
+
+def readme_lines(ratios: pd.DataFrame, capabilities: pd.DataFrame, report_link: str) -> list[str]:
+    """The README's lines: per browser, the range of WASM's real-time factor over native ONNX
+    Runtime's (``ratio_table``) across models and thread counts at the longest audio, with the
+    range its 95% intervals span; then what each browser offered the page."""
+    out = []
+    wasm = ratios[ratios.runtime == RUNTIME_LABELS["ort-web-wasm"]] if len(ratios) else ratios
+    if len(wasm):
+        seconds = wasm.audio_seconds.max()
+        wasm = wasm[wasm.audio_seconds == seconds]
+        parts = [
+            f"{browser} {_span(group.rtf_ratio.min(), group.rtf_ratio.max())} (intervals within "
+            f"{_span(group.ci_low.min(), group.ci_high.max())})"
+            for browser, group in wasm.groupby("browser", sort=False)
+        ]
+        settings = (
+            ", ".join(sorted(set(wasm.model)))
+            + " at "
+            + " and ".join(str(t) for t in sorted(set(wasm.threads)))
+        )
+        one_run = set(wasm.verdict) == {verdicts.WITHIN_ONE_RUN}
+        out.append(
+            f"onnxruntime-web's WASM against native ONNX Runtime on {seconds:g} s of audio, the "
+            f"ratio of real-time factors (above 1: slower in the browser; {settings} threads; "
+            f"{', '.join(sorted(set(wasm.design)))}, 95% intervals"
+            + (", within one run, so no winner is called" if one_run else "")
+            + "): "
+            + "; ".join(parts)
+            + f". Shorter audio and every runtime: the [report]({report_link})."
+        )
+    if len(capabilities):
+        out.append("What each browser offered the page: " + capability_sentence(capabilities))
+    return out
+
+
+def _span(low: float, high: float) -> str:
+    return f"{low:.2f}×" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}×"
+
+
+def capability_sentence(capabilities: pd.DataFrame) -> str:
+    """One sentence per browser version: WASM SIMD and threads, cross-origin isolation, its WebGPU
+    adapter and WebNN (``capability_table``'s columns)."""
+    clauses = []
+    for _, row in capabilities.drop_duplicates("browser").iterrows():
+        offered = [
+            name
+            for column, name in (
+                ("WASM SIMD", "WASM SIMD"),
+                ("WASM threads (SharedArrayBuffer)", "WASM threads"),
+                ("cross-origin isolated", "cross-origin isolation"),
+            )
+            if str(row.get(column)) == "True"
+        ]
+        offered += [
+            _webgpu_words(str(row.get("WebGPU adapter", ""))),
+            _webnn_words(str(row.get("WebNN", ""))),
+        ]
+        clauses.append(f"{row['browser']}: {', '.join(offered)}.")
+    return " ".join(clauses)
+
+
+def _webgpu_words(found: str) -> str:
+    """The capability probe's WebGPU reading ("absent", "no adapter" or the adapter) in words."""
+    if found in ("absent", "", "nan", "None"):
+        return "no WebGPU"
+    return "WebGPU without an adapter" if found == "no adapter" else f"WebGPU on {found}"
+
+
+def _webnn_words(found: str) -> str:
+    """The probe's WebNN reading ("absent", "context" or the error it raised) in words."""
+    if found in ("absent", "", "nan", "None"):
+        return "no WebNN"
+    return "WebNN" if found == "context" else f"WebNN refused ({found.split(':')[0]})"
