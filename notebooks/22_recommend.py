@@ -54,30 +54,7 @@ if queries.empty:
     rec.add("regret_pct", None, "%", status="skipped", error=reason)
     print(reason)
 else:
-    for row in queries.itertuples():
-        extra = {
-            "query": row.query,
-            "chosen": row.chosen,
-            "best": row.best,
-            "candidates": int(row.candidates),
-            "image_size": int(row.image_size),
-            "differs": row.differs,
-        }
-        if row.query == "latency":
-            extra["cap_ms"] = float(row.cap_ms)
-        batch = int(row.batch_size) if row.query == "batch" else None
-        rec.add(
-            "regret_pct",
-            row.regret_pct,
-            "%",
-            model=row.model,
-            device_name=row.device_name,
-            batch_size=batch,
-            extra=extra,
-        )
-    for kind, group in queries.groupby("query"):
-        share = float((group.regret_pct <= goal_regret_pct).mean() * 100)
-        rec.add("regret_within_5pct", share, "%", n=len(group), extra={"query": kind})
+    recommend.record_queries(rec, queries, goal_regret_pct)
 queries
 
 # %% [markdown]
@@ -151,25 +128,8 @@ test_queries = (
 if test_queries is None or test_queries.empty:
     print("the frozen set is not scored yet: no test figure")
 else:
-    for row in test_queries.itertuples():
-        extra = {"test": "frozen set", "query": row.query, "chosen": row.chosen, "best": row.best}
-        rec.add(
-            "regret_pct",
-            row.regret_pct,
-            "%",
-            model=row.model,
-            device_name=row.device_name,
-            batch_size=int(row.batch_size),
-            extra={**extra, "candidates": int(row.candidates), "differs": row.differs},
-        )
+    recommend.record_queries(rec, test_queries, goal_regret_pct, {"test": "frozen set"})
     test_share = float((test_queries.regret_pct <= goal_regret_pct).mean() * 100)
-    rec.add(
-        "regret_within_5pct",
-        test_share,
-        "%",
-        n=len(test_queries),
-        extra={"test": "frozen set", "query": "batch"},
-    )
     verdict = (
         "meets"
         if test_share >= goal_share_pct

@@ -358,3 +358,34 @@ def committed_queries(scored: pd.DataFrame) -> pd.DataFrame:
         {"throughput_img_s": scored.batch_size / scored.predicted_s}, index=scored.index
     )
     return pd.DataFrame(batch_queries(frame, predicted))
+
+
+def record_queries(rec, queries: pd.DataFrame, goal_regret_pct: float, extra: dict | None = None):
+    """Each query's ``regret_pct`` and each kind's share within ``goal_regret_pct``
+    (``regret_within_5pct``) in Recorder ``rec``, all marked with ``extra`` (the frozen set's)."""
+    base = dict(extra or {})
+    for row in queries.itertuples():
+        found = {
+            **base,
+            "query": row.query,
+            "chosen": row.chosen,
+            "best": row.best,
+            "candidates": int(row.candidates),
+            "image_size": int(row.image_size),
+            "differs": row.differs,
+        }
+        if row.query == "latency":
+            found["cap_ms"] = float(row.cap_ms)
+        batch = int(row.batch_size) if row.query == "batch" else None
+        rec.add(
+            "regret_pct",
+            row.regret_pct,
+            "%",
+            model=row.model,
+            device_name=row.device_name,
+            batch_size=batch,
+            extra=found,
+        )
+    for kind, group in queries.groupby("query"):
+        share = float((group.regret_pct <= goal_regret_pct).mean() * 100)
+        rec.add("regret_within_5pct", share, "%", n=len(group), extra={**base, "query": kind})
