@@ -246,8 +246,8 @@ def test_browser_against_native_goes_through_the_verdicts_with_trials_as_rounds(
     assert firefox.ci_low < 1 < firefox.ci_high and firefox.faster == ""
     # one trial per cell (no trial number above 0) gives no rounds, so no verdict
     assert audio_report.ratio_rounds(meas.assign(trial=0)).empty
-    # the README's table: a row per model, threads and audio, a column per browser; one run of
-    # the same rounds says it calls no winner
+    # the README's sentence: each browser's range at the longest audio; one run of the same
+    # rounds says it calls no winner
     one_run = audio_report.ratio_table(audio_report.ratio_rounds(meas[meas.run_id == "r1"]))
     caps = pd.DataFrame(
         [
@@ -302,7 +302,7 @@ def test_streaming_says_why_it_does_not_run_where_it_cannot(tmp_path, monkeypatc
     assert "fake microphone" in browser.no_stream("webkit")
     # Firefox's audio needs a sound server to run: without PulseAudio its stream is refused
     # before a browser starts, with the command that installs it
-    monkeypatch.setattr(browser.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(drivers.shutil, "which", lambda _name: None)
     assert "make browser" in browser.no_stream("firefox")
     with pytest.raises(drivers.DriverError, match="PulseAudio"):
         browser.stream("http://127.0.0.1:9", tmp_path / "a.wav", "model.onnx", 1, 1, "firefox")

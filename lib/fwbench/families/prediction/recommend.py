@@ -360,9 +360,12 @@ def committed_queries(scored: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(batch_queries(frame, predicted))
 
 
-def record_queries(rec, queries: pd.DataFrame, goal_regret_pct: float, extra: dict | None = None):
+def record_queries(
+    rec, queries: pd.DataFrame, goal_regret_pct: float, extra: dict | None = None
+) -> dict[str, float]:
     """Each query's ``regret_pct`` and each kind's share within ``goal_regret_pct``
-    (``regret_within_5pct``) in Recorder ``rec``, all marked with ``extra`` (the frozen set's)."""
+    (``regret_within_5pct``) in Recorder ``rec``, all marked with ``extra`` (the frozen set's);
+    returns the shares by kind."""
     base = dict(extra or {})
     for row in queries.itertuples():
         found = {
@@ -386,6 +389,10 @@ def record_queries(rec, queries: pd.DataFrame, goal_regret_pct: float, extra: di
             batch_size=batch,
             extra=found,
         )
+    shares = {}
     for kind, group in queries.groupby("query"):
-        share = float((group.regret_pct <= goal_regret_pct).mean() * 100)
-        rec.add("regret_within_5pct", share, "%", n=len(group), extra={**base, "query": kind})
+        shares[kind] = float((group.regret_pct <= goal_regret_pct).mean() * 100)
+        rec.add(
+            "regret_within_5pct", shares[kind], "%", n=len(group), extra={**base, "query": kind}
+        )
+    return shares

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import threading
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -346,9 +345,9 @@ NO_STREAM = {
 
 def no_stream(name: str) -> str | None:
     """Why the streaming page cannot run in browser ``name``; None where it can."""
-    if name == "firefox" and shutil.which("pulseaudio") is None:
+    if name == "firefox" and drivers.no_sound_server():
         # without an audio output Firefox's AudioContext stays suspended: no chunk arrives
-        return f"Firefox streams through a sound server, and PulseAudio is not installed ({drivers.INSTALL})"
+        return f"Firefox streams through a sound server: {drivers.no_sound_server()}"
     return None if name in FAKE_MICROPHONES else NO_STREAM.get(name, f"no streaming in {name}")
 
 

@@ -203,14 +203,22 @@ def launch(name: str, *, chromium_args: tuple[str, ...] = (), env: dict | None =
             browser.close()
 
 
+def no_sound_server() -> str | None:
+    """Why ``sound_server`` cannot start here, with the command that fixes it; None if it can."""
+    if shutil.which("pulseaudio") is None:
+        return f"PulseAudio is not installed ({INSTALL})"
+    return None
+
+
 @contextlib.contextmanager
 def sound_server(timeout_s: float = 10.0):
     """A PulseAudio server of its own that plays into a null sink; yields its address for
     ``PULSE_SERVER``. Firefox's AudioContext only runs with an audio output to clock it, and a
     machine without a sound card has none: its context stays suspended and no chunk of a stream
     reaches the page."""
-    if shutil.which("pulseaudio") is None:
-        raise DriverError(f"PulseAudio is not installed ({INSTALL})")
+    why = no_sound_server()
+    if why:
+        raise DriverError(why)
     with tempfile.TemporaryDirectory(prefix="fwbench-pulse-") as home:
         socket = Path(home) / "native"
         proc = subprocess.Popen(
