@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from fwbench.models import porting
+from fwbench.models.conv import Conv
 from fwbench.models.layers import TorchBatchNorm
 
 # torchvision's initialisation, so a model trained from scratch starts where torch's does.
@@ -58,7 +59,7 @@ class ConvNormActivation(nnx.Module):
     ):
         # Explicit symmetric padding as torch pads; "SAME" would pad asymmetrically at stride 2.
         pad = (kernel_size - 1) // 2
-        self.conv = nnx.Conv(
+        self.conv = Conv(
             in_channels,
             out_channels,
             (kernel_size, kernel_size),
@@ -95,12 +96,8 @@ class SqueezeExcitation(nnx.Module):
         gate: Callable,
         rngs: nnx.Rngs,
     ):
-        self.fc1 = nnx.Conv(
-            channels, squeeze_channels, (1, 1), kernel_init=_kaiming_fan_out, rngs=rngs
-        )
-        self.fc2 = nnx.Conv(
-            squeeze_channels, channels, (1, 1), kernel_init=_kaiming_fan_out, rngs=rngs
-        )
+        self.fc1 = Conv(channels, squeeze_channels, (1, 1), kernel_init=_kaiming_fan_out, rngs=rngs)
+        self.fc2 = Conv(squeeze_channels, channels, (1, 1), kernel_init=_kaiming_fan_out, rngs=rngs)
         self.activation = activation
         self.gate = gate
 

@@ -17,14 +17,15 @@ import jax.numpy as jnp
 from flax import nnx
 
 from fwbench.models import porting
+from fwbench.models.conv import Conv
 from fwbench.models.layers import TorchBatchNorm
 
 WIDTHS, STRIDES = (64, 128, 256, 512), (1, 2, 2, 2)  # per layerN: the block's inner width, stride
 
 
-def _conv(cin: int, cout: int, k: int, stride: int, rngs: nnx.Rngs) -> nnx.Conv:
+def _conv(cin: int, cout: int, k: int, stride: int, rngs: nnx.Rngs) -> Conv:
     pad = k // 2
-    return nnx.Conv(
+    return Conv(
         cin,
         cout,
         (k, k),
@@ -103,7 +104,7 @@ class ResNet(nnx.Module):
         if depth not in BLOCKS:
             raise ValueError(f"no ResNet-{depth}: torchvision builds depths {sorted(BLOCKS)}")
         block, counts = BLOCKS[depth]
-        self.conv1 = nnx.Conv(
+        self.conv1 = Conv(
             3, 64, (7, 7), (2, 2), padding=((3, 3), (3, 3)), use_bias=False, rngs=rngs
         )
         self.bn1 = TorchBatchNorm(64)

@@ -20,6 +20,7 @@ import numpy as np
 from flax import nnx
 
 from fwbench.models import porting
+from fwbench.models.conv import Conv
 
 PATCH, HIDDEN, LAYERS, HEADS, MLP_DIM = 16, 768, 12, 12, 3072  # PATCH: ViT-B/16's, the default
 LN_EPS = 1e-6  # torchvision's partial(nn.LayerNorm, eps=1e-6), not torch's default 1e-5
@@ -120,9 +121,7 @@ class VisionTransformer(nnx.Module):
     ):
         if image_size % patch:
             raise ValueError(f"image_size {image_size} is not a multiple of the patch size {patch}")
-        self.conv_proj = nnx.Conv(
-            3, HIDDEN, (patch, patch), (patch, patch), padding="VALID", rngs=rngs
-        )
+        self.conv_proj = Conv(3, HIDDEN, (patch, patch), (patch, patch), padding="VALID", rngs=rngs)
         self.class_token = nnx.Param(jnp.zeros((1, 1, HIDDEN), jnp.float32))
         seq_length = (image_size // patch) ** 2 + 1
         self.encoder = Encoder(seq_length, dropout, attention_dropout, rngs=rngs)

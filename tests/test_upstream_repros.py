@@ -1,0 +1,69 @@
+"""The repro scripts in docs/upstream/ run from a fresh clone, and their float64 check would catch
+a rewrite that is not the same function as the stock convolution."""
+
+import importlib.util
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+UPSTREAM = Path(__file__).resolve().parents[1] / "docs" / "upstream"
+SCRIPTS = {
+    "xla_cpu_depthwise_conv.py": "depthwise: stock / rewrite = ",
+    "xla_cpu_small_output_conv.py": "small-output conv: stock / rewrite = ",
+}
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), UPSTREAM / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_tiny_run_checks_then_times(name):
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(UPSTREAM / name), "--tiny"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    elapsed = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("cpu: vendor_id: ")
+    assert any(line.startswith("float64 check: max relative difference ") for line in lines)
+    last = lines[-1]
+    assert last.startswith(SCRIPTS[name]) and "x (geometric mean over 2 layers)" in last, last
+    assert float(last.removeprefix(SCRIPTS[name]).split("x")[0]) > 0
+    # what the README promises for the full run holds with room to spare for --tiny
+    assert elapsed < 60, f"{name} --tiny took {elapsed:.0f} s"
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_float64_check_passes_the_rewrite_and_catches_wrong_ones(name):
+    module = _load(name)
+    assert module.check_same_function(shapes=module.TINY_SHAPES) <= 1e-10
+
+    def flipped(x, w, stride):  # the classic slip: correlation written as convolution
+        return module.rewrite(x, w[::-1, ::-1], stride)
+
+    def nearly(x, w, stride):  # off by 1e-7: passes an fp32 tolerance, not the float64 one
+        return module.rewrite(x, w, stride) * (1 + 1e-7)
+
+    for wrong in (flipped, nearly):
+        with pytest.raises(AssertionError, match="max relative difference"):
+            module.check_same_function(wrong, shapes=module.TINY_SHAPES)
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_check_leaves_float64_off(name):
+    import jax.numpy as jnp
+
+    module = _load(name)
+    module.check_same_function(shapes=module.TINY_SHAPES)
+    assert jnp.ones(1).dtype == jnp.float32  # the timing that follows the check is fp32
