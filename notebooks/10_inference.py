@@ -11,6 +11,12 @@
 # The weights are torchvision's, ported to Flax (`fwbench.models.build_pair`), so both frameworks
 # run the same function (01_validation proves it). Inputs are seeded random batches already on the
 # device, rotated. A batch size that runs out of memory is recorded as `oom` and the loop goes on.
+# Each framework runs at its defaults or at a documented best practice (`fwbench run --help` lists
+# the modes): PyTorch eager, torch.compile (default, max-autotune, freezing), channels_last; JAX jit
+# of the stock Flax layers or of the twin's expert form (`jit-expert`: convolutions written as a
+# JAX engineer writes them for the device, proven equal in float64), under a declared XLA option
+# set (`xla_options`). Modes `tuned` and `jit-tuned` run what a tuning run chose for each batch
+# size, read from the committed selection file `tuning_path`; every record says what ran.
 # `framework: jax, mode: torchax` runs PyTorch's own module as a JAX function instead (any model,
 # no twin needed), once a float64 proof against PyTorch eager has passed; a model torchax cannot
 # trace is a `skipped` record naming why. It never stands for JAX in a JAX-vs-PyTorch ratio.
@@ -28,7 +34,10 @@ model = "resnet50"
 framework = "torch"  # one of: torch, jax
 device = "auto"  # one of: auto, cpu, cuda, mps, tpu
 precision = "fp32"  # one of: fp32, tf32, bf16, fp16
-mode = "default"  # one of: default, eager, compile, compile-max-autotune, jit, torchax
+mode = "default"  # one of: default, eager, compile, compile-max-autotune, compile-freeze, tuned, jit, jit-expert, jit-tuned, torchax
+# JAX jit and jit-expert: a declared XLA option set (measure/compiler.py)
+xla_options = "default"  # one of: default, ynn-dots-only, ynn-off, ynn-fused, vector-512, onednn, autotune-off, no-triton-gemm
+tuning_path = ""  # modes tuned and jit-tuned: the selection file `fwbench best-modes` wrote
 channels_last = False
 cudnn_benchmark = False
 batch_sizes = [1, 8]
@@ -63,25 +72,35 @@ mode = vocab.resolve_mode(framework, mode)  # "default": torch eager, JAX jit
 kind = fw_device.resolve_device(framework, device)
 name = fw_device.device_name(framework, kind)
 settings = fw_precision.configure(framework, precision)
+# what runs at each batch size: the campaign's mode, or for a tuned mode the tuning run's pick
+picks = bench.picks(
+    framework, mode, batch_sizes, channels_last=channels_last and spec.kind == "cnn",
+    xla_options=xla_options, tuning_path=tuning_path, device_name=name, precision=precision,
+    threads=threads, model=model, image_size=image_size,
+)  # fmt: skip
 if framework == "torch":
     import torch
 
     torch.backends.cudnn.benchmark = cudnn_benchmark
     settings["torch.backends.cudnn.benchmark"] = cudnn_benchmark
     torch_model = build_torch(model, seed=seed, image_size=image_size)
-    side = bench.TorchSide(torch_model, kind, precision, mode, channels_last and spec.kind == "cnn")
+    sides = bench.Sides(lambda pick: bench.TorchSide(
+        bench.own_copy(torch_model, picks), kind, precision, pick["mode"], pick["channels_last"]
+    ))  # fmt: skip
 elif mode == "torchax":
     # PyTorch's own graph on XLA (any model build_torch makes): proven the same function as
     # PyTorch eager in float64 before anything is timed; a model torchax cannot trace is skipped
     torch_model = build_torch(model, seed=seed, image_size=image_size)
     proof = bench.torchax_proof(torch_model, size, seed, spec.inputs)
-    side = None if proof["failure"] else bench.TorchaxSide(torch_model, kind, precision)
+    sides = bench.Sides(lambda pick: bench.TorchaxSide(torch_model, kind, precision))
     settings["torchax"] = bench.TorchaxSide.GIVEN
     print(f"float64 proof: {proof}")
 else:
     # the JAX side takes its weights from the same seeded torchvision model, ported
     torch_model, flax_model = build_pair(model, seed=seed, image_size=image_size)
-    side = bench.JaxSide(flax_model, kind, precision)
+    sides = bench.Sides(lambda pick: bench.JaxSide(
+        flax_model, kind, precision, pick["layers"], pick["xla_options"]
+    ))  # fmt: skip
     del torch_model
 print(f"{model} · {framework} {mode} · {precision} · {name}")
 settings
@@ -98,7 +117,10 @@ rec = Recorder(
     precision=precision,
     extra={
         "settings": settings,
-        "channels_last": bool(channels_last and spec.kind == "cnn" and framework == "torch"),
+        "channels_last": bool(
+            channels_last and spec.kind == "cnn" and framework == "torch" and mode != "tuned"
+        ),
+        "xla_options": xla_options if framework == "jax" else None,
         "image_size": image_size,
         # only for a text or speech model, so an image model's records are unchanged
         **({"inputs": spec.inputs, "seq_len": size} if spec.inputs != "image" else {}),
@@ -116,7 +138,9 @@ if mode == "torchax":
         status="skipped" if proof["failure"] else "ok",
         error=proof["failure"],
     )
-for bs in batch_sizes if side is not None else []:
+proven = mode != "torchax" or not proof["failure"]
+for bs in batch_sizes if proven else []:
+    side = sides.get(picks[bs])
     result = bench.run_batch_size(
         side,
         bs,
@@ -128,8 +152,9 @@ for bs in batch_sizes if side is not None else []:
         inputs=spec.inputs,
     )
     results.append(result)
-    bench.add_records(rec, result)
-    print(f"batch {bs}: {result.status}")
+    with rec.extras(**bench.pick_extra(picks[bs])):
+        bench.add_records(rec, result)
+    print(f"batch {bs}: {result.status} ({bench.pick_words(framework, picks[bs])})")
 
 # %% [markdown]
 # ## Results by batch size
@@ -197,7 +222,9 @@ if profile:
 
     found = None
     for batch_size in [r.batch_size for r in results if r.status == "ok"]:
-        found = profile_side(side, framework, batch_size, size, seed, spec.inputs)
+        found = profile_side(
+            sides.get(picks[batch_size]), framework, batch_size, size, seed, spec.inputs
+        )
         for category, ms in found.rows():
             rec.add(
                 "op_time_ms",

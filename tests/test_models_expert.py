@@ -32,7 +32,7 @@ def _layer(cin, cout, k, stride, pad, groups=1, bias=False):
         cout,
         (k, k),
         strides=stride,
-        padding=((pad, pad), (pad, pad)),
+        padding=pad if isinstance(pad, str) else ((pad, pad), (pad, pad)),
         feature_group_count=groups,
         use_bias=bias,
         param_dtype=jnp.float64,
@@ -57,6 +57,10 @@ LAYERS = {
     "patchify 4": ((3, 8, 4, 4, 0, 1), 16, conv.RESHAPE_MATMUL),
     "large 3x3": ((4, 4, 3, 1, 1, 1), 12, conv.LIBRARY),
     "grouped": ((8, 8, 3, 1, 1, 2), 6, conv.LIBRARY),
+    # Flax's default padding: symmetric at stride 1 with an odd kernel (squeeze-excitation's 1x1)
+    "1x1 SAME": ((8, 12, 1, 1, "SAME", 1), 1, conv.RESHAPE_MATMUL),
+    "3x3 SAME small": ((8, 12, 3, 1, "SAME", 1), 3, conv.IM2COL),
+    "3x3 SAME s2": ((8, 12, 3, 2, "SAME", 1), 5, conv.LIBRARY),
 }
 
 

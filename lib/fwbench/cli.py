@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from fwbench.commands import (
+    best_modes_cmd,
     freeze_test_cmd,
     ingest_cmd,
     memory_index_cmd,
@@ -39,6 +40,7 @@ COMMANDS = (
     predict_cmd,
     recommend_cmd,
     freeze_test_cmd,
+    best_modes_cmd,
 )
 
 

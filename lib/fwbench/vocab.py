@@ -50,11 +50,34 @@ MEMORY_COMPILED_KINDS = ("compile_budget", "compiled_mu_two", "compiled_graph")
 # What each framework does when a user changes nothing; a notebook's mode "default" resolves to it.
 DEFAULT_MODE = {"torch": "eager", "jax": "jit"}
 # The ways each notebook can run each framework; a campaign is checked against them before it runs.
-INFERENCE_MODES = {"torch": ("eager", "compile", "compile-max-autotune"), "jax": ("jit", "torchax")}
+# Each is a documented practice of its framework (DESIGN.md section 5, "Each framework at its best"):
+INFERENCE_MODES = {
+    "torch": ("eager", "compile", "compile-max-autotune", "compile-freeze", "tuned"),
+    "jax": ("jit", "jit-expert", "jit-tuned", "torchax"),
+}
+MODE_HELP = {
+    "eager": "PyTorch as it comes: eager execution",
+    "compile": "torch.compile, inductor's default mode",
+    "compile-max-autotune": "torch.compile with mode='max-autotune' (inductor benchmarks kernels)",
+    "compile-freeze": "torch.compile with inductor freezing: BatchNorm folded, weights prepacked "
+    "(PyTorch's documented setting for CPU inference)",
+    "tuned": "PyTorch's mode and memory format that the tuning run chose for this model, batch "
+    "size and device (read from the campaign's tuning_path)",
+    "jit": "jax.jit of the stock Flax layers with XLA's default options",
+    "jit-expert": "jax.jit of the twin's expert form: convolutions written as a JAX engineer writes "
+    "them for the device (models/conv.py), proven equal in float64",
+    "jit-tuned": "the layers (stock or expert) and XLA option set that the tuning run chose for "
+    "this model, batch size and device (read from the campaign's tuning_path)",
+    "torchax": "PyTorch's own graph run by XLA through torchax (never JAX's side of a comparison)",
+}
+# Modes a tuning run resolves: their cell reads its choice from a committed selection file, made
+# from a tuning run before the verdict runs (families/inference/best_modes.py), so no verdict
+# ever picks a mode on the rounds it judges.
+TUNED_MODES = ("tuned", "jit-tuned")
 # JAX modes that run PyTorch's own graph (models/torchax_bridge) rather than a Flax twin: never
 # JAX's side of a JAX-vs-PyTorch comparison, which is about the frameworks' own ways to run.
 TORCH_GRAPH_MODES = ("torchax",)
-TRAINING_MODES = {"torch": ("eager", "compile"), "jax": ("jit",)}
+TRAINING_MODES = {"torch": ("eager", "compile"), "jax": ("jit", "jit-expert")}
 NOTEBOOK_MODES = {
     "10_inference": (INFERENCE_MODES, "mode"),
     "11_training": (TRAINING_MODES, "training mode"),

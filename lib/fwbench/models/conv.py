@@ -49,20 +49,22 @@ SMALL_OUTPUT_PIXELS = 49
 
 def kind(conv: nnx.Conv, input_shape: tuple) -> str:
     """What an expert layer computes ``conv`` on an input of ``input_shape`` (NHWC) with."""
+    if len(conv.kernel_size) != 2 or len(input_shape) != 4 or conv.mask is not None:
+        return LIBRARY
     kh, kw = conv.kernel_size
     strides = _pair(conv.strides)
     padding = conv.padding
-    if len(conv.kernel_size) != 2 or len(input_shape) != 4 or conv.mask is not None:
+    same_symmetric = padding == "SAME" and strides == (1, 1) and kh % 2 == kw % 2 == 1
+    if _dilated(conv) or (isinstance(padding, str) and padding != "VALID" and not same_symmetric):
         return LIBRARY
-    if _dilated(conv) or (isinstance(padding, str) and padding != "VALID"):
-        return LIBRARY
+    padding = _pads(padding, (kh, kw))
     if conv.feature_group_count > 1:
         depthwise = conv.feature_group_count == conv.in_features == conv.out_features
         return DEPTHWISE if depthwise else LIBRARY
-    if (kh, kw) == strides and all(p == (0, 0) for p in _pads(padding)):
+    if (kh, kw) == strides and all(p == (0, 0) for p in padding):
         if input_shape[1] % kh == 0 and input_shape[2] % kw == 0:
             return RESHAPE_MATMUL
-    out_h, out_w = _output_size(input_shape, (kh, kw), strides, _pads(padding))
+    out_h, out_w = _output_size(input_shape, (kh, kw), strides, padding)
     return IM2COL if out_h * out_w <= SMALL_OUTPUT_PIXELS else LIBRARY
 
 
@@ -82,11 +84,17 @@ class Conv(nnx.Conv):
             (x, self.kernel[...], None if self.bias is None else self.bias[...]), dtype=self.dtype
         )
         if picked == DEPTHWISE:
-            y = depthwise(x, kernel, _pair(self.strides), _pads(self.padding))
+            y = depthwise(x, kernel, _pair(self.strides), _pads(self.padding, self.kernel_size))
         elif picked == RESHAPE_MATMUL:
             y = reshape_matmul(x, kernel, precision=self.precision)
         else:
-            y = im2col(x, kernel, _pair(self.strides), _pads(self.padding), self.precision)
+            y = im2col(
+                x,
+                kernel,
+                _pair(self.strides),
+                _pads(self.padding, self.kernel_size),
+                self.precision,
+            )
         return y if bias is None else y + bias
 
 
@@ -141,8 +149,12 @@ def expert_kinds(model: nnx.Module, x) -> dict[str, int]:
     """How many of ``model``'s convolutions run as each kind on input ``x`` (NHWC), found by
     tracing one abstract forward: ``{"depthwise": 11, "library": 41, ...}`` (a stock layer
     counts as ``library``)."""
+    return traced_kinds(*nnx.split(model), x)
+
+
+def traced_kinds(graphdef, state, x) -> dict[str, int]:
+    """``expert_kinds`` of the model ``nnx.merge(graphdef, state)`` would give, without it."""
     global _COUNTS
-    graphdef, state = nnx.split(model)
     _COUNTS = {}
     try:
         jax.eval_shape(lambda s, inputs: nnx.merge(graphdef, s)(inputs), state, x)
@@ -151,7 +163,7 @@ def expert_kinds(model: nnx.Module, x) -> dict[str, int]:
         _COUNTS = None
 
 
-# Set by ``expert_kinds`` while it traces: each layer adds the kind it ran as.
+# Set by ``traced_kinds`` while it traces: each layer adds the kind it ran as.
 _COUNTS: dict[str, int] | None = None
 
 
@@ -174,9 +186,11 @@ def _pair(value) -> tuple:
     return (value, value) if isinstance(value, int) else tuple(value)
 
 
-def _pads(padding) -> tuple:
+def _pads(padding, kernel_size: tuple = (1, 1)) -> tuple:
     if padding == "VALID":
         return ((0, 0), (0, 0))
+    if padding == "SAME":  # only at stride 1 with an odd kernel (``kind``): symmetric
+        return tuple(((k - 1) // 2, (k - 1) // 2) for k in kernel_size)
     if isinstance(padding, int):
         return ((padding, padding), (padding, padding))
     return tuple((p, p) if isinstance(p, int) else tuple(p) for p in padding)

@@ -106,9 +106,29 @@ def check_mode(path: Path, notebook: str, parameters: dict) -> None:
         return
     modes, what = vocab.NOTEBOOK_MODES[notebook]
     try:
-        vocab.resolve_mode(parameters["framework"], parameters["mode"], modes, what)
+        mode = vocab.resolve_mode(parameters["framework"], parameters["mode"], modes, what)
     except ValueError as exc:
         raise CampaignError(f"{path}: notebook {notebook}: {exc}") from None
+    _check_tuning(path, notebook, parameters, mode)
+
+
+def _check_tuning(path: Path, notebook: str, parameters: dict, mode: str) -> None:
+    """A tuned mode reads its pick from a selection file; XLA option sets are JAX's, and a tuned
+    JAX cell takes the set its tuning run chose, never one the campaign names."""
+    where = f"{path}: notebook {notebook}"
+    if mode in vocab.TUNED_MODES and not parameters.get("tuning_path"):
+        raise CampaignError(
+            f"{where}: mode {mode} reads its pick from tuning_path, the selection file that "
+            "`fwbench best-modes` writes from a tuning run; set it"
+        )
+    options = parameters.get("xla_options", "default")
+    if options != "default" and (
+        parameters["framework"] != "jax" or mode not in ("jit", "jit-expert")
+    ):
+        raise CampaignError(
+            f"{where}: xla_options {options!r} applies to JAX's jit and jit-expert modes only "
+            f"(this cell: {parameters['framework']} {mode})"
+        )
 
 
 def _check_nodes(path: Path, notebook: str, parameters: dict) -> None:

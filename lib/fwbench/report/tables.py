@@ -149,6 +149,9 @@ def _variant(framework: str, mode: str, extra: dict) -> str:
     variant = mode
     if framework == "torch" and extra.get("channels_last"):
         variant = f"{mode}+channels_last"
+    # a declared XLA option set other than the default is an arm of its own (a tuning run's)
+    if framework == "jax" and extra.get("xla_options") not in (None, "", "default"):
+        variant = f"{mode}+{extra['xla_options']}"
     # an A/A copy is its own arm, never pooled with the original it duplicates
     if extra.get("aa_copy"):
         variant = f"{variant}{COPY_SUFFIX}"

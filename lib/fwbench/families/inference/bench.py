@@ -8,14 +8,15 @@ A batch size that runs out of memory yields an ``oom`` result and the loop goes 
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from fwbench import vocab
+from fwbench.measure import compiler, flops, precision
 from fwbench.measure import device as fw_device
-from fwbench.measure import flops, precision
 from fwbench.measure.meters import measure_energy, measure_peak_memory
 from fwbench.measure.timing import (
     StopRule,
@@ -46,6 +47,8 @@ class BatchResult:
     flops_per_img: float | None = None
     bytes_per_img: float | None = None
     warmup_stable: bool = True
+    # what ran (``side.ran``): compiler settings, layers and the kernel mix, in every record
+    ran: dict = field(default_factory=dict)
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -59,7 +62,10 @@ class TorchSide:
         import torch
 
         mode = vocab.resolve_mode("torch", mode)
+        if mode in vocab.TUNED_MODES:
+            raise ValueError("a tuned mode is resolved to a concrete one before a side is built")
         self.device, self.mode = device, mode
+        self.channels_last = channels_last
         self.dtype = precision.torch_dtype(prec)
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         model = model.to(device=device, dtype=self.dtype, memory_format=self.memory_format).eval()
@@ -94,33 +100,62 @@ class TorchSide:
         fw_device.torch_sync(self.device)
 
     def prepare(self, x, result: BatchResult) -> None:
-        """Count FLOPs and, for torch.compile, time the first call minus a steady call."""
+        """Count FLOPs and, for torch.compile, time the first call minus a steady call (inductor
+        compiles on it, with freezing switched on for ``compile-freeze`` alone)."""
+        import torch
+
         result.flops_per_img = flops.torch_forward_flops(self.model, x) / x.shape[0]
+        result.ran = self.ran()
         if self.mode == "eager":
             result.compile_s = 0.0
             return
-        result.compile_s = first_call_overhead(lambda: self(x), self.sync)
+        with torch._inductor.config.patch(freezing=self.mode == "compile-freeze"):
+            result.compile_s = first_call_overhead(lambda: self(x), self.sync)
+
+    def ran(self) -> dict:
+        """What this side runs: its mode, memory format and inductor's freezing."""
+        import torch
+
+        return {
+            "mode": self.mode,
+            "channels_last": bool(self.channels_last),
+            "inductor_freezing": self.mode == "compile-freeze",
+            "mkldnn": bool(torch.backends.mkldnn.is_available()),
+        }
 
 
 class JaxSide:
     # the NCHW host batches, reordered to the layout the function takes: a Flax twin's is NHWC
     INPUT_AXES = (0, 2, 3, 1)
 
-    def __init__(self, flax_model, device: str, prec: str):
+    def __init__(
+        self,
+        flax_model,
+        device: str,
+        prec: str,
+        layers: str = "stock",
+        xla_options: str = compiler.DEFAULT,
+    ):
         from flax import nnx
 
-        graphdef, state = nnx.split(flax_model)
+        from fwbench.models import conv
+
+        graphdef, state = nnx.split(conv.use_implementation(flax_model, layers))
+        self.layers, self._graphdef = layers, graphdef
 
         def forward(state, x):
             return nnx.merge(graphdef, state)(x)
 
         dtype = precision.jax_dtype(prec)
-        self._place(precision.cast_floating(state, dtype), forward, device, dtype)
+        self._place(precision.cast_floating(state, dtype), forward, device, dtype, xla_options)
 
-    def _place(self, state, forward, device: str, dtype) -> None:
-        """``forward(state, x)`` jitted, with ``state`` (already in ``dtype``) on the device."""
+    def _place(self, state, forward, device: str, dtype, xla_options: str = compiler.DEFAULT):
+        """``forward(state, x)`` jitted, with ``state`` (already in ``dtype``) on the device, to be
+        compiled with the declared XLA option set ``xla_options``."""
         import jax
 
+        self.xla_options = xla_options
+        self.compiler_options = compiler.xla_options(xla_options, device)
         self.device = device
         self.jax_device = fw_device.jax_device(device)
         self.dtype = dtype
@@ -151,7 +186,7 @@ class JaxSide:
         t0 = time.perf_counter()
         lowered = self.jitted.lower(self.state, x)
         t1 = time.perf_counter()
-        compiled = lowered.compile()
+        compiled = lowered.compile(compiler_options=self.compiler_options or None)
         t2 = time.perf_counter()
         self.compiled[x.shape] = compiled
         result.lower_s, result.xla_compile_s = t1 - t0, t2 - t1
@@ -159,6 +194,19 @@ class JaxSide:
         cost = flops.xla_cost(compiled)
         result.flops_per_img = cost["flops"] / x.shape[0] or None
         result.bytes_per_img = cost["bytes_accessed"] / x.shape[0] or None
+        result.ran = {**self.ran(x), "kernel_mix": compiler.xla_kernel_mix(compiled.as_text())}
+
+    def ran(self, x) -> dict:
+        """What this side runs on input ``x``: layers, XLA option set and options, and how many
+        convolutions each layer implementation took."""
+        from fwbench.models import conv
+
+        return {
+            "layers": self.layers,
+            "xla_options": self.xla_options,
+            "compiler_options": self.compiler_options,
+            "conv_kinds": conv.traced_kinds(self._graphdef, self.state, x),
+        }
 
 
 class TorchaxSide(JaxSide):
@@ -175,7 +223,88 @@ class TorchaxSide(JaxSide):
         # cast by PyTorch, as PyTorch itself would run the model at this precision
         model = torch_model.to(dtype=precision.torch_dtype(prec)).eval()
         weights, fn = torchax_bridge.jax_function(model)
+        self.layers, self._graphdef = "PyTorch's", None
         self._place(weights, fn, device, precision.jax_dtype(prec))
+
+    def ran(self, x) -> dict:
+        return {"layers": self.layers, "xla_options": self.xla_options, "compiler_options": {}}
+
+
+def picks(
+    framework: str,
+    mode: str,
+    batch_sizes: list[int],
+    *,
+    channels_last: bool,
+    xla_options: str,
+    tuning_path: str,
+    **configuration,
+) -> dict[int, dict]:
+    """What runs at each batch size: the cell's own mode, or for a tuned mode
+    (``vocab.TUNED_MODES``) the pick the selection file at ``tuning_path`` holds for this
+    configuration (``configuration``: device_name, precision, threads, model, image_size), with
+    the tuning run it came from. A configuration the file lacks is ``best_modes.NoChoice``."""
+    from fwbench.families.inference import best_modes
+
+    if mode not in vocab.TUNED_MODES:
+        if framework == "torch":
+            own = {"mode": mode, "channels_last": bool(channels_last)}
+        elif mode in vocab.TORCH_GRAPH_MODES:
+            own = {"mode": mode}
+        else:
+            own = {"layers": "expert" if mode == "jit-expert" else "stock"}
+            own["xla_options"] = xla_options
+        return {bs: own for bs in batch_sizes}
+    selection = best_modes.read(tuning_path)
+    found = {}
+    for bs in batch_sizes:
+        pick = best_modes.choice(selection, framework=framework, batch_size=bs, **configuration)
+        found[bs] = {
+            **pick["choice"],
+            "tuned": {
+                "candidate": pick["candidate"],
+                "tuning_img_s": pick["img_s"],
+                "runner_up": pick["runner_up"],
+                "tuning": selection["tuning"],
+            },
+        }
+    return found
+
+
+def pick_extra(pick: dict) -> dict:
+    """What a tuned batch size's records add to ``extra``: the pick and its tuning run."""
+    return {"tuned_pick": pick["tuned"]} if "tuned" in pick else {}
+
+
+def pick_words(framework: str, pick: dict) -> str:
+    from fwbench.families.inference import best_modes
+
+    if "mode" in pick and framework == "jax":
+        return pick["mode"]
+    name = best_modes.candidate_name(framework, pick)
+    return f"tuned: {name}" if "tuned" in pick else name
+
+
+class Sides:
+    """One side per distinct pick, built on first use: a tuned cell may run two ways."""
+
+    def __init__(self, build):
+        self.build, self.built = build, {}
+
+    def get(self, pick: dict):
+        key = json.dumps({k: v for k, v in pick.items() if k != "tuned"}, sort_keys=True)
+        if key not in self.built:
+            self.built[key] = self.build(pick)
+        return self.built[key]
+
+
+def own_copy(torch_model, picks: dict):
+    """``torch_model`` itself, or a copy where a cell builds several PyTorch sides: a side moves
+    its model to a memory format in place, which the next side must not inherit."""
+    import copy
+
+    distinct = {json.dumps({k: v for k, v in p.items() if k != "tuned"}) for p in picks.values()}
+    return copy.deepcopy(torch_model) if len(distinct) > 1 else torch_model
 
 
 def torchax_proof(torch_model, size: int, seed: int, inputs: str = "image") -> dict:
@@ -263,9 +392,15 @@ def run_batch_size(
 def add_records(rec, result: BatchResult) -> None:
     """Turn one batch size's result into the inference records of DESIGN.md section 4.
 
-    MFU is not among them: the analysis divides ``achieved_tflops`` by the peak that 02_calibrate
+    Every record of the batch size carries ``ran`` (what ran: compiler settings, layers, the
+    kernel mix) in its ``extra``. MFU is not among them: the analysis divides ``achieved_tflops`` by the peak that 02_calibrate
     measured, so that a cell never reads another cell's outputs.
     """
+    with rec.extras(**({"ran": result.ran} if result.ran else {})):
+        _add_batch_records(rec, result)
+
+
+def _add_batch_records(rec, result: BatchResult) -> None:
     bs = result.batch_size
     if result.status != "ok":
         rec.add("cell_status", None, "", status=result.status, error=result.error, batch_size=bs)
