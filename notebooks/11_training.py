@@ -49,7 +49,7 @@ model = "resnet50"
 framework = "torch"  # one of: torch, jax
 device = "auto"  # one of: auto, cpu, cuda
 precision = "fp32"  # one of: fp32, tf32, bf16-mixed
-mode = "default"  # one of: default, eager, compile, jit
+mode = "default"  # one of: default, eager, compile, jit, jit-expert
 optimizer = "sgd"  # one of: sgd, adamw
 lr = None
 schedule = "cosine"  # one of: constant, cosine
@@ -83,7 +83,9 @@ aa_copy = 0  # 1: an A/A duplicate arm (the runner sets it for a step with aa_co
 # as switches for a model whose training is chaotic at its campaign's rate (two float64 runs of
 # one framework, 1e-14 apart at the start, drifting apart step after step), where a smaller rate
 # keeps the proof meaningful.
-# `mode = "default"` is each framework's default: torch eager, JAX jit. `channels_last` and
+# `mode = "default"` is each framework's default: torch eager, JAX jit; `jit-expert` trains the
+# Flax twin's expert form (convolutions written for the device, `fwbench.models.conv`: the same
+# function and gradients, proven in float64). `channels_last` and
 # `cudnn_benchmark` are torch's best-practice switches for CNNs on a GPU (off by default).
 # `steps` caps the steps per epoch of the convergence run (0 = a full pass over the training
 # split). `timed_epochs` times that many whole epochs of the speed cell's trainer after its steps

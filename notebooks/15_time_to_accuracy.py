@@ -32,6 +32,8 @@
 # %% tags=["parameters"]
 model = "resnet18"
 framework = "torch"  # one of: torch, jax
+# the training step: each framework's default (torch eager, JAX jit), or JAX's expert layers
+mode = "default"  # one of: default, eager, jit, jit-expert
 target = 90.0  # validation top-1, %
 max_epochs = 3
 evals_per_epoch = 2
@@ -64,7 +66,8 @@ if max_epochs < 1 or search_trials < 1 or seeds < 1 or evals_per_epoch < 1:
     raise ValueError("max_epochs, search_trials, seeds and evals_per_epoch must be positive")
 threads = fw_device.limit_threads(threads)
 data = batches.load(dataset, image_size, path=dataset_path)
-trainer_for = tuning.trainer_factory(model, framework, data, seed=seed)
+mode = tuning.resolve_mode(framework, mode)
+trainer_for = tuning.trainer_factory(model, framework, data, seed=seed, mode=mode)
 settings = {
     "dataset": dataset,
     "image_size": image_size,
@@ -84,7 +87,7 @@ rec = Recorder(
     extra=settings,
     model=model,
     framework=framework,
-    mode="jit" if framework == "jax" else "eager",
+    mode=mode,
     device="cpu",
     device_name=fw_device.cpu_device_name(),
     precision="fp32",

@@ -142,3 +142,13 @@ def test_every_twin_in_expert_form_matches_torchvision_in_float64(name):
     assert got.dtype == expected.dtype == np.float64
     assert np.abs(expected).std() > 0.05
     assert equivalence.max_rel_err(got, expected) <= FP64_TOL
+
+
+def test_the_jit_expert_training_step_trains_the_expert_form():
+    from fwbench.families.training.optim import OptimConfig
+    from fwbench.families.training.steps import JaxTrainer
+
+    _, flax_model = build_pair("mobilenet_v3_small", seed=0, num_classes=10)
+    trainer = JaxTrainer(flax_model, OptimConfig(), mode="jit-expert")
+    convs = [m for _, m in nnx.iter_graph(trainer.model) if isinstance(m, conv.Conv)]
+    assert convs and {m.implementation for m in convs} == {conv.EXPERT}

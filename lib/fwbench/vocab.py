@@ -81,6 +81,7 @@ TRAINING_MODES = {"torch": ("eager", "compile"), "jax": ("jit", "jit-expert")}
 NOTEBOOK_MODES = {
     "10_inference": (INFERENCE_MODES, "mode"),
     "11_training": (TRAINING_MODES, "training mode"),
+    "15_time_to_accuracy": (TRAINING_MODES, "training mode"),
 }
 # How 13_distributed may spread a training step over processes, per framework (each also has a
 # one-process reference, "none", which its parity check runs and a campaign never names).

@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
 
 
 def handle(args) -> int:
-    from fwbench.families.inference import best_modes
+    from fwbench.measure import best_modes
     from fwbench.report import tables
 
     db_path = Path(args.db) if args.db else db.default_db_path()

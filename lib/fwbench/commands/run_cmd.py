@@ -13,13 +13,34 @@ from fwbench.commands.common import EXIT_CELL_FAILED, EXIT_OK, fail
 from fwbench.results import db
 
 
+def modes_epilog() -> str:
+    """What `fwbench run --help` says of 10_inference's modes and JAX's XLA option sets, one line
+    each, from the vocabulary and the declared sets (both import nothing heavy)."""
+    from fwbench import vocab
+    from fwbench.measure import compiler
+
+    lines = ["10_inference's modes (campaign parameter mode, per framework):"]
+    for framework, modes in vocab.INFERENCE_MODES.items():
+        for mode in modes:
+            lines.append(f"  {framework} {mode}: {vocab.MODE_HELP[mode]}")
+    lines.append("JAX's XLA option sets (parameter xla_options, modes jit and jit-expert):")
+    for device, sets in compiler.XLA_OPTION_SETS.items():
+        for name, (_, words) in sets.items():
+            lines.append(f"  {device} {name}: {words}")
+    return "\n".join(lines)
+
+
 def add_parser(sub) -> None:
+    import argparse
+
     run = sub.add_parser(
         "run",
         help="execute a campaign (params/*.yaml) cell by cell with papermill",
         description="Validate every cell of a campaign against its notebook's parameters cell, "
         "then execute each cell in a fresh kernel into "
         "OUT/<campaign>/<run_id>/<notebook>/<slug>.ipynb and ingest the results.",
+        epilog=modes_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("params", help="campaign file, e.g. params/smoke.yaml")
     run.add_argument("--out", default="executed", help="output folder (default: executed)")

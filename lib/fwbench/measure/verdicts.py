@@ -46,7 +46,11 @@ FASTER_A, FASTER_B = "a", "b"
 EQUIVALENT = "equivalent"
 INCONCLUSIVE = "inconclusive"
 WITHIN_ONE_RUN = "within one run"
-VERDICTS = (FASTER_A, FASTER_B, EQUIVALENT, INCONCLUSIVE, WITHIN_ONE_RUN)
+# A "best modes" comparison whose arm was chosen as the fastest of several modes on the very
+# rounds it would judge: the pick favours that arm (the winner's curse), so no verdict is called.
+# A tuned mode (vocab.TUNED_MODES), chosen on a tuning run apart, never is.
+PICKED_ON_ROUNDS = "mode picked on these rounds"
+VERDICTS = (FASTER_A, FASTER_B, EQUIVALENT, INCONCLUSIVE, WITHIN_ONE_RUN, PICKED_ON_ROUNDS)
 
 COLUMNS = ("comparison", "run", "round", "y")
 

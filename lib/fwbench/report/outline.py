@@ -301,6 +301,8 @@ SECTIONS: tuple[Section, ...] = (
     families.inference_report.PUBLISHED_SECTION,
     families.inference_report.TORCHAX,
     families.inference_report.THREE_WAY,
+    families.inference_report.TUNING,
+    families.inference_report.EXPERT,
     families.analysis_report.TRUST,
     families.inference_report.WHY,
     families.inference_report.THROUGHPUT,

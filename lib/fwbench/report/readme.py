@@ -51,6 +51,7 @@ VERDICT_NOTES = {
     "equivalent": "equivalent within ±5%",
     "inconclusive": "inconclusive",
     "within one run": "within one run",
+    "mode picked on these rounds": "no verdict: mode picked on these rounds",
 }
 
 

@@ -63,6 +63,12 @@ def ratio_sentence(row) -> str:
         return f"Inconclusive {where} ({modes}; {ratio}{need})."
     if row.winner == verdicts.WITHIN_ONE_RUN:
         return f"Within one run {where} ({modes}): {ratio}, no between-run term, so no winner."
+    if row.winner == verdicts.PICKED_ON_ROUNDS:
+        return (
+            f"No verdict {where} ({modes}): {ratio}; a mode was picked as the fastest of several "
+            "on these same rounds, which favours it, so no winner is called (a tuning run picks "
+            "modes apart: params/tuning_cpu.yaml)."
+        )
     if row.winner == "jax":
         factor, low, high, fast, slow = row.ratio, row.ci_low, row.ci_high, "JAX", "PyTorch"
     else:
@@ -120,6 +126,9 @@ def tally_sentence(matrix: pd.DataFrame, comparison: str) -> str:
     within = counts.get(verdicts.WITHIN_ONE_RUN, 0)
     if within:
         text += f"; {within} are within one run and call no winner"
+    picked = counts.get(verdicts.PICKED_ON_ROUNDS, 0)
+    if picked:
+        text += f"; {picked} picked a mode on their own rounds and call no winner"
     return text + "."
 
 

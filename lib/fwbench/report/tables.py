@@ -14,13 +14,15 @@ import pandas as pd
 
 from fwbench.measure import verdicts
 from fwbench.measure.stats import bootstrap_ci, ratio_ci
-from fwbench.vocab import ANSI_RE, DEFAULT_MODE, TORCH_GRAPH_MODES
+from fwbench.vocab import ANSI_RE, DEFAULT_MODE, TORCH_GRAPH_MODES, TUNED_MODES
 
 # The ratio bootstrap is seeded so that a report rebuilt from the same data is identical.
 RATIO_SEED = 0
 ANALYSIS_NOTEBOOK = "20_analysis"
-# A framework's "default" variant is vocab.DEFAULT_MODE; "best" is whichever variant is fastest, of JAX's
-# own (a TORCH_GRAPH_MODES variant runs PyTorch's graph: never JAX's side of a comparison).
+# A framework's "default" variant is vocab.DEFAULT_MODE; "best" is its tuned variant (a mode a
+# tuning run picked, vocab.TUNED_MODES), else its only one, else the fastest in the run, which then
+# calls no verdict (``picked_on_rounds``); of JAX's own only (a TORCH_GRAPH_MODES variant runs
+# PyTorch's graph: never JAX's side of a comparison).
 # ``threads`` is part of a CPU configuration (one core and two are two points of hardware); see
 # ``_tidy`` for what it holds elsewhere.
 CONFIG = ["model", "device", "device_name", "precision", "threads", "batch_size"]
@@ -237,14 +239,33 @@ def _column(frame: pd.DataFrame, name: str, missing):
     return frame[name].astype(object).where(frame[name].notna(), missing)
 
 
-def pick_arm(group: pd.DataFrame, framework: str, comparison: str):
+def _candidate_arms(group: pd.DataFrame, framework: str) -> pd.DataFrame:
     side = group[(group.framework == framework) & ~group.variant.str.endswith(COPY_SUFFIX)]
-    side = side[~side.variant.isin(TORCH_GRAPH_MODES)]
+    return side[~side.variant.isin(TORCH_GRAPH_MODES)]
+
+
+def pick_arm(group: pd.DataFrame, framework: str, comparison: str):
+    """A framework's arm in a configuration: its default mode (``defaults``), or for ``best``
+    the arm chosen before the run (a tuned mode, whose pick a tuning run made), else its only
+    arm, else the fastest of its arms here, which ``picked_on_rounds`` then reports."""
+    side = _candidate_arms(group, framework)
     if comparison == "defaults":
         side = side[side.variant == DEFAULT_MODE[framework]]
+    elif side.variant.isin(TUNED_MODES).any():
+        side = side[side.variant.isin(TUNED_MODES)]
     if side.empty:
         return None
     return side.sort_values(["median", "variant"], ascending=[False, True]).iloc[0]
+
+
+def picked_on_rounds(group: pd.DataFrame, framework: str, comparison: str) -> bool:
+    """Whether ``pick_arm`` chose this framework's ``best`` arm among several modes by their
+    throughput in the rounds being judged: then its comparison calls no verdict (DESIGN.md
+    section 5, tuning apart from verdicts)."""
+    if comparison != "best":
+        return False
+    side = _candidate_arms(group, framework)
+    return side.variant.nunique() > 1 and not side.variant.isin(TUNED_MODES).any()
 
 
 def winner_word(verdict: str) -> str:
@@ -319,7 +340,8 @@ def compared_arms(samples: pd.DataFrame, run_id: str, comparisons=("best", "defa
         for comparison in comparisons:
             jax, torch = pick_arm(group, "jax", comparison), pick_arm(group, "torch", comparison)
             if jax is not None and torch is not None:
-                yield key_dict, comparison, jax, torch, (*key, jax.variant, torch.variant)
+                picked = any(picked_on_rounds(group, f, comparison) for f in ("jax", "torch"))
+                yield key_dict, comparison, jax, torch, (*key, jax.variant, torch.variant), picked
 
 
 def jax_over_torch_rounds(samples: pd.DataFrame, key: dict, jax, torch, ident) -> tuple:
@@ -331,7 +353,7 @@ def best_rounds(samples: pd.DataFrame, run_id: str) -> pd.DataFrame:
     """The rounds of every best-mode comparison ``run_id`` made, from every pooled run."""
     parts = [
         jax_over_torch_rounds(samples, key, jax, torch, ident)[0]
-        for key, _, jax, torch, ident in compared_arms(samples, run_id, ("best",))
+        for key, _, jax, torch, ident, _ in compared_arms(samples, run_id, ("best",))
     ]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
@@ -464,7 +486,9 @@ def comparison_matrix(
     through ``verdicts``: intervals with the between-run term, the design stated, and *faster*,
     *equivalent* or *inconclusive*. One run without ``imported`` calls no winner ("within one
     run"); arms without trials fall back to a two-sample bootstrap of within-run samples, which
-    says nothing about how a whole run moves, and call no winner either.
+    says nothing about how a whole run moves, and call no winner either. A ``best`` comparison
+    whose arm was the fastest of several modes in this run calls none either
+    (``verdicts.PICKED_ON_ROUNDS``): modes are chosen on a tuning run, never on the rounds judged.
     """
     if samples.empty:
         return pd.DataFrame()
@@ -472,7 +496,7 @@ def comparison_matrix(
         samples = samples.assign(run_id=run_id or "run")
     run_id = run_id or samples.run_id.max()
     rows, parts, dropped = [], [], {}
-    for key_dict, comparison, jax, torch, ident in compared_arms(samples, run_id):
+    for key_dict, comparison, jax, torch, ident, picked in compared_arms(samples, run_id):
         if ident not in dropped:
             part, dropped[ident] = jax_over_torch_rounds(samples, key_dict, jax, torch, ident)
             parts.append(part)
@@ -499,6 +523,7 @@ def comparison_matrix(
                 "p_holm": np.nan,
                 "runs_to_decide": np.nan,
                 "dropped_shared": dropped[ident],
+                "picked_on_rounds": picked,
                 "ident": ident,
                 "sample_source": "trials"
                 if "trials" in (jax.sample_source, torch.sample_source)
@@ -517,6 +542,8 @@ def comparison_matrix(
             winner=winner_word(v.verdict), interval="paired", between_term=e.between, runs=e.runs,
             rounds=e.rounds, design=e.design, p_holm=v.p_holm, runs_to_decide=v.more_runs,
         )  # fmt: skip
+        if row["picked_on_rounds"] and row["winner"] != verdicts.WITHIN_ONE_RUN:
+            row["winner"] = verdicts.PICKED_ON_ROUNDS
     return pd.DataFrame(rows).drop(columns="ident")
 
 

@@ -244,7 +244,7 @@ def picks(
     (``vocab.TUNED_MODES``) the pick the selection file at ``tuning_path`` holds for this
     configuration (``configuration``: device_name, precision, threads, model, image_size), with
     the tuning run it came from. A configuration the file lacks is ``best_modes.NoChoice``."""
-    from fwbench.families.inference import best_modes
+    from fwbench.measure import best_modes
 
     if mode not in vocab.TUNED_MODES:
         if framework == "torch":
@@ -277,7 +277,7 @@ def pick_extra(pick: dict) -> dict:
 
 
 def pick_words(framework: str, pick: dict) -> str:
-    from fwbench.families.inference import best_modes
+    from fwbench.measure import best_modes
 
     if "mode" in pick and framework == "jax":
         return pick["mode"]

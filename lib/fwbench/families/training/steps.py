@@ -261,11 +261,15 @@ class JaxTrainer:
     ):
         """``record_grad_norms`` makes every step also return each parameter's gradient norm
         (read with ``grad_norms``); the parity check needs them, the timed step does not."""
+        from fwbench.models import conv
+
         mode = resolve_training_mode("jax", mode)
         self.device, self.precision, self.mode = device, check_precision(precision), mode
         self.record_grad_norms = record_grad_norms
         self.jax_device = fw_device.jax_device(device)
-        self.model = model
+        # jit-expert trains the twin's expert form (models/conv.py): the same function and
+        # gradients (tests/test_models_expert.py), the convolutions written for the device
+        self.model = conv.use_implementation(model, "expert" if mode == "jit-expert" else "stock")
         self._last_grad_norms = None
         with self.precision_scope():
             self._build(model, config)

@@ -138,12 +138,29 @@ def run_attempt(
     return attempt
 
 
+def resolve_mode(framework: str, mode: str) -> str:
+    """The training step's mode (``default``: torch eager, JAX jit); torch.compile is not
+    offered here, since every attempt would compile afresh inside the clock."""
+    from fwbench.families.training.steps import resolve_training_mode
+
+    mode = resolve_training_mode(framework, mode)
+    if mode == "compile":
+        raise ValueError("time to accuracy runs torch eager: each attempt would compile anew")
+    return mode
+
+
 def trainer_factory(
-    model: str, framework: str, data: TrainingData, *, seed: int, device: str = "cpu"
+    model: str,
+    framework: str,
+    data: TrainingData,
+    *,
+    seed: int,
+    device: str = "cpu",
+    mode: str = "default",
 ) -> Callable[[OptimConfig], object]:
     """``config -> trainer``: each call builds ``model`` afresh from the same seeded initial
     weights (torch's initialisation; the Flax twin ported from it), stochastic layers off as in
-    ``convergence``, fp32."""
+    ``convergence``, fp32; ``mode`` the step's (JAX ``jit-expert``: the twin's expert form)."""
     from fwbench.families.training.steps import (
         JaxTrainer,
         TorchTrainer,
@@ -163,7 +180,7 @@ def trainer_factory(
         disable_stochastic_layers(torch_model, flax_model)
         if framework == "torch":
             return TorchTrainer(torch_model, config, device=device)
-        return JaxTrainer(flax_model, config, device=device)
+        return JaxTrainer(flax_model, config, device=device, mode=resolve_mode("jax", mode))
 
     return make
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from fwbench.measure import verdicts
 from fwbench.report import charts, sentences, tables, why
-from fwbench.report.family_reports import inference_three_way
+from fwbench.report.family_reports import inference_three_way, inference_tuning
 from fwbench.report.items import (
     Each,
     Figure,
@@ -531,12 +531,17 @@ TORCHAX = Section(
 
 # what a native Flax port buys: its own module, as the comparison it makes is its own
 THREE_WAY = inference_three_way.SECTION
+# each framework's candidates and the fastest: what a tuning run's picks come from
+TUNING = inference_tuning.SECTION
+EXPERT = inference_tuning.EXPERT
 
 SECTIONS = (
     COMPARISON,
     PUBLISHED_SECTION,
     TORCHAX,
     THREE_WAY,
+    TUNING,
+    EXPERT,
     WHY,
     THROUGHPUT,
     LATENCY,

@@ -85,7 +85,8 @@ def three_way_arms(this: pd.DataFrame):
             rows = tables.series_rows(group, {}, *arm)
             found[arm] = rows.iloc[0] if len(rows) == 1 else None
         if all(row is not None for row in found.values()):
-            yield dict(zip(tables.CONFIG, key, strict=True)), found
+            picked = tables.picked_on_rounds(group, "torch", "best")
+            yield dict(zip(tables.CONFIG, key, strict=True)), found, picked
 
 
 def three_way_matrix(
@@ -101,7 +102,7 @@ def three_way_matrix(
         samples = samples.assign(run_id=run_id or "run")
     run_id = run_id or samples.run_id.max()
     rows, parts = [], []
-    for key, arms in three_way_arms(samples[samples.run_id == run_id]):
+    for key, arms, picked in three_way_arms(samples[samples.run_id == run_id]):
         for pair, a_name, b_name in PAIRS:
             arm_a, arm_b = arms[a_name], arms[b_name]
             a, b = (arm_a.framework, arm_a.variant), (arm_b.framework, arm_b.variant)
@@ -131,6 +132,8 @@ def three_way_matrix(
                     "between_term": "none",
                     "p_holm": np.nan,
                     "dropped_shared": dropped,
+                    # PyTorch's arm picked as its fastest mode on these rounds: no verdict
+                    "picked_on_rounds": picked and TORCH_BEST in (a_name, b_name),
                     "ident": ident,
                 }
             )
@@ -144,6 +147,8 @@ def three_way_matrix(
                 ratio=e.ratio, ci_low=e.low, ci_high=e.high, ci90_low=e.low90, ci90_high=e.high90,
                 verdict=v.verdict, design=e.design, between_term=e.between, p_holm=v.p_holm,
             )  # fmt: skip
+            if row["picked_on_rounds"] and row["verdict"] != verdicts.WITHIN_ONE_RUN:
+                row["verdict"] = verdicts.PICKED_ON_ROUNDS
     frame = pd.DataFrame(rows).drop(columns="ident")
     frame.insert(
         frame.columns.get_loc("verdict"),
