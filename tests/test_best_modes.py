@@ -283,3 +283,15 @@ def test_a_tuned_arm_is_the_best_arm_even_where_another_mode_ran_faster():
     best = matrix[matrix.comparison == "best"].iloc[0]
     assert (best.jax_variant, best.torch_variant) == ("jit-tuned", "tuned")
     assert best.winner == "torch"
+
+
+def test_a_relative_selection_file_is_found_from_a_kernels_folder(tmp_path, monkeypatch):
+    # a campaign names params/best_modes.json from the repository; its kernels run in notebooks/
+    selection = best_modes.select(_meas([("torch", "eager", {}, 5.0)]), campaign="c", run_id="r")
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "best.json").write_text(json.dumps(selection))
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.chdir(tmp_path / "notebooks")
+    assert best_modes.read("params/best.json")["picks"] == selection["picks"]
+    with pytest.raises(FileNotFoundError, match="nowhere.json"):
+        best_modes.read("params/nowhere.json")

@@ -125,8 +125,21 @@ def merge(existing: dict | None, new: dict) -> dict:
     return {"format": FORMAT, "tuning": runs, "picks": picks}
 
 
+def locate(path: str | Path) -> Path:
+    """The selection file ``path`` names: as given, else relative to a folder above this one (a
+    campaign names it from the repository's root, while its kernels run in ``notebooks/``)."""
+    given = Path(path).expanduser()
+    if given.is_absolute() or given.exists():
+        return given
+    for parent in Path.cwd().parents:
+        if (parent / given).exists():
+            return parent / given
+    raise FileNotFoundError(f"no selection file {path} in {Path.cwd()} or a folder above it")
+
+
 def read(path: str | Path) -> dict:
-    data = json.loads(Path(path).read_text())
+    path = locate(path)
+    data = json.loads(path.read_text())
     if data.get("format") != FORMAT or "picks" not in data:
         raise ValueError(f"{path} is not a best-modes selection file (format {FORMAT})")
     return data
