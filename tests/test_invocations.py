@@ -25,7 +25,7 @@ from fwbench.pipeline.campaign import (
     slug_without_trial,
 )
 from fwbench.pipeline.notebook_params import read_parameters
-from fwbench.report.tables import _variant
+from fwbench.report.arms import variant as _variant
 from tests.conftest import REPO, STANDIN, run_cli
 
 # rerun_shared 0: the tests share their cores with other work, and a re-run only costs time here

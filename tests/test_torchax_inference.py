@@ -8,7 +8,7 @@ import json
 import nbformat
 import pandas as pd
 
-from fwbench.report import tables
+from fwbench.report import arms
 from fwbench.results import db
 from tests.conftest import run_cli
 
@@ -62,8 +62,8 @@ def test_torchax_never_stands_for_jax_in_a_comparison():
             "median": [300.0, 100.0, 200.0],
         }
     )
-    assert tables.pick_arm(group, "jax", "best").variant == "jit"
-    assert tables.pick_arm(group.iloc[[0, 2]], "jax", "best") is None
+    assert arms.pick_arm(group, "jax", "best").variant == "jit"
+    assert arms.pick_arm(group.iloc[[0, 2]], "jax", "best") is None
 
 
 def test_the_report_lists_each_torchax_model_with_its_proof_or_why_not():

@@ -14,7 +14,8 @@ import pandas as pd
 
 from fwbench.measure import verdicts
 from fwbench.measure.stats import bootstrap_ci, ratio_ci
-from fwbench.vocab import ANSI_RE, DEFAULT_MODE, TORCH_GRAPH_MODES, TUNED_MODES
+from fwbench.report.arms import pick_arm, picked_on_rounds, variant
+from fwbench.vocab import ANSI_RE
 
 # The ratio bootstrap is seeded so that a report rebuilt from the same data is identical.
 RATIO_SEED = 0
@@ -44,8 +45,6 @@ PAIRED_INTERVAL = (
     "rounds paired by trial, their log ratios fitted with a random run effect and a run × "
     "comparison effect (measure/verdicts.py), so the interval carries the between-run term"
 )
-# An A/A duplicate arm: the same configuration as a second cell (records with extra.aa_copy).
-COPY_SUFFIX = "#copy"
 
 
 # --------------------------------------------------------------------------- loading
@@ -120,7 +119,7 @@ def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
     threads = frame["threads"] if "threads" in frame else pd.Series(np.nan, index=frame.index)
     on_cpu = frame["device"].eq("cpu") & threads.notna()
     frame["threads"] = threads.where(on_cpu, 0).fillna(0).astype(int)
-    frame["variant"] = [_variant(r.framework, r.mode, r.extra) for r in frame.itertuples()]
+    frame["variant"] = [variant(r.framework, r.mode, r.extra) for r in frame.itertuples()]
     return frame
 
 
@@ -145,19 +144,6 @@ def load_run(con, campaign: str, run_id: str) -> dict:
     run = dict(zip(keys, row, strict=True))
     run["environment"] = _parse_json(run["environment"])
     return run
-
-
-def _variant(framework: str, mode: str, extra: dict) -> str:
-    variant = mode
-    if framework == "torch" and extra.get("channels_last"):
-        variant = f"{mode}+channels_last"
-    # a declared XLA option set other than the default is an arm of its own (a tuning run's)
-    if framework == "jax" and extra.get("xla_options") not in (None, "", "default"):
-        variant = f"{mode}+{extra['xla_options']}"
-    # an A/A copy is its own arm, never pooled with the original it duplicates
-    if extra.get("aa_copy"):
-        variant = f"{variant}{COPY_SUFFIX}"
-    return variant
 
 
 def source_paths(rows: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
@@ -237,35 +223,6 @@ def _column(frame: pd.DataFrame, name: str, missing):
     if name not in frame:
         return [missing] * len(frame)
     return frame[name].astype(object).where(frame[name].notna(), missing)
-
-
-def _candidate_arms(group: pd.DataFrame, framework: str) -> pd.DataFrame:
-    side = group[(group.framework == framework) & ~group.variant.str.endswith(COPY_SUFFIX)]
-    return side[~side.variant.isin(TORCH_GRAPH_MODES)]
-
-
-def pick_arm(group: pd.DataFrame, framework: str, comparison: str):
-    """A framework's arm in a configuration: its default mode (``defaults``), or for ``best``
-    the arm chosen before the run (a tuned mode, whose pick a tuning run made), else its only
-    arm, else the fastest of its arms here, which ``picked_on_rounds`` then reports."""
-    side = _candidate_arms(group, framework)
-    if comparison == "defaults":
-        side = side[side.variant == DEFAULT_MODE[framework]]
-    elif side.variant.isin(TUNED_MODES).any():
-        side = side[side.variant.isin(TUNED_MODES)]
-    if side.empty:
-        return None
-    return side.sort_values(["median", "variant"], ascending=[False, True]).iloc[0]
-
-
-def picked_on_rounds(group: pd.DataFrame, framework: str, comparison: str) -> bool:
-    """Whether ``pick_arm`` chose this framework's ``best`` arm among several modes by their
-    throughput in the rounds being judged: then its comparison calls no verdict (DESIGN.md
-    section 5, tuning apart from verdicts)."""
-    if comparison != "best":
-        return False
-    side = _candidate_arms(group, framework)
-    return side.variant.nunique() > 1 and not side.variant.isin(TUNED_MODES).any()
 
 
 def winner_word(verdict: str) -> str:

@@ -15,9 +15,9 @@ import pandas as pd
 from fwbench.measure import verdict_checks, verdicts
 from fwbench.measure.stats import paired_ratio_interval
 from fwbench.report import regressions
+from fwbench.report.arms import COPY_SUFFIX
 from fwbench.report.tables import (
     CONFIG,
-    COPY_SUFFIX,
     SERIES,
     best_rounds,
     kept_rounds,

@@ -23,7 +23,7 @@ import pandas as pd
 
 from fwbench.measure import verdicts
 from fwbench.measure.stats import ratio_ci
-from fwbench.report import charts, tables, why
+from fwbench.report import arms, charts, tables, why
 from fwbench.report.items import (
     Each,
     Figure,
@@ -80,12 +80,12 @@ def three_way_arms(this: pd.DataFrame):
     (configuration, {"torch", torchax, Flax twin} -> that arm's row), PyTorch's arm its fastest
     mode."""
     for key, group in this.groupby(tables.CONFIG, sort=True):
-        found = {TORCH_BEST: tables.pick_arm(group, "torch", "best")}
+        found = {TORCH_BEST: arms.pick_arm(group, "torch", "best")}
         for arm in (TORCHAX, FLAX):
             rows = tables.series_rows(group, {}, *arm)
             found[arm] = rows.iloc[0] if len(rows) == 1 else None
         if all(row is not None for row in found.values()):
-            picked = tables.picked_on_rounds(group, "torch", "best")
+            picked = arms.picked_on_rounds(group, "torch", "best")
             yield dict(zip(tables.CONFIG, key, strict=True)), found, picked
 
 
@@ -102,9 +102,9 @@ def three_way_matrix(
         samples = samples.assign(run_id=run_id or "run")
     run_id = run_id or samples.run_id.max()
     rows, parts = [], []
-    for key, arms, picked in three_way_arms(samples[samples.run_id == run_id]):
+    for key, found_arms, picked in three_way_arms(samples[samples.run_id == run_id]):
         for pair, a_name, b_name in PAIRS:
-            arm_a, arm_b = arms[a_name], arms[b_name]
+            arm_a, arm_b = found_arms[a_name], found_arms[b_name]
             a, b = (arm_a.framework, arm_a.variant), (arm_b.framework, arm_b.variant)
             ident = (*key.values(), pair)
             part, dropped = tables.log_ratio_rounds(samples, key, a, b, ident)

@@ -19,7 +19,7 @@ import altair as alt
 import pandas as pd
 
 from fwbench.measure import best_modes, verdicts
-from fwbench.report import tables, why
+from fwbench.report import arms, tables, why
 from fwbench.report.items import (
     Each,
     Figure,
@@ -128,15 +128,13 @@ def expert_pairs(analysis) -> pd.DataFrame:
     throughput within this run (a why, not a verdict)."""
     rows = []
     for key, group in analysis.samples.groupby(tables.CONFIG, sort=True):
-        arms = {(r.framework, r.variant): r for r in group.itertuples()}
-        expert = arms.get(EXPERT_ARM)
+        by_arm = {(r.framework, r.variant): r for r in group.itertuples()}
+        expert = by_arm.get(EXPERT_ARM)
         if expert is None:
             continue
-        torch = tables.pick_arm(group, "torch", "best")
-        others = [(EXPERT_OVER_STOCK, arms.get(STOCK))]
-        others.append(
-            (EXPERT_OVER_TORCH, None if torch is None else arms[("torch", torch.variant)])
-        )
+        torch = arms.pick_arm(group, "torch", "best")
+        others = [(EXPERT_OVER_STOCK, by_arm.get(STOCK))]
+        others.append((EXPERT_OVER_TORCH, torch))
         for comparison, base in others:
             if base is None:
                 continue
