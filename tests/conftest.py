@@ -27,6 +27,8 @@ LONGEST_FIRST = (
     # a real campaign through gpu/run.sh from a copy of the checkout, about 110 s
     "test_gpu_kit.py",
     "test_campaign_report.py",
+    # a tuning run, its picks and a verdict run of the tuned modes, about 100 s
+    "test_best_modes.py",
     "test_prediction_recommend.py",
     "test_models_resnet_vit.py",
     "test_trials.py",

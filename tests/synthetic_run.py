@@ -378,6 +378,7 @@ def expected_ratio(current, model, batch_size, comparison):
 # The figures a report of the synthetic campaign draws, in the order of its sections.
 FIGURES = [
     "ratio_matrix",
+    "candidates",
     "why_resnet50",
     "why_vit_b_16",
     "throughput_scaling",

@@ -30,18 +30,26 @@ def modes_epilog() -> str:
     return "\n".join(lines)
 
 
-def add_parser(sub) -> None:
+def _subparser(sub):
+    """The run subparser, its epilog kept line by line (a mode or option set a line)."""
     import argparse
+    import textwrap
 
-    run = sub.add_parser(
+    return sub.add_parser(
         "run",
         help="execute a campaign (params/*.yaml) cell by cell with papermill",
-        description="Validate every cell of a campaign against its notebook's parameters cell, "
-        "then execute each cell in a fresh kernel into "
-        "OUT/<campaign>/<run_id>/<notebook>/<slug>.ipynb and ingest the results.",
+        description=textwrap.fill(
+            "Validate every cell of a campaign against its notebook's parameters cell, then "
+            "execute each cell in a fresh kernel into "
+            "OUT/<campaign>/<run_id>/<notebook>/<slug>.ipynb and ingest the results."
+        ),
         epilog=modes_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+
+
+def add_parser(sub) -> None:
+    run = _subparser(sub)
     run.add_argument("params", help="campaign file, e.g. params/smoke.yaml")
     run.add_argument("--out", default="executed", help="output folder (default: executed)")
     run.add_argument(

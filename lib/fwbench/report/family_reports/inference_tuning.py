@@ -127,6 +127,8 @@ def expert_pairs(analysis) -> pd.DataFrame:
     PyTorch's arm (its tuned or only mode, as the comparison matrix picks it), by median
     throughput within this run (a why, not a verdict)."""
     rows = []
+    if analysis.samples.empty:
+        return pd.DataFrame(rows)
     for key, group in analysis.samples.groupby(tables.CONFIG, sort=True):
         by_arm = {(r.framework, r.variant): r for r in group.itertuples()}
         expert = by_arm.get(EXPERT_ARM)
