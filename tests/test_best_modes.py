@@ -295,3 +295,24 @@ def test_a_relative_selection_file_is_found_from_a_kernels_folder(tmp_path, monk
     assert best_modes.read("params/best.json")["picks"] == selection["picks"]
     with pytest.raises(FileNotFoundError, match="nowhere.json"):
         best_modes.read("params/nowhere.json")
+
+
+class _Analysis:
+    """What the expert section reads of an analysis: this run's throughput samples."""
+
+    def __init__(self, samples):
+        self.samples, self.computed = samples, {}
+
+    def once(self, make):
+        return self.computed.setdefault(make, make(self))
+
+
+def test_the_expert_section_sets_the_expert_form_against_stock_and_pytorch():
+    from fwbench.report.family_reports import inference_tuning
+
+    arms = {("jax", "jit"): 10.0, ("jax", "jit-expert"): 60.0, ("torch", "tuned"): 50.0}
+    pairs = inference_tuning.expert_pairs(_Analysis(_samples(arms, runs=("r1",))))
+    ratios = dict(zip(pairs.comparison, pairs.ratio, strict=True))
+    assert ratios[inference_tuning.EXPERT_OVER_STOCK] == pytest.approx(6.0, rel=0.05)
+    assert ratios[inference_tuning.EXPERT_OVER_TORCH] == pytest.approx(1.2, rel=0.05)
+    assert set(pairs.a_variant) == {"jit", "tuned"}

@@ -246,7 +246,8 @@ COMPARISON = Section(
             "JAX ÷ PyTorch throughput",
             "JAX images/s ÷ PyTorch's on {devices} (the estimated ratio over rounds paired by "
             "trial and pooled runs, else the ratio of medians); best modes (each framework's "
-            "fastest variant) and defaults (PyTorch eager vs JAX jit). Colour is log₂ of the "
+            "tuned arm, else its only one, else its fastest here, which calls no winner) and "
+            "defaults (PyTorch eager vs JAX jit). Colour is log₂ of the "
             "ratio; ≈ marks equivalent within ±5%, ? inconclusive, (1 run) within one run.",
             ratio_heatmap("matrix"),
         ),

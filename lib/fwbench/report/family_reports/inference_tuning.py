@@ -136,7 +136,9 @@ def expert_pairs(analysis) -> pd.DataFrame:
             continue
         torch = arms.pick_arm(group, "torch", "best")
         others = [(EXPERT_OVER_STOCK, by_arm.get(STOCK))]
-        others.append((EXPERT_OVER_TORCH, torch))
+        others.append(
+            (EXPERT_OVER_TORCH, None if torch is None else by_arm[("torch", torch.variant)])
+        )
         for comparison, base in others:
             if base is None:
                 continue
