@@ -71,9 +71,19 @@ MODE_HELP = {
     "torchax": "PyTorch's own graph run by XLA through torchax (never JAX's side of a comparison)",
 }
 # Modes a tuning run resolves: their cell reads its choice from a committed selection file, made
-# from a tuning run before the verdict runs (families/inference/best_modes.py), so no verdict
-# ever picks a mode on the rounds it judges.
+# from a tuning run before the verdict runs (measure/best_modes.py), so no verdict ever picks a
+# mode on the rounds it judges.
 TUNED_MODES = ("tuned", "jit-tuned")
+# JAX's modes that compile a Flax twin with a campaign's own XLA option set (``xla_options``)
+XLA_OPTION_MODES = ("jit", "jit-expert")
+
+
+def twin_layers(mode: str) -> str:
+    """The form of the Flax twin a JAX mode runs: ``expert`` for jit-expert, else ``stock``
+    (the implementations of ``models/conv.py``)."""
+    return "expert" if mode == "jit-expert" else "stock"
+
+
 # JAX modes that run PyTorch's own graph (models/torchax_bridge) rather than a Flax twin: never
 # JAX's side of a JAX-vs-PyTorch comparison, which is about the frameworks' own ways to run.
 TORCH_GRAPH_MODES = ("torchax",)

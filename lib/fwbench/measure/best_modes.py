@@ -30,12 +30,13 @@ class NoChoice(LookupError):
 
 
 def candidate(framework: str, mode: str, extra: dict) -> dict:
-    """What a tuning record's cell ran, as a tuned cell would run it again."""
+    """What a cell runs (a tuning record's ``extra``, or a cell's own ``channels_last`` and
+    ``xla_options``), as a tuned cell would run it again."""
     if framework == "torch":
         return {"mode": mode, "channels_last": bool(extra.get("channels_last"))}
     ran = extra.get("ran") or {}
     return {
-        "layers": "expert" if mode == "jit-expert" else "stock",
+        "layers": vocab.twin_layers(mode),
         "xla_options": ran.get("xla_options") or extra.get("xla_options") or "default",
     }
 
@@ -79,14 +80,12 @@ def candidates(meas: pd.DataFrame) -> pd.DataFrame:
         .groupby([*KEY, "candidate", "choice"], dropna=False, as_index=False)
         .img_s.median()
     )
-    best = table.groupby(list(KEY), dropna=False).img_s.transform("max")
-    table["chosen"] = table.img_s == best
-    # a tie keeps the first candidate by name, so a selection never depends on row order
+    # fastest first in each configuration; a tie keeps the first candidate by name, so a
+    # selection never depends on row order
     table = table.sort_values(
         [*KEY, "img_s", "candidate"], ascending=[True] * len(KEY) + [False, True]
     )
-    first = ~table.duplicated(list(KEY)) & table.chosen
-    table["chosen"] = first
+    table["chosen"] = ~table.duplicated(list(KEY))
     return table.reset_index(drop=True)
 
 
@@ -95,10 +94,9 @@ def select(meas: pd.DataFrame, *, campaign: str, run_id: str) -> dict:
     framework, each with the runner-up's throughput so a reader sees the margin."""
     table = candidates(meas)
     picks = []
-    for key, group in table.groupby(list(KEY), dropna=False, sort=True):
-        ranked = group.sort_values("img_s", ascending=False)
-        best = ranked[ranked.chosen].iloc[0]
-        runner = ranked[~ranked.chosen].iloc[0] if len(ranked) > 1 else None
+    for key, ranked in table.groupby(list(KEY), dropna=False, sort=True):
+        best = ranked.iloc[0]  # ``candidates`` ranks each configuration's fastest first
+        runner = ranked.iloc[1] if len(ranked) > 1 else None
         picks.append(
             {
                 **{k: _plain(v) for k, v in zip(KEY, key, strict=True)},

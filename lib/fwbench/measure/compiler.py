@@ -8,7 +8,7 @@ which folds BatchNorm into the convolutions and prepacks the weights for oneDNN,
 documented setting for CPU inference.
 
 ``XLA_OPTION_SETS`` is the declared list, per device kind: a name, the options, and a line on what
-they do. A set is only ever chosen on a tuning run (``families/inference/best_modes.py``), never on
+they do. A set is only ever chosen on a tuning run (``measure/best_modes.py``), never on
 the rounds of a verdict. Fast math is not offered: it changes results, and an fp32 comparison
 promises fp32 arithmetic on both sides.
 
@@ -100,6 +100,7 @@ def all_option_set_names() -> tuple[str, ...]:
 _LIBRARY_FUSION = re.compile(r'"kind":"__(\w+?)_fusion"')
 _LOOP_FUSION = re.compile(r"\bkind=k(Loop|Input|Output)\b")
 _OPCODE = re.compile(r"\}?\s(convolution|dot|custom-call)\(")
+_OPCODE_COUNTS = {"convolution": "convolutions", "dot": "dots", "custom-call": "custom_calls"}
 
 
 def xla_kernel_mix(hlo_text: str) -> dict[str, int]:
@@ -109,10 +110,7 @@ def xla_kernel_mix(hlo_text: str) -> dict[str, int]:
     for library in _LIBRARY_FUSION.findall(hlo_text):
         counts[f"{library.lower()}_fusions"] += 1
     counts["loop_fusions"] += len(_LOOP_FUSION.findall(hlo_text))
-    for opcode in _OPCODE.findall(hlo_text):
-        counts[
-            {"convolution": "convolutions", "dot": "dots", "custom-call": "custom_calls"}[opcode]
-        ] += 1
+    counts.update(_OPCODE_COUNTS[opcode] for opcode in _OPCODE.findall(hlo_text))
     return {k: v for k, v in sorted(counts.items()) if v}
 
 

@@ -83,27 +83,20 @@ class Conv(nnx.Conv):
         x, kernel, bias = self.promote_dtype(
             (x, self.kernel[...], None if self.bias is None else self.bias[...]), dtype=self.dtype
         )
+        strides, pads = _pair(self.strides), _pads(self.padding, self.kernel_size)
         if picked == DEPTHWISE:
-            y = depthwise(x, kernel, _pair(self.strides), _pads(self.padding, self.kernel_size))
+            y = depthwise(x, kernel, strides, pads)
         elif picked == RESHAPE_MATMUL:
             y = reshape_matmul(x, kernel, precision=self.precision)
         else:
-            y = im2col(
-                x,
-                kernel,
-                _pair(self.strides),
-                _pads(self.padding, self.kernel_size),
-                self.precision,
-            )
+            y = im2col(x, kernel, strides, pads, self.precision)
         return y if bias is None else y + bias
 
 
 def depthwise(x, kernel, strides: tuple, pads: tuple):
     """Depthwise convolution (NHWC; kernel (kh, kw, 1, C)) as shifted windows times weights."""
     kh, kw = kernel.shape[:2]
-    x = jnp.pad(x, ((0, 0), *pads, (0, 0)))
-    out_h = (x.shape[1] - kh) // strides[0] + 1
-    out_w = (x.shape[2] - kw) // strides[1] + 1
+    x, out_h, out_w = _padded(x, (kh, kw), strides, pads)
     total = None
     for i in range(kh):
         for j in range(kw):
@@ -116,9 +109,7 @@ def depthwise(x, kernel, strides: tuple, pads: tuple):
 def im2col(x, kernel, strides: tuple, pads: tuple, precision=None):
     """Dense convolution (NHWC; kernel (kh, kw, Cin, Cout)) as its windows and one matmul."""
     kh, kw, cin, cout = kernel.shape
-    x = jnp.pad(x, ((0, 0), *pads, (0, 0)))
-    out_h = (x.shape[1] - kh) // strides[0] + 1
-    out_w = (x.shape[2] - kw) // strides[1] + 1
+    x, out_h, out_w = _padded(x, (kh, kw), strides, pads)
     # window (i, j) fills channels [(i*kw + j)*Cin, ...): the kernel's own row-major order
     patches = jnp.concatenate(
         [_window(x, i, j, out_h, out_w, strides) for i in range(kh) for j in range(kw)], axis=-1
@@ -170,6 +161,12 @@ _COUNTS: dict[str, int] | None = None
 def _count(picked: str) -> None:
     if _COUNTS is not None:
         _COUNTS[picked] = _COUNTS.get(picked, 0) + 1
+
+
+def _padded(x, kernel: tuple, strides: tuple, pads: tuple):
+    """``x`` padded as the convolution pads it, and the output's height and width."""
+    out_h, out_w = _output_size(x.shape, kernel, strides, pads)
+    return jnp.pad(x, ((0, 0), *pads, (0, 0))), out_h, out_w
 
 
 def _window(x, i: int, j: int, out_h: int, out_w: int, strides: tuple):

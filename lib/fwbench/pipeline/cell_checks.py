@@ -123,7 +123,7 @@ def _check_tuning(path: Path, notebook: str, parameters: dict, mode: str) -> Non
         )
     options = parameters.get("xla_options", "default")
     if options != "default" and (
-        parameters["framework"] != "jax" or mode not in ("jit", "jit-expert")
+        parameters["framework"] != "jax" or mode not in vocab.XLA_OPTION_MODES
     ):
         raise CampaignError(
             f"{where}: xla_options {options!r} applies to JAX's jit and jit-expert modes only "

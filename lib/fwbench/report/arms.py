@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from fwbench.measure import verdicts
 from fwbench.vocab import DEFAULT_MODE, TORCH_GRAPH_MODES, TUNED_MODES
 
 # An A/A duplicate arm: the same configuration as a second cell (records with extra.aa_copy).
@@ -61,3 +62,11 @@ def picked_on_rounds(group: pd.DataFrame, framework: str, comparison: str) -> bo
         return False
     side = _candidate_arms(group, framework)
     return side.variant.nunique() > 1 and not side.variant.isin(TUNED_MODES).any()
+
+
+def withheld(verdict: str, picked: bool) -> str:
+    """``verdict``, or for a comparison whose arm was ``picked_on_rounds`` the word that calls no
+    winner; a ratio within one run calls none already and keeps its own word."""
+    if picked and verdict != verdicts.WITHIN_ONE_RUN:
+        return verdicts.PICKED_ON_ROUNDS
+    return verdict

@@ -14,7 +14,7 @@ import pandas as pd
 
 from fwbench.measure import verdicts
 from fwbench.measure.stats import bootstrap_ci, ratio_ci
-from fwbench.report.arms import pick_arm, picked_on_rounds, variant
+from fwbench.report.arms import pick_arm, picked_on_rounds, variant, withheld
 from fwbench.vocab import ANSI_RE
 
 # The ratio bootstrap is seeded so that a report rebuilt from the same data is identical.
@@ -494,13 +494,12 @@ def comparison_matrix(
         if row["ident"] not in found:
             continue
         e, v = found[row["ident"]]
+        winner = withheld(winner_word(v.verdict), row["picked_on_rounds"])
         row.update(
             ratio=e.ratio, ci_low=e.low, ci_high=e.high, ci90_low=e.low90, ci90_high=e.high90,
-            winner=winner_word(v.verdict), interval="paired", between_term=e.between, runs=e.runs,
+            winner=winner, interval="paired", between_term=e.between, runs=e.runs,
             rounds=e.rounds, design=e.design, p_holm=v.p_holm, runs_to_decide=v.more_runs,
         )  # fmt: skip
-        if row["picked_on_rounds"] and row["winner"] != verdicts.WITHIN_ONE_RUN:
-            row["winner"] = verdicts.PICKED_ON_ROUNDS
     return pd.DataFrame(rows).drop(columns="ident")
 
 

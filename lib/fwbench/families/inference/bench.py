@@ -247,13 +247,11 @@ def picks(
     from fwbench.measure import best_modes
 
     if mode not in vocab.TUNED_MODES:
-        if framework == "torch":
-            own = {"mode": mode, "channels_last": bool(channels_last)}
-        elif mode in vocab.TORCH_GRAPH_MODES:
+        if mode in vocab.TORCH_GRAPH_MODES:
             own = {"mode": mode}
         else:
-            own = {"layers": "expert" if mode == "jit-expert" else "stock"}
-            own["xla_options"] = xla_options
+            given = {"channels_last": channels_last, "xla_options": xla_options}
+            own = best_modes.candidate(framework, mode, given)
         return {bs: own for bs in batch_sizes}
     selection = best_modes.read(tuning_path)
     found = {}
@@ -292,7 +290,7 @@ class Sides:
         self.build, self.built = build, {}
 
     def get(self, pick: dict):
-        key = json.dumps({k: v for k, v in pick.items() if k != "tuned"}, sort_keys=True)
+        key = _side_key(pick)
         if key not in self.built:
             self.built[key] = self.build(pick)
         return self.built[key]
@@ -303,8 +301,13 @@ def own_copy(torch_model, picks: dict):
     its model to a memory format in place, which the next side must not inherit."""
     import copy
 
-    distinct = {json.dumps({k: v for k, v in p.items() if k != "tuned"}) for p in picks.values()}
+    distinct = {_side_key(p) for p in picks.values()}
     return copy.deepcopy(torch_model) if len(distinct) > 1 else torch_model
+
+
+def _side_key(pick: dict) -> str:
+    """What sets a side apart: the pick without the tuning run's account of it."""
+    return json.dumps({k: v for k, v in pick.items() if k != "tuned"}, sort_keys=True)
 
 
 def torchax_proof(torch_model, size: int, seed: int, inputs: str = "image") -> dict:
@@ -393,8 +396,9 @@ def add_records(rec, result: BatchResult) -> None:
     """Turn one batch size's result into the inference records of DESIGN.md section 4.
 
     Every record of the batch size carries ``ran`` (what ran: compiler settings, layers, the
-    kernel mix) in its ``extra``. MFU is not among them: the analysis divides ``achieved_tflops`` by the peak that 02_calibrate
-    measured, so that a cell never reads another cell's outputs.
+    kernel mix) in its ``extra``. MFU is not among them: the analysis divides
+    ``achieved_tflops`` by the peak that 02_calibrate measured, so that a cell never reads
+    another cell's outputs.
     """
     with rec.extras(**({"ran": result.ran} if result.ran else {})):
         _add_batch_records(rec, result)

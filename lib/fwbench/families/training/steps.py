@@ -269,7 +269,7 @@ class JaxTrainer:
         self.jax_device = fw_device.jax_device(device)
         # jit-expert trains the twin's expert form (models/conv.py): the same function and
         # gradients (tests/test_models_expert.py), the convolutions written for the device
-        self.model = conv.use_implementation(model, "expert" if mode == "jit-expert" else "stock")
+        self.model = conv.use_implementation(model, vocab.twin_layers(mode))
         self._last_grad_norms = None
         with self.precision_scope():
             self._build(model, config)

@@ -143,12 +143,11 @@ def three_way_matrix(
     for row in rows:
         if row["ident"] in found:
             e, v = found[row["ident"]]
+            verdict = arms.withheld(v.verdict, row["picked_on_rounds"])
             row.update(
                 ratio=e.ratio, ci_low=e.low, ci_high=e.high, ci90_low=e.low90, ci90_high=e.high90,
-                verdict=v.verdict, design=e.design, between_term=e.between, p_holm=v.p_holm,
+                verdict=verdict, design=e.design, between_term=e.between, p_holm=v.p_holm,
             )  # fmt: skip
-            if row["picked_on_rounds"] and row["verdict"] != verdicts.WITHIN_ONE_RUN:
-                row["verdict"] = verdicts.PICKED_ON_ROUNDS
     frame = pd.DataFrame(rows).drop(columns="ident")
     frame.insert(
         frame.columns.get_loc("verdict"),
