@@ -16,7 +16,7 @@ from fwbench.measure.stats import (
     aa_false_winner_rate,
     paired_ratio_interval,
 )
-from fwbench.pipeline.campaign import CampaignError, load_campaign
+from fwbench.pipeline.campaign import CampaignError, load_campaign, relay_groups
 from tests.conftest import REPO, run_cli
 
 # A setup cell without trials, then two arms in separate steps (as PyTorch and JAX are), one with
@@ -361,3 +361,78 @@ def test_the_t_interval_keeps_its_a_a_false_winner_rate_and_the_simulator_catche
     # interval at 3 rounds is their range, so the simulator must report it calling winners
     rate_boot = aa_false_winner_rate("bootstrap", 3, simulations=1000, seed=1)
     assert rate_boot > 0.15
+
+
+# ---- relay: a comparison's kernels at once, taking turns on the whole machine ----
+
+RELAY = """
+campaign: relayed
+order: relay
+seed: 5
+steps:
+  - notebook: STANDIN
+    params: {label: setup}
+  - notebook: STANDIN
+    params: {label: torch, behaviour: time, seconds: 1.0}
+    grid: {x: [1, 2]}
+    trials: 2
+  - notebook: STANDIN
+    params: {label: jax, behaviour: time, seconds: 1.0}
+    grid: {x: [1, 2]}
+    trials: 2
+"""
+
+
+def test_a_relay_round_keeps_the_cells_of_each_grid_point_together(write_campaign):
+    campaign = load_campaign(write_campaign(RELAY))
+    order = campaign.run_order()
+    assert order.order == "relay" and len(order.before_rounds) == 1
+    assert "label=setup" in order.before_rounds[0]
+    points = {c.key: (c.grid_point, c.trial) for c in campaign.cells}
+    for keys in order.rounds:
+        groups = relay_groups(keys, points)
+        assert len(groups) == 2 and all(len(g) == 2 for g in groups)
+        assert all(len({points[k] for k in g}) == 1 for g in groups)
+
+
+def test_a_relay_with_a_lone_cell_is_refused(write_campaign):
+    lone = RELAY.replace(
+        "grid: {x: [1, 2]}\n    trials: 2\n  - notebook: STANDIN\n    params: {label: jax",
+        "grid: {x: [1, 3]}\n    trials: 2\n  - notebook: STANDIN\n    params: {label: jax",
+    )
+    with pytest.raises(CampaignError, match="x=3 has only one cell a trial"):
+        load_campaign(write_campaign(lone))
+
+
+def test_a_relay_runs_each_group_at_once_and_never_times_two_kernels_together(
+    write_campaign, tmp_path
+):
+    out = tmp_path / "out"
+    proc = run_cli("run", write_campaign(RELAY), "--out", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    con = duckdb.connect(str(out / "fwbench.duckdb"), read_only=True)
+    rows = con.execute("select cell, extra from measurements where metric = 'double_x'").fetchall()
+    con.close()
+    (run_dir,) = (out / "relayed").glob("*")
+    order = json.loads((run_dir / "manifest.json").read_text())["run_order"]
+    extras = {
+        f"standin/{cell}": json.loads(extra) if isinstance(extra, str) else extra
+        for cell, extra in rows
+    }
+    (setup,) = [e for e in extras.values() if e["label"] == "setup"]
+    assert setup["relay"] is None
+    for keys in order["rounds"]:
+        for group in (keys[:2], keys[2:]):
+            a, b = (extras[k] for k in group)
+            # both kernels were alive together: their timed spans interleave...
+            assert a["relay"]["turns"] >= 2 and b["relay"]["turns"] >= 2
+            first_a, last_a = a["calls"][0][0], a["calls"][-1][1]
+            first_b, last_b = b["calls"][0][0], b["calls"][-1][1]
+            assert first_a < last_b and first_b < last_a
+            # ...and no call of one overlaps a call of the other
+            for start, end in a["calls"]:
+                assert not any(s < end and start < e for s, e in b["calls"])
+            nb = json.loads((run_dir / f"{group[0]}.ipynb").read_text())["metadata"]["fwbench"]
+            assert nb["relay"] == {"partners": [group[1]]}
+            # the group's own kernels are not each other's contention
+            assert nb["contention"]["other_cpu_frac"] < 0.5

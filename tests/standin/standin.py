@@ -6,7 +6,7 @@
 
 # %% tags=["parameters"]
 x = 1
-behaviour = "ok"  # one of: ok, raise, abort, sleep, abort_unless_env, sleep_unless_env
+behaviour = "ok"  # one of: ok, raise, abort, sleep, abort_unless_env, sleep_unless_env, time
 seconds = 0.0
 label = "a"
 nodes = 1  # how many Slurm nodes the cell's job asks for (fwbench run --executor slurm)
@@ -24,6 +24,18 @@ if behaviour == "abort" or (behaviour == "abort_unless_env" and not os.environ.g
     os.abort()
 if behaviour == "sleep" or (behaviour == "sleep_unless_env" and not os.environ.get("STANDIN_OK")):
     time.sleep(seconds)
+calls = []  # (start, end) of each timed call, on the wall clock, for a relay's tests
+if behaviour == "time":
+    from fwbench.measure import relay
+    from fwbench.measure.timing import StopRule, measure_latency
+
+    def busy(_):
+        start = time.time()
+        while time.time() - start < 0.005:
+            pass
+        calls.append((start, time.time()))
+
+    measure_latency(busy, [None], lambda _: None, StopRule(min_iters=5, min_seconds=seconds))
 
 # %%
 rec = Recorder("setup", model=None, framework="none", device="cpu", batch_size=max(1, int(x)))
@@ -38,6 +50,8 @@ rec.add(
         # what a duet cell must see: one core, one thread
         "affinity": sorted(os.sched_getaffinity(0)),
         "omp_threads": os.environ.get("OMP_NUM_THREADS"),
+        "calls": calls,
+        "relay": relay.reading() if behaviour == "time" else None,
     },
 )
 rec.emit()

@@ -7,6 +7,10 @@ call is not measured for a blink and a slow one not for three samples.
 - Latency: every call synced and timed alone.
 - Throughput: calls enqueued back to back, one sync per block, so the device pipeline stays full.
 Inputs rotate over several pre-placed batches so caches never see the same tensor twice in a row.
+
+In a relay group (``fwbench.measure.relay``) the arms of a comparison take turns: a timer passes
+its turn at the start of each measurement and every quarter second between calls, and counts
+only its own time against the stop rule.
 """
 
 from __future__ import annotations
@@ -17,7 +21,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fwbench.measure import relay
 from fwbench.measure.stats import summarize
+
+# A kernel in a relay group joins it here, holding the machine before any model is built.
+relay.current()
 
 # Warm-up is over when the median of the last STABLE_WINDOW calls is within STABLE_TOLERANCE of the
 # window before it; a first XLA compile or cudnn.benchmark autotune makes the early calls far slower.
@@ -88,16 +96,19 @@ def warm_up(
     """
     max_seconds = MAX_WARMUP_SECONDS if max_seconds is None else max_seconds
     times: list[float] = []
+    relay.pass_turn()  # a relay's arms start each measurement together
     start = time.perf_counter()
+    waited = 0.0
     i = 0
     while i < max(min_warmup, 1) or (
-        i < max_warmup and not _stable(times) and time.perf_counter() - start < max_seconds
+        i < max_warmup and not _stable(times) and time.perf_counter() - start - waited < max_seconds
     ):
+        waited += relay.tick()
         t0 = time.perf_counter()
         sync(call(i))
         times.append(time.perf_counter() - t0)
         i += 1
-    return i, time.perf_counter() - start, bool(_stable(times) or i <= max(min_warmup, 1))
+    return i, time.perf_counter() - start - waited, bool(_stable(times) or i <= max(min_warmup, 1))
 
 
 def _stable(times: Sequence[float]) -> bool:
@@ -125,8 +136,10 @@ def measure_latency(
     warm_iters, warm_s, stable = warm_up(call, sync, warmup, max_warmup)
     samples = []
     start = time.perf_counter()
+    waited = 0.0
     i = 0
-    while not rule.done(i, time.perf_counter() - start):
+    while not rule.done(i, time.perf_counter() - start - waited):
+        waited += relay.tick()
         t0 = time.perf_counter()
         # go on from where warm-up stopped so the rotation never repeats a batch at the seam
         sync(call(warm_iters + i))
@@ -158,8 +171,10 @@ def measure_throughput(
     warm_iters, warm_s, stable = warm_up(call, sync, warmup, max_warmup)
     samples = []
     start = time.perf_counter()
+    waited = 0.0
     calls = 0
-    while not rule.done(calls, time.perf_counter() - start) or len(samples) < 2:
+    while not rule.done(calls, time.perf_counter() - start - waited) or len(samples) < 2:
+        waited += relay.tick()
         t0 = time.perf_counter()
         out = None
         for j in range(block_size):

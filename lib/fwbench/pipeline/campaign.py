@@ -42,6 +42,7 @@ in it is one line and exit status 2, and every cell's kernel gets the declaratio
 
 from __future__ import annotations
 
+import collections
 import fnmatch
 import itertools
 import os
@@ -89,8 +90,10 @@ CAMPAIGN_KEYS = {
 # The parameter (and record field) that marks an A/A copy; the runner owns it, so a campaign never
 # sets it by hand and the slug and the records always agree.
 AA_COPY = "aa_copy"
-ORDERS = ("sequential", "interleaved", "duet")
-STEP_ORDERS = ("sequential", "interleaved")  # a duet spans two steps, so only a campaign has it
+ORDERS = ("sequential", "interleaved", "duet", "relay")
+# a duet or a relay spans steps, so only a campaign has them
+STEP_ORDERS = ("sequential", "interleaved")
+ROUND_ORDERS = ("interleaved", "duet", "relay")  # the orders whose trials run in rounds
 # Each re-run costs a whole trial; two bound a burst of stolen time without doubling a campaign.
 DEFAULT_RERUN_SHARED = 2
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -157,12 +160,16 @@ class Campaign:
             if self.order == "duet":
                 rounds.append(_duet_round(cells, rng))
                 continue
+            if self.order == "relay":
+                rounds.append(_relay_round(cells, rng))
+                continue
             keys = [c.key for c in cells]
             # sorted by a draw of random() per cell rather than random.shuffle: Python promises
             # random()'s sequence for a seed across versions, not shuffle's
             draws = [rng.random() for _ in keys]
             rounds.append([k for _, k in sorted(zip(draws, keys, strict=True))])
-        order = "sequential" if not rounds else "duet" if self.order == "duet" else "interleaved"
+        paired = self.order in ("duet", "relay")
+        order = "sequential" if not rounds else self.order if paired else "interleaved"
         return RunOrder(order, seed, before, rounds)
 
 
@@ -180,11 +187,33 @@ def _duet_round(cells: list[Cell], rng: random.Random) -> list[str]:
     return [k for _, pair in sorted(pairs) for k in pair]
 
 
+def _relay_round(cells: list[Cell], rng: random.Random) -> list[str]:
+    """One relay round: the cells of each grid point together (they run as one group), the
+    groups in a drawn order and each group's cells in a drawn order."""
+    groups = []
+    for point in sorted({c.grid_point for c in cells}):
+        keys = [c.key for c in cells if c.grid_point == point]
+        draws = [rng.random() for _ in keys]
+        groups.append((rng.random(), [k for _, k in sorted(zip(draws, keys, strict=True))]))
+    return [k for _, keys in sorted(groups) for k in keys]
+
+
+def relay_groups(keys: list[str], point_of: dict) -> list[list[str]]:
+    """A relay round's keys cut into its groups: neighbours with the same grid point."""
+    groups: list[list[str]] = []
+    for key in keys:
+        if groups and point_of[groups[-1][0]] == point_of[key]:
+            groups[-1].append(key)
+        else:
+            groups.append([key])
+    return groups
+
+
 @dataclass
 class RunOrder:
     """Cell keys in the order they run; kept in the manifest so ``--resume`` never reshuffles."""
 
-    order: str  # "interleaved" or "duet" when there are rounds, else "sequential"
+    order: str  # "interleaved", "duet" or "relay" when there are rounds, else "sequential"
     seed: int
     before_rounds: list[str]
     rounds: list[list[str]]
@@ -410,7 +439,7 @@ def load_campaign(path: str | Path) -> Campaign:
         if clash:
             raise CampaignError(f"{path}: step {i + 1}: {sorted(clash)} both in params and grid")
         trials = step.get("trials", 1)
-        interleaved = trials > 1 and step.get("order", default_order) in ("interleaved", "duet")
+        interleaved = trials > 1 and step.get("order", default_order) in ROUND_ORDERS
         keys = sorted(grid)
         slug_keys = keys + sorted(varying[nb_name] - set(keys))
         short_name = Path(nb_name).stem
@@ -454,6 +483,8 @@ def load_campaign(path: str | Path) -> Campaign:
         seen.add(cell.key)
     if not cells:
         raise CampaignError(f"{path}: every step was skipped ({'; '.join(skipped)})")
+    if default_order == "relay":
+        _check_relay(path, cells)
     if default_order == "duet":
         _check_duet(path, steps, cells)
         if any(c.aa_copy for c in cells):
@@ -487,6 +518,25 @@ def valid_timeout(value) -> bool:
     if value is None:
         return True
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _check_relay(path: Path, cells: list[Cell]) -> None:
+    trialled = [c for c in cells if c.interleaved]
+    if not trialled:
+        raise CampaignError(f"{path}: order 'relay' needs steps with trials > 1, found none")
+    counts = collections.Counter((c.grid_point, c.trial) for c in trialled)
+    alone = sorted(
+        {
+            " ".join(f"{k}={v}" for k, v in point) or "the cell"
+            for (point, _), n in counts.items()
+            if n < 2
+        }
+    )
+    if alone:
+        raise CampaignError(
+            f"{path}: order 'relay' runs the trialled cells of one grid point together; "
+            f"{', '.join(alone)} has only one cell a trial (give its steps the same grid)"
+        )
 
 
 def _check_duet(path: Path, steps: list, cells: list[Cell]) -> None:

@@ -10,18 +10,24 @@ that the runner records it in the manifest at once. Every executor runs a cell t
   on a shared machine runs again, up to the campaign's ``rerun_shared``).
 - ``duet``: a campaign with ``order: duet`` runs each round's two arms at once, each in a process
   of its own pinned to its own core.
+- ``relay``: a campaign with ``order: relay`` starts each round's group of a grid point (the arms
+  of a comparison and their A/A copies) at once, each kernel with the whole machine, and the
+  kernels take turns (``fwbench.measure.relay``).
 - ``slurm``: each group is a job array (``slurm.py``); ``fwbench run --executor slurm``.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from fwbench.pipeline.campaign import CampaignError, Cell, RunOrder
-from fwbench.pipeline.trial import CellResult, execute_cell, run_trial
+from fwbench.measure import relay
+from fwbench.measure.meters.contention import ContentionMeter
+from fwbench.pipeline.campaign import CampaignError, Cell, RunOrder, relay_groups
+from fwbench.pipeline.trial import CellResult, execute_cell, run_trial, set_contention
 
 # what ``fwbench run --executor`` accepts; duet is a campaign's order, run on this machine
 EXECUTORS = ("local", "slurm")
@@ -60,6 +66,27 @@ class DuetExecutor:
             yield from LocalExecutor().run(group, run_dir, context, timeout, rerun_shared)
 
 
+class RelayExecutor:
+    """Before the rounds, one cell at a time; then each round's groups, their kernels taking
+    turns."""
+
+    def groups(self, order, todo):
+        by_key = {c.key: c for c in todo}
+        points = {c.key: (c.grid_point, c.trial) for c in todo}
+        groups = [[by_key[k]] for k in order.before_rounds if k in by_key]
+        for keys in order.rounds:
+            left = [k for k in keys if k in by_key]
+            groups += [[by_key[k] for k in g] for g in relay_groups(left, points)]
+        known = set(order.keys)
+        return groups + [[c] for c in todo if c.key not in known]
+
+    def run(self, group, run_dir, context, timeout, rerun_shared):
+        if group[0].interleaved and len(group) > 1:
+            yield from run_relay(group, run_dir, context, timeout)
+        else:
+            yield from LocalExecutor().run(group, run_dir, context, timeout, rerun_shared)
+
+
 def make(name: str, run_dir: Path, *, slurm=None, node_cpus: int | None = None) -> Executor:
     """The executor called ``name``; ``slurm`` (a ``slurm.SlurmSettings``) and ``node_cpus``
     (from ``slurm.check_slurm``) configure the Slurm one."""
@@ -67,6 +94,8 @@ def make(name: str, run_dir: Path, *, slurm=None, node_cpus: int | None = None) 
         return LocalExecutor()
     if name == "duet":
         return DuetExecutor()
+    if name == "relay":
+        return RelayExecutor()
     if name == "slurm":
         from fwbench.pipeline.slurm import SlurmExecutor
 
@@ -123,3 +152,42 @@ def duet_groups(order: RunOrder, todo: list[Cell]) -> list[list[Cell]]:
     known = set(order.keys)
     groups += [[c] for c in todo if c.key not in known]
     return groups
+
+
+def _relay_cell(folder: str, cell: Cell, partners: list[str], run_dir, context, timeout):
+    return execute_cell(
+        cell, run_dir, context, timeout, relay={"folder": folder, "partners": partners}
+    )
+
+
+def run_relay(
+    cells: list[Cell], run_dir: Path, context: dict, timeout: float | None
+) -> list[CellResult]:
+    """Run a group's cells at the same time, each kernel taking its turns on the whole machine.
+
+    A re-run for contention would have to re-run the group, so there is none; the contention
+    reading is the group's (its kernels are not each other's contention), written into each
+    cell's notebook."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    spawn = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="fwbench-relay-") as folder:
+        Path(folder, relay.SIZE_FILE).write_text(str(len(cells)))
+        meter = ContentionMeter()
+        with meter, ProcessPoolExecutor(max_workers=len(cells), mp_context=spawn) as pool:
+            futures = [
+                pool.submit(
+                    _relay_cell,
+                    folder,
+                    cell,
+                    [c.key for c in cells if c is not cell],
+                    run_dir,
+                    context,
+                    cell.timeout or timeout,
+                )
+                for cell in cells
+            ]
+            results = [f.result() for f in futures]
+    reading = meter.result.as_dict() if meter.result else None
+    return [set_contention(run_dir, result, reading) for result in results]

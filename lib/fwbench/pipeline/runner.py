@@ -5,7 +5,7 @@ A campaign with ``invocations: N`` makes N such runs, one after the other (``run
 manifest names its series (``series_id``, the first run's id) and its place in it (``invocation``
 k of ``invocations``), so that ``--resume`` knows how many runs of the series are left. The runner
 owns the run: its folder, the output lock, the manifest (its one writer) and the order of the
-cells; an executor (``executors.py``: local, duet or Slurm) runs each group of cells it hands over,
+cells; an executor (``executors.py``: local, duet, relay or Slurm) runs each group of cells it hands over,
 and ``trial.py`` is one cell in a fresh kernel.
 """
 
@@ -260,12 +260,12 @@ def run_series(
     one: the first run's order is a single run's, and no position in a round falls on the same
     arm in every run."""
     wanted = campaign.invocations if invocations is None else invocations
+    if campaign.order in ("duet", "relay") and slurm is not None:
+        raise CampaignError(
+            f"order '{campaign.order}' runs a comparison's cells together on one machine; it "
+            "cannot run as Slurm jobs (use interleaved or sequential order with --executor slurm)"
+        )
     if campaign.order == "duet":
-        if slurm is not None:
-            raise CampaignError(
-                "order 'duet' pins two cells to two cores of one machine; it cannot run as "
-                "Slurm jobs (use interleaved or sequential order with --executor slurm)"
-            )
         executors.duet_cores()  # bad input on this machine: refused before a run folder exists
     node_cpus = None
     if slurm is not None:
@@ -379,7 +379,7 @@ def _finish_run(
     write_json_atomic(run_dir / "manifest.json", manifest)
     results: dict[str, CellResult] = {}
     order = RunOrder.from_dict(manifest["run_order"]) if "run_order" in manifest else None
-    duet = order is not None and order.order == "duet"
+    together = order.order if order is not None and order.order in ("duet", "relay") else None
     place = f" ({invocation} of {invocations})" if invocations > 1 else ""
     bar = tqdm(
         total=len(todo),
@@ -388,7 +388,7 @@ def _finish_run(
         disable=not show_progress,
     )
     executor = executors.make(
-        "slurm" if slurm is not None else "duet" if duet else "local",
+        "slurm" if slurm is not None else together or "local",
         run_dir,
         slurm=slurm,
         node_cpus=node_cpus,

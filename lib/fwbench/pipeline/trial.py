@@ -25,6 +25,7 @@ import nbformat
 from tqdm.auto import tqdm
 
 from fwbench.measure.meters.contention import ContentionMeter
+from fwbench.measure.relay import ENV_RELAY, ENV_RELAY_PLACE
 from fwbench.pipeline.campaign import Cell
 from fwbench.pipeline.notebook_params import read_notebook
 from fwbench.results.records import CONTEXT_ENV
@@ -213,13 +214,16 @@ def execute_cell(
     timeout: float | None,
     reruns: list | None = None,
     duet: dict | None = None,
+    relay: dict | None = None,
 ) -> CellResult:
     """Run one cell (and its retry, if its kernel died and the step names a retry_env).
 
     ``reruns``: the discarded earlier attempts of this trial (see ``run_trial``), kept in the
     notebook's metadata beside its own reading. ``duet``: this process is pinned to
     ``duet["core"]`` beside ``duet["partner"]`` (see ``run_duet``): the kernel gets one thread and
-    the contention reading is that core's."""
+    the contention reading is that core's. ``relay``: this cell's kernel takes turns with
+    ``relay["partners"]`` through the group folder ``relay["folder"]`` (see
+    ``executors.run_relay``, which writes the group's contention reading afterwards)."""
     reruns = list(reruns or [])
     nb_dir = run_dir / cell.notebook
     nb_dir.mkdir(parents=True, exist_ok=True)
@@ -238,6 +242,7 @@ def execute_cell(
         # absolute: the kernel starts in the notebook's folder, not where the runner was started
         ENV_EXECUTED_DIR: str(nb_dir.resolve()),
         **(DUET_ENV if duet else {}),
+        **({ENV_RELAY: relay["folder"], ENV_RELAY_PLACE: cell.key} if relay else {}),
     }
     attempts = [dict(env)]
     if cell.retry_env:
@@ -261,6 +266,7 @@ def execute_cell(
         "contention": contention.result.as_dict() if contention.result else None,
         "reruns": reruns,
         "duet": duet,
+        **({"relay": {"partners": relay["partners"]}} if relay else {}),
     }
     write_notebook_atomic(nb, final)
     partial.unlink(missing_ok=True)
@@ -273,6 +279,18 @@ def execute_cell(
         nb.metadata["fwbench"]["contention"],
         reruns,
     )
+
+
+def set_contention(run_dir: Path, result: CellResult, reading: dict | None) -> CellResult:
+    """``result`` with the contention ``reading`` taken around its whole group, written into its
+    notebook's metadata too (the index reads it there)."""
+    if result.path:
+        path = run_dir / result.path
+        nb = nbformat.read(str(path), as_version=4)
+        nb.metadata["fwbench"]["contention"] = reading
+        write_notebook_atomic(nb, path)
+    result.contention = reading
+    return result
 
 
 def _cell_metadata(context, cell: Cell, status, error, duration: float, retried: bool) -> dict:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fwbench import vocab
-from fwbench.measure import compiler, flops, precision
+from fwbench.measure import compiler, flops, precision, relay
 from fwbench.measure import device as fw_device
 from fwbench.measure.meters import measure_energy, measure_peak_memory
 from fwbench.measure.timing import (
@@ -398,9 +398,12 @@ def add_records(rec, result: BatchResult) -> None:
     Every record of the batch size carries ``ran`` (what ran: compiler settings, layers, the
     kernel mix) in its ``extra``. MFU is not among them: the analysis divides
     ``achieved_tflops`` by the peak that 02_calibrate measured, so that a cell never reads
-    another cell's outputs.
+    another cell's outputs. In a relay group (``fwbench.measure.relay``) they also carry
+    ``relay``: the kernel's place, the turns it has passed and the seconds it waited so far.
     """
-    with rec.extras(**({"ran": result.ran} if result.ran else {})):
+    relayed = relay.reading()
+    extras = {"ran": result.ran} if result.ran else {}
+    with rec.extras(**extras, **({"relay": relayed} if relayed else {})):
         _add_batch_records(rec, result)
 
 
