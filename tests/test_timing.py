@@ -22,10 +22,14 @@ class FakeClock:
 
     def __init__(self):
         self.now = 0.0
+        self.idle = 0.0  # wall time the process spent waiting, not on a CPU
 
     def perf_counter(self) -> float:
         self.now += 1e-6
         return self.now
+
+    def process_time(self) -> float:
+        return self.now - self.idle
 
 
 CLOCK = FakeClock()
@@ -33,7 +37,7 @@ CLOCK = FakeClock()
 
 @pytest.fixture(autouse=True)
 def fake_clock(monkeypatch):
-    CLOCK.now = 0.0
+    CLOCK.now = CLOCK.idle = 0.0
     monkeypatch.setattr(fwbench.measure.timing, "time", CLOCK)
 
 
@@ -154,3 +158,18 @@ def test_summary_in_milliseconds_converts_times_and_only_times():
     assert ms["median_ci_high"] == timing.summary["median_ci_high"] * 1e3
     assert ms["n"] == timing.summary["n"] and ms["noisy"] == timing.summary["noisy"]
     assert np.array_equal(timing.samples_ms(), timing.samples * 1e3)
+
+
+def test_each_block_says_how_much_of_its_wall_time_the_process_was_on_a_cpu():
+    def half_waiting(_x):
+        busy_wait(0.002)
+        CLOCK.now += 0.002  # as long again waiting: a sleep, or a core taken away
+        CLOCK.idle += 0.002
+
+    timing = measure_throughput(
+        half_waiting, [0], no_sync, StopRule(min_iters=20, min_seconds=0.05), block_size=2
+    )
+    assert len(timing.cpu_per_wall) == len(timing.samples)
+    assert np.allclose(timing.cpu_per_wall, 0.5, atol=0.01)
+    busy = measure_latency(lambda _x: busy_wait(0.003), [0], no_sync, StopRule(10, 0.02))
+    assert np.allclose(busy.cpu_per_wall, 1.0, atol=0.01)

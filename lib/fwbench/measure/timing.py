@@ -58,6 +58,28 @@ class Timing:
     warmup_seconds: float
     summary: dict = field(default_factory=dict)
     warmup_stable: bool = True
+    # per sample, the process's CPU seconds over its wall seconds: a slow block with full CPU use
+    # was slowed below the operating system (the hypervisor, a neighbour on the core); one with
+    # less was waiting inside it
+    cpu_per_wall: np.ndarray | None = None
+    # the share of the machine's CPU time the hypervisor stole while the samples were timed
+    steal_frac: float | None = None
+
+
+def steal_ticks() -> tuple[int, int] | None:
+    """(stolen, all) CPU ticks since boot from /proc/stat's first line; None where absent."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def _steal_between(before, after) -> float | None:
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
 
     def samples_ms(self) -> np.ndarray:
         return self.samples * 1e3
@@ -134,19 +156,24 @@ def measure_latency(
         return fn(inputs[i % len(inputs)])
 
     warm_iters, warm_s, stable = warm_up(call, sync, warmup, max_warmup)
-    samples = []
+    samples, cpu = [], []
     start = time.perf_counter()
+    ticks = steal_ticks()
     waited = 0.0
     i = 0
     while not rule.done(i, time.perf_counter() - start - waited):
         waited += relay.tick()
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         # go on from where warm-up stopped so the rotation never repeats a batch at the seam
         sync(call(warm_iters + i))
         samples.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         i += 1
     data = np.asarray(samples)
-    return Timing(data, warm_iters, warm_s, summarize(data), stable)
+    return Timing(
+        data, warm_iters, warm_s, summarize(data), stable,
+        np.asarray(cpu) / data, _steal_between(ticks, steal_ticks()),
+    )  # fmt: skip
 
 
 def measure_throughput(
@@ -169,18 +196,23 @@ def measure_throughput(
         return fn(inputs[i % len(inputs)])
 
     warm_iters, warm_s, stable = warm_up(call, sync, warmup, max_warmup)
-    samples = []
+    samples, cpu = [], []
     start = time.perf_counter()
+    ticks = steal_ticks()
     waited = 0.0
     calls = 0
     while not rule.done(calls, time.perf_counter() - start - waited) or len(samples) < 2:
         waited += relay.tick()
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         out = None
         for j in range(block_size):
             out = call(warm_iters + calls + j)
         sync(out)
         samples.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         calls += block_size
     data = np.asarray(samples)
-    return Timing(data, warm_iters, warm_s, summarize(data), stable)
+    return Timing(
+        data, warm_iters, warm_s, summarize(data), stable,
+        np.asarray(cpu) / data, _steal_between(ticks, steal_ticks()),
+    )  # fmt: skip

@@ -14,9 +14,16 @@ variance of the run means (comparisons × runs) for ``u`` and ``v``, each trunca
 comparison's interval is ``exp(mu ± t·SE)``, its degrees of freedom from Satterthwaite's
 approximation over the mean squares that make up ``SE``.
 
-A single run has no between-run term of its own. It may import one (``imported_between``: the
-upper 80% bound of a CPU's between-run variance fitted on three or more runs); without one its
-ratios are "within one run" and call no winner.
+A single run has no between-run term of its own. It may import one (the CPU model's pooled
+term, ``pooled_between``, at its upper 80% bound); without one its ratios are "within one run"
+and call no winner.
+
+With few runs the fitted term is often truncated to exactly 0 (the headline's four runs gave 0):
+an interval of within-run noise only. Where that happens and the CPU model has a between-run
+estimate pooled over every campaign made on it (``pooled_between``, at its upper 80% bound), the
+pooled term is used instead (``fit(floor=...)``), and the estimate says so (``between:
+"pooled"``). A comparison whose own run means scatter more than the pooled model allows (an F
+test at ``OUT_OF_LINE_ALPHA``) gets its own two-stage interval: the t over its run means.
 
 Verdicts (``decide``): *faster* when the Holm-adjusted two-sided test excludes 1 at 5% across
 the comparisons decided together; *equivalent within ±5%* when the 90% interval lies inside
@@ -27,6 +34,7 @@ built on them is shown to pass a correct machine before it is run on a real one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -41,6 +49,9 @@ EQUIVALENCE_MARGIN = 1.05  # equivalent within ±5%: the 90% interval inside [1/
 # interval it lends is, if anything, too wide.
 IMPORT_BOUND = 0.80
 MIN_RUNS_TO_LEND = 3
+# a comparison whose run means scatter beyond the pooled model at this level gets its own interval
+OUT_OF_LINE_ALPHA = 0.05
+OWN_RUNS_NOTE = ", t over its own run means (its runs scatter beyond the pooled model's)"
 
 FASTER_A, FASTER_B = "a", "b"
 EQUIVALENT = "equivalent"
@@ -62,15 +73,30 @@ class Between:
 
     var: float
     df: float
-    source: str  # "fitted", "imported" or "none"
+    source: str  # "fitted", "imported", "pooled" or "none"
     runs: int = 0
+    # (variance, df) of a run mean's whole run-to-run spread, round noise included: what bounds
+    # the term from above where its point estimate is truncated to 0 (and its df undefined)
+    ceiling: tuple | None = None
 
     def upper(self, bound: float = IMPORT_BOUND) -> Between:
-        """The one-sided upper ``bound`` of the variance (chi-square), to lend to single runs."""
-        if not self.df or not math.isfinite(self.df) or self.df <= 0:
-            return self
-        var = self.df * self.var / scipy_stats.chi2.ppf(1 - bound, self.df)
-        return Between(float(var), self.df, "imported", self.runs)
+        """The one-sided upper ``bound`` of the variance (chi-square), to lend to other runs.
+
+        A term fitted as 0 has no chi-square bound of its own; its ceiling (the run means' whole
+        spread) bounds it instead, and without one nothing is lent: 0 would read as certainty."""
+        source = "pooled" if self.source == "pooled" else "imported"
+        bounds = []
+        if self.var > 0 and math.isfinite(self.df) and self.df > 0:
+            bounds.append((self.df * self.var / scipy_stats.chi2.ppf(1 - bound, self.df), self.df))
+        if self.ceiling is not None and self.ceiling[1] > 0:
+            # the ceiling bounds the term too: the tighter of the two is kept, which matters
+            # where the term is a small difference of mean squares on a fraction of one df
+            var, df = self.ceiling
+            bounds.append((df * var / scipy_stats.chi2.ppf(1 - bound, df), df))
+        if not bounds:
+            return NO_BETWEEN
+        var, df = min(bounds)
+        return Between(float(var), float(df), source, self.runs)
 
 
 NO_BETWEEN = Between(float("nan"), 0.0, "none")
@@ -109,7 +135,15 @@ class Components:
             return NO_BETWEEN
         terms = self._between_terms()
         var = self.between_var
-        return Between(var, _satterthwaite(var, terms), "fitted", self.runs)
+        return Between(var, _satterthwaite(var, terms), "fitted", self.runs, self._ceiling())
+
+    def _ceiling(self) -> tuple | None:
+        """(variance, df) of one comparison's run mean from run to run, round noise included."""
+        if self.runs < 2 or not self.df_run:
+            return None
+        terms = _ceiling_terms(self)
+        var = sum(a * ms for a, ms, _ in terms)
+        return (var, _satterthwaite(var, terms))
 
     def _between_terms(self) -> list[tuple[float, float, float]]:
         """(coefficient, mean square, df) terms whose sum is ``between_var``."""
@@ -119,7 +153,7 @@ class Components:
             return []
         c = max(self.comparisons, 1)
         round_terms = [
-            (-1.0 / (c * n), self.round_var[k], self.round_df[k])
+            (-1.0 / (c * n), self.round_var[k], self.round_df[k], ("round", k))
             for k, n in self._rounds.items()
             if self.round_df.get(k, 0) > 0
         ]
@@ -143,7 +177,23 @@ class Components:
     _rounds: dict = field(default_factory=dict)  # comparison -> harmonic mean rounds per run
 
 
+def _merged(terms) -> list[tuple[float, float, float]]:
+    """Terms as (coefficient, mean square, df), one per mean square: a term keyed like another
+    (a comparison's round mean square, which both the between-run term and the comparison's own
+    round term use) has its coefficient added to it rather than counted as independent."""
+    merged: dict = {}
+    for term in terms:
+        a, ms, df = term[:3]
+        key = term[3] if len(term) > 3 else object()
+        if key in merged:
+            merged[key] = (merged[key][0] + a, ms, df)
+        else:
+            merged[key] = (a, ms, df)
+    return list(merged.values())
+
+
 def _satterthwaite(total: float, terms) -> float:
+    terms = _merged(terms)
     denominator = sum((a * ms) ** 2 / df for a, ms, df in terms if df and df > 0)
     if total <= 0 or denominator <= 0:
         return float("inf")
@@ -158,11 +208,65 @@ def _check(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(y=frame.y.astype(float))
 
 
-def fit(frame: pd.DataFrame, imported: Between | None = None) -> Components:
+def fit(
+    frame: pd.DataFrame, imported: Between | None = None, floor: Between | None = None
+) -> Components:
     """The variance components of ``frame`` (columns comparison, run, round, y), one group.
 
-    With one run and ``imported``, the between-run term is the imported one; with one run and
-    none, it is absent (and ``between`` says so)."""
+    With ``imported``, the between-run term is the imported one; with one run and none, it is
+    absent (and ``between`` says so). ``floor`` (a CPU model's pooled term, ``pooled_between``
+    at its upper bound) replaces a fitted term that came out as exactly 0."""
+    fitted = _fit(frame, imported)
+    if floor is None or imported is not None or fitted.runs < 2 or fitted.between_var > 0:
+        return fitted
+    return dataclasses.replace(
+        fitted,
+        imported=floor,
+        notes=(*fitted.notes, "own runs fit no between-run term: the CPU model's pooled one"),
+    )
+
+
+def pooled_between(frames: list[pd.DataFrame]) -> Between:
+    """One CPU model's between-run variance from every campaign made on it (each frame: one
+    campaign's rounds, two or more runs): the moment estimate of u + v of each campaign, weighted
+    by its runs less one, with the campaigns' ceilings pooled the same way for where it is 0.
+    Its ``upper()`` is what ``fit(floor=...)`` takes."""
+    parts = []
+    for frame in frames:
+        c = fit(frame)
+        ceiling = c._ceiling()
+        if c.runs < 2 or ceiling is None:
+            continue
+        parts.append((float(c.runs - 1), c, ceiling))
+    if not parts:
+        return NO_BETWEEN
+    total = sum(w for w, *_ in parts)
+    point_terms, ceiling_terms = [], []
+    for w, c, ceiling in parts:
+        share = w / total
+        ceiling_terms.append((share, ceiling[0], ceiling[1]))
+        k = max(c.comparisons, 1)
+        point_terms += [(share * a, ms, df) for a, ms, df in _ceiling_terms(c)]
+        point_terms += [
+            (-share / (k * n), c.round_var[key], c.round_df[key])
+            for key, n in c._rounds.items()
+            if c.round_df.get(key, 0) > 0
+        ]
+    point = max(0.0, sum(a * ms for a, ms, _ in point_terms))
+    ceiling_var = sum(a * ms for a, ms, _ in ceiling_terms)
+    ceiling = (ceiling_var, _satterthwaite(ceiling_var, ceiling_terms))
+    runs = sum(c.runs for _, c, _ in parts)
+    return Between(point, _satterthwaite(point, point_terms), "pooled", runs, ceiling)
+
+
+def _ceiling_terms(c: Components) -> list[tuple[float, float, float]]:
+    k = max(c.comparisons, 1)
+    if k == 1 or not c.df_error:
+        return [(1.0, c.ms_run, c.df_run)]
+    return [(1.0 / k, c.ms_run, c.df_run), (1 - 1.0 / k, c.ms_error, c.df_error)]
+
+
+def _fit(frame: pd.DataFrame, imported: Between | None) -> Components:
     frame = _check(frame)
     cells = frame.groupby(["comparison", "run"], sort=True).y.agg(["mean", "count", "var"])
     cells["ss"] = cells["var"].fillna(0.0) * (cells["count"] - 1)
@@ -232,9 +336,12 @@ class Estimate:
     high90: float
     runs: int
     rounds: float  # rounds per run (harmonic mean)
-    between: str  # "fitted", "imported" or "none"
+    between: str  # "fitted", "imported", "pooled" or "none"
     p_value: float
     design: str
+    # "pooled": the variance components of the whole group; "own runs": its own run means (its
+    # run-to-run spread was out of line with the pool)
+    basis: str = "pooled"
 
     @property
     def log_ratio(self) -> float:
@@ -267,7 +374,7 @@ def estimate(frame: pd.DataFrame, components: Components | None = None) -> list[
         rounds = float(runs / (1.0 / counts).sum())
         mean = float(run_means.mean())
         s2, s2_df = components.round_var.get(key, 0.0), components.round_df.get(key, 0.0)
-        own = (1.0 / rounds, s2, s2_df)
+        own = (1.0 / rounds, s2, s2_df, ("round", key))
         if between.source == "none":
             terms = [own] if s2_df > 0 else []
             var_run_mean = s2 / rounds
@@ -278,6 +385,9 @@ def estimate(frame: pd.DataFrame, components: Components | None = None) -> list[
             var_run_mean = between.var + s2 / rounds
         se = math.sqrt(max(var_run_mean, 0.0) / runs)
         df = _satterthwaite(var_run_mean, terms) if terms else float("inf")
+        basis = "pooled"
+        if between.source != "none" and _out_of_line(run_means, var_run_mean, df):
+            se, df, basis = math.sqrt(float(run_means.var(ddof=1)) / runs), runs - 1.0, "own runs"
         if se == 0:
             p = 0.0 if mean != 0 else 1.0
             lo = hi = lo90 = hi90 = mean
@@ -300,10 +410,21 @@ def estimate(frame: pd.DataFrame, components: Components | None = None) -> list[
                 rounds,
                 between.source,
                 p,
-                design_label(runs, rounds),
+                design_label(runs, rounds) + (OWN_RUNS_NOTE if basis == "own runs" else ""),
+                basis,
             )  # fmt: skip
         )
     return out
+
+
+def _out_of_line(run_means: pd.Series, expected: float, df: float) -> bool:
+    """Whether a comparison's run means scatter more than the pooled model's run-mean variance
+    ``expected`` allows (one-sided F test at ``OUT_OF_LINE_ALPHA``)."""
+    if len(run_means) < 3 or expected <= 0:
+        return False
+    ratio = float(run_means.var(ddof=1)) / expected
+    df2 = df if math.isfinite(df) else 1e6
+    return bool(scipy_stats.f.sf(ratio, len(run_means) - 1, df2) < OUT_OF_LINE_ALPHA)
 
 
 @dataclass(frozen=True)

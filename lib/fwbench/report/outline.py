@@ -47,7 +47,12 @@ class Analysis:
     # throughput samples of every run the verdicts pool (column run_id): this campaign's runs up
     # to this one on the same CPU model and notebook sources
     pool_samples: pd.DataFrame = field(default_factory=pd.DataFrame)
-    imported: object = None  # verdicts.Between a single run borrows, or None
+    # verdicts.Between: the CPU model's shared between-run term (tables.shared_between), or None
+    imported: object = None
+    # every run's round noise on this CPU model over this campaign's arms (trust.round_noise_on_this_cpu)
+    round_noise: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # the paired-ratio regression detector scored on this CPU model's real run-to-run residuals
+    paired_detector: dict = field(default_factory=dict)
     # per-op profiles of ``<campaign>_why`` on this CPU model (why.companion_why), for the
     # sides this run did not profile, and the run and cells they come from
     why_run_id: str = ""
@@ -195,15 +200,21 @@ class Analysis:
 
     @cached_property
     def aa(self) -> pd.DataFrame:
-        return trust.aa_control(self.pool_samples)
+        return trust.aa_control(self.pool_samples, self.imported)
 
     @cached_property
     def stability(self) -> pd.DataFrame:
         return trust.calibration(self.pool_samples, self.run_id)
 
     @cached_property
+    def equivalence_reach(self) -> dict:
+        return trust.equivalence_reach(self.pool_samples, self.run_id, self.imported)
+
+    @cached_property
     def stability_summary(self) -> dict:
-        return trust.calibration_summary(self.stability)
+        return trust.calibration_summary(
+            self.stability, self.pool_samples, self.run_id, self.imported
+        )
 
     @cached_property
     def trust_lines(self) -> list[str]:
@@ -267,7 +278,10 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
     pool_meas = pd.concat(loaded.values(), ignore_index=True)
     with_rounds = pool_samples.trials.notna() if not pool_samples.empty else []
     runs_with_rounds = pool_samples[with_rounds].run_id.nunique() if len(with_rounds) else 0
-    imported = tables.imported_between(con, run["environment"]) if runs_with_rounds == 1 else None
+    # the CPU model's shared between-run term: a single run imports it, and a campaign whose own
+    # runs fit a term of 0 takes it instead (verdicts.fit's floor)
+    repeated = tables.repeated_rounds(con, run["environment"]) if runs_with_rounds else {}
+    imported = tables.shared_between(repeated)
     why_run_id, why_meas, why_cells = why.companion_why(con, campaign, run["environment"])
     # the history as it stood when this run finished: a report rebuilt later says the same
     this_order = histories.loc[histories.run_id == run_id, "run_order"]
@@ -286,6 +300,8 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
         histories=histories.reset_index(drop=True),
         pool_samples=pool_samples,
         imported=imported,
+        round_noise=trust.round_noise_on_this_cpu(con, run["environment"], pool_samples),
+        paired_detector=trust.paired_detector(repeated),
         why_run_id=why_run_id,
         why_meas=why_meas,
         why_cells=why_cells,

@@ -82,6 +82,11 @@ def design_words(row) -> str:
     between = getattr(row, "between_term", "none")
     if between == "imported":
         return f"{row.design}, the between-run term imported from this CPU's repeated runs"
+    if between == "pooled":
+        return (
+            f"{row.design}, the between-run term pooled over this CPU model's repeated "
+            "campaigns (its own runs give none)"
+        )
     return row.design
 
 
@@ -222,7 +227,8 @@ def matrix_intro(matrix: pd.DataFrame) -> str:
     designs = ", ".join(sorted(set(matrix.design)))
     fitted = int((matrix.between_term == "fitted").sum())
     imported = int((matrix.between_term == "imported").sum())
-    within = len(matrix) - fitted - imported
+    pooled = int((matrix.between_term == "pooled").sum())
+    within = len(matrix) - fitted - imported - pooled
     parts = [f" Designs: {designs}."]
     if fitted:
         parts.append(f" {fitted} of {len(matrix)} ratios pool repeated runs: {PAIRED_INTERVAL}.")
@@ -230,6 +236,12 @@ def matrix_intro(matrix: pd.DataFrame) -> str:
         parts.append(
             f" {imported} come from one run whose interval imports the between-run variance "
             "this CPU model showed over three or more runs (its upper 80% bound)."
+        )
+    if pooled:
+        parts.append(
+            f" {pooled} take the between-run variance pooled over every campaign with repeated "
+            "runs on this CPU model (its upper 80% bound), because their own runs fit none (a "
+            "single run has none to fit; a few runs often fit exactly 0)."
         )
     if within:
         parts.append(
@@ -292,23 +304,31 @@ def trust_sentences(
 
 
 def stability_sentence(summary: dict, run_id: str) -> str:
-    """The calibration check in a sentence (``trust.calibration_summary``)."""
+    """The calibration check in a sentence (``trust.calibration_summary``): the joint test, its
+    simulated power beside it, and the per-comparison count for reading."""
     if not summary["comparisons"]:
         return (
             "Calibration needs two or more earlier runs of this campaign on this CPU model "
             "with the same notebook sources; there are fewer, so it is not checked here."
         )
     n, inside = summary["comparisons"], summary["inside"]
-    allowed = summary.get("allowed_outside")
-    rule = (
-        f"at most {allowed} outside, what a stable machine stays within in simulation"
-        if allowed is not None
-        else "goal ≥ 90% inside"
-    )
+    if "common" not in summary:
+        test = "the joint test could not be formed"
+    else:
+        test = (
+            f"the joint test of run {run_id} against the {summary['earlier_runs']} earlier runs "
+            f"reads a shift of every ratio at {summary['common']:.1f} (threshold "
+            f"{summary['common_threshold']:.1f}) and a shift of some at {summary['rest']:.1f} "
+            f"(threshold {summary['rest_threshold']:.1f}), thresholds simulated on stable runs "
+            "at this design and the fitted variance components. At that design the test passes "
+            f"{summary['stable_passes']:.0%} of stable machines (goal ≥ 95%), fails "
+            f"{summary['uniform_fails']:.0%} of runs with every ratio 10% off (goal ≥ 90%) and "
+            f"{summary['half_fails']:.0%} of runs with one framework 10% slower on half the "
+            "comparisons (goal ≥ 80%)"
+        )
     return (
-        f"Calibration: {inside} of {n} best-mode ratios of run {run_id} lie inside the 95% "
-        f"prediction intervals of the {summary['earlier_runs']} earlier runs ({rule}); "
-        f"{summary['reversed']} decided verdicts reversed (goal 0). "
+        f"Calibration: {test}; {summary['reversed']} decided verdicts reversed (goal 0); for "
+        f"reading, {inside} of {n} ratios lie inside their 95% prediction intervals. "
         + ("The check passes." if summary["passes"] else "The check fails.")
     )
 

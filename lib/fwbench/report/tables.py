@@ -362,30 +362,41 @@ def pooled_samples(
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def imported_between(con, environment: dict) -> verdicts.Between | None:
-    """The between-run variance a single run may import: fitted on the campaign of this CPU
-    model with the most runs (three or more), at its upper 80% bound; None where no campaign
-    has repeated runs here."""
+def runs_on_cpu(con, environment: dict) -> dict[str, list[str]]:
+    """Every campaign's runs made on the CPU model ``environment`` names, oldest first."""
     identity = cpu_identity(environment)
     if identity is None:
-        return None
+        return {}
     rows = con.execute("select campaign, run_id, environment from runs order by run_id").fetchall()
     by_campaign: dict[str, list[str]] = {}
     for campaign, rid, env in rows:
         if cpu_identity(_parse_json(env)) == identity:
             by_campaign.setdefault(campaign, []).append(rid)
-    best = None
-    for campaign, ids in sorted(by_campaign.items()):
-        if len(ids) < verdicts.MIN_RUNS_TO_LEND:
+    return by_campaign
+
+
+def repeated_rounds(con, environment: dict) -> dict[str, pd.DataFrame]:
+    """The best-mode rounds of every campaign with two or more runs on the CPU model
+    ``environment`` names (campaign -> ``verdicts.COLUMNS`` frame): the evidence this CPU model's
+    between-run term and the regression detector's noise come from."""
+    out = {}
+    for campaign, ids in sorted(runs_on_cpu(con, environment).items()):
+        if len(ids) < 2:
             continue
         samples = pooled_samples(con, campaign, ids)
         rounds = best_rounds(samples, ids[-1]) if not samples.empty else pd.DataFrame()
-        if rounds.empty or rounds.run.nunique() < verdicts.MIN_RUNS_TO_LEND:
-            continue
-        between = verdicts.fit(rounds).between
-        if best is None or between.runs > best.runs:
-            best = between
-    return best.upper() if best is not None and best.df > 0 else None
+        if not rounds.empty and rounds.run.nunique() >= 2:
+            out[campaign] = rounds
+    return out
+
+
+def shared_between(repeated: dict[str, pd.DataFrame]) -> verdicts.Between | None:
+    """This CPU model's between-run term, pooled over its campaigns' repeated runs
+    (``repeated_rounds``, ``verdicts.pooled_between``), at its upper 80% bound: what a single
+    run imports and what a campaign whose own runs fit a term of exactly 0 takes instead
+    (``estimated``). None where no campaign has repeated runs here."""
+    shared = verdicts.pooled_between(list(repeated.values())).upper()
+    return shared if shared.source != "none" else None
 
 
 def with_cell_readings(meas: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
@@ -423,11 +434,15 @@ def arm_rounds(rows: pd.DataFrame, keys: list[str], pairs, label, log_ratio) -> 
 
 def estimated(rounds: pd.DataFrame, imported: verdicts.Between | None) -> dict:
     """Each comparison's estimate and verdict from the pooled rounds of one group, the variance
-    components fitted on the group (a single run takes ``imported`` or none)."""
+    components fitted on the group. ``imported`` is the CPU model's shared between-run term
+    (``shared_between``): a single run takes it, and so does a group whose own runs fit 0."""
     if rounds.empty:
         return {}
     runs = rounds.run.nunique()
-    components = verdicts.fit(rounds, imported=imported if runs < 2 else None)
+    single = runs < 2
+    components = verdicts.fit(
+        rounds, imported=imported if single else None, floor=None if single else imported
+    )
     found = verdicts.estimate(rounds, components)
     return {e.comparison: (e, v) for e, v in zip(found, verdicts.decide(found), strict=True)}
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from fwbench.measure import verdict_checks, verdicts
 from fwbench.measure.stats import paired_ratio_interval
-from fwbench.report import regressions
+from fwbench.report import regressions, sequential
 from fwbench.report.arms import COPY_SUFFIX
 from fwbench.report.tables import (
     CONFIG,
@@ -22,6 +22,8 @@ from fwbench.report.tables import (
     best_rounds,
     kept_rounds,
     log_ratio_rounds,
+    pooled_samples,
+    runs_on_cpu,
     winner_word,
 )
 
@@ -42,6 +44,9 @@ RUN_CANDIDATES = (2, 3, 4, 6, 8, 12)
 # baselines compares methods and, on quiet points, a fixed 7% rule ties it
 # (``regressions.meets_goals``); the scores still carry every F1.
 GOALS_VERSUS_BASELINES = False
+
+# fewer run-to-run residuals than this say too little about the tails the threshold sits in
+MIN_RESIDUALS = 20
 
 TRIAL_COLUMNS = [*CONFIG, *SERIES, "trials", "reruns", "still_shared", "used"]
 
@@ -86,11 +91,13 @@ def copy_pairs(samples: pd.DataFrame) -> list[tuple[dict, str, str]]:
     return [(dict(zip(CONFIG, key, strict=True)), fw, v) for key, fw, v in sorted(pairs)]
 
 
-def aa_control(samples: pd.DataFrame) -> pd.DataFrame:
+def aa_control(samples: pd.DataFrame, floor=None) -> pd.DataFrame:
     """The A/A control: each duplicate arm against its original, through the verdicts' own
     estimator. The variance components are fitted on every pooled run's A/A rounds; each run's
     A/A ratio is then judged alone with that between-run term (so comparisons count across
-    runs), and every 95% interval that excludes 1 is a false winner. With one run there is no
+    runs), and every 95% interval that excludes 1 is a false winner. A term fitted as 0 gives
+    way to ``floor`` (the CPU model's shared term), as it does in the comparisons themselves,
+    so the control tests the interval the comparisons publish. With one run there is no
     between-run term and no rate."""
     columns = [*CONFIG, "framework", "variant", "run_id", "rounds", "ratio", "ci_low"]
     columns += ["ci_high", "df", "false_winner", "design"]
@@ -109,6 +116,8 @@ def aa_control(samples: pd.DataFrame) -> pd.DataFrame:
     if rounds.empty or rounds.run.nunique() < 2:
         return pd.DataFrame(columns=columns)
     between = verdicts.fit(rounds).between
+    if between.var <= 0 and floor is not None:
+        between = floor
     rows = []
     for run, frame in rounds.groupby("run", sort=True):
         found = verdicts.estimate(frame, verdicts.fit(frame, imported=between))
@@ -143,21 +152,32 @@ def distinct(matrix: pd.DataFrame) -> pd.DataFrame:
     return matrix.sort_values("comparison", ascending=False).drop_duplicates(keys)
 
 
-def calibration(samples: pd.DataFrame, run_id: str) -> pd.DataFrame:
-    """Stability as calibration: the pooled runs before ``run_id`` give each comparison a 95%
-    prediction interval for a new run's ratio, and ``run_id``'s own ratio is checked against it
-    (``verdict_checks.calibration_table``). Empty with fewer than two earlier runs."""
+def _past_and_new(samples: pd.DataFrame, run_id: str):
+    """The best-mode rounds of the pooled runs before ``run_id`` and of ``run_id`` itself; None
+    with fewer than two earlier runs."""
     if samples.empty or "run_id" not in samples or samples.run_id.nunique() < 3:
-        return pd.DataFrame()
+        return None
     earlier = sorted(r for r in set(samples.run_id) if r < run_id)
     if len(earlier) < 2:
-        return pd.DataFrame()
+        return None
     rounds = best_rounds(samples, run_id)
     if rounds.empty:
-        return pd.DataFrame()
+        return None
     past, new = rounds[rounds.run != run_id], rounds[rounds.run == run_id]
     if past.run.nunique() < 2 or new.empty:
+        return None
+    return past, new
+
+
+def calibration(samples: pd.DataFrame, run_id: str) -> pd.DataFrame:
+    """Stability as calibration, for reading: the pooled runs before ``run_id`` give each
+    comparison a 95% prediction interval for a new run's ratio, and ``run_id``'s own ratio is
+    set against it (``verdict_checks.calibration_table``). Empty with fewer than two earlier
+    runs. The check itself is ``calibration_check``."""
+    parts = _past_and_new(samples, run_id)
+    if parts is None:
         return pd.DataFrame()
+    past, new = parts
     table = verdict_checks.calibration_table(past, new)
     labels = pd.DataFrame(
         [(*c[:-2], c[-2], c[-1]) for c in table.comparison],
@@ -169,19 +189,27 @@ def calibration(samples: pd.DataFrame, run_id: str) -> pd.DataFrame:
     return table.assign(earlier_runs=len(set(past.run)))
 
 
-def calibration_summary(table: pd.DataFrame, allowed_outside: int | None = None) -> dict:
-    """The calibration check's figures: comparisons inside their prediction intervals, verdicts
-    reversed, and whether it passes (``verdict_checks.calibration_passes``)."""
+def calibration_summary(
+    table: pd.DataFrame, samples: pd.DataFrame | None = None, run_id: str | None = None,
+    floor=None,
+) -> dict:  # fmt: skip
+    """The calibration check's figures: the joint test of run ``run_id`` against the earlier
+    runs (``verdict_checks.joint_calibration``: its statistic, threshold and simulated power),
+    verdicts reversed, and, for reading, comparisons inside their prediction intervals. It
+    passes when the joint test passes and no decided verdict reversed."""
     n = len(table)
     if not n:
         return {"comparisons": 0, "inside": 0, "reversed": 0, "passes": False}
+    parts = _past_and_new(samples, run_id) if samples is not None else None
+    joint = verdict_checks.joint_calibration(*parts, floor=floor) if parts else {}
+    reversed_ = int(table.reversed.sum())
     return {
         "comparisons": n,
         "inside": int(table.inside.sum()),
-        "reversed": int(table.reversed.sum()),
+        "reversed": reversed_,
         "earlier_runs": int(table.earlier_runs.iloc[0]),
-        "allowed_outside": allowed_outside,
-        "passes": verdict_checks.calibration_passes(table, allowed_outside),
+        **{k: v for k, v in joint.items() if k != "design"},
+        "passes": bool(joint.get("passes_test")) and reversed_ == 0,
     }
 
 
@@ -371,3 +399,87 @@ def arm_spread(meas: pd.DataFrame, cells: pd.DataFrame, arm: str) -> pd.DataFram
             }
         )
     return pd.DataFrame(rows, columns=columns)
+
+
+def round_noise(samples: pd.DataFrame) -> pd.DataFrame:
+    """How much a run's rounds scatter, per run: the median over arms of each arm's SD of log
+    throughput across its rounds, per framework, and the median over best-mode comparisons of the
+    SD of the log ratio across rounds. ``samples`` are ``tables.throughput_samples`` rows with
+    trials and a ``run_id``; A/A copies count as arms of their framework."""
+    if samples.empty or "trials" not in samples:
+        return pd.DataFrame()
+    with_rounds = samples[samples.trials.notna()]
+    rows = []
+    for run_id, run in with_rounds.groupby("run_id", sort=True):
+        sd = run.samples.map(lambda v: float(np.std(np.log(v), ddof=1)) if len(v) > 2 else np.nan)
+        row = {"run_id": run_id, "arms": int(sd.notna().sum())}
+        for framework in ("jax", "torch"):
+            row[f"{framework}_round_sd"] = float(sd[run.framework == framework].median())
+        rounds = best_rounds(samples[samples.run_id == run_id], run_id)
+        spread = rounds.groupby("comparison").y.std() if not rounds.empty else pd.Series()
+        row["ratio_round_sd"] = float(spread.median()) if len(spread) else float("nan")
+        row["comparisons"] = int(spread.notna().sum())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def round_noise_on_this_cpu(con, environment: dict, samples: pd.DataFrame) -> pd.DataFrame:
+    """``round_noise`` of every run on this CPU model, in any campaign, over the arms this
+    campaign measured (same configuration, framework and variant): the same arms timed under
+    each protocol, to read a protocol change before and after. ``protocol`` is "relay" where the
+    run's records carry a relay reading (``fwbench.measure.relay``), else "interleaved"."""
+    if samples.empty or "trials" not in samples:
+        return pd.DataFrame()
+    arms = samples[[*CONFIG, *SERIES]].drop_duplicates()
+    frames = []
+    for campaign, ids in sorted(runs_on_cpu(con, environment).items()):
+        theirs = pooled_samples(con, campaign, ids)
+        if theirs.empty or "trials" not in theirs:
+            continue
+        theirs = theirs.merge(arms, on=[*CONFIG, *SERIES])
+        noise = round_noise(theirs)
+        if noise.empty:
+            continue
+        relayed = {
+            r
+            for (r,) in con.execute(
+                "select distinct run_id from measurements where campaign = ? "
+                "and json_extract(extra, '$.relay') is not null",
+                [campaign],
+            ).fetchall()
+        }
+        noise.insert(0, "campaign", campaign)
+        noise.insert(
+            2, "protocol", ["relay" if r in relayed else "interleaved" for r in noise.run_id]
+        )
+        frames.append(noise)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def paired_detector(repeated: dict[str, pd.DataFrame]) -> dict:
+    """The paired-ratio regression detector (``sequential``) scored on histories resampled from
+    the run-to-run residuals of this CPU model's repeated series (``tables.repeated_rounds``);
+    empty where there are fewer than ``MIN_RESIDUALS``."""
+    pools = {c: sequential.residual_pool(r) for c, r in repeated.items()}
+    pool = np.concatenate([p for p in pools.values() if len(p)] or [np.array([])])
+    if len(pool) < MIN_RESIDUALS:
+        return {}
+    return {"campaigns": sorted(c for c, p in pools.items() if len(p)), **sequential.evaluate(pool)}
+
+
+def equivalence_reach(samples: pd.DataFrame, run_id: str, floor=None) -> dict:
+    """Whether *equivalent within ±5%* can be said at this campaign's design: the share of truly
+    equal pairs called equivalent when simulated at the design and the variance components fitted
+    on the pooled runs (``verdict_checks.equivalence_rate``), and the rounds per run that would
+    reach the goal where it falls short. Empty without rounds from two or more runs."""
+    rounds = best_rounds(samples, run_id) if not samples.empty else pd.DataFrame()
+    if rounds.empty or rounds.run.nunique() < 2:
+        return {}
+    design = verdict_checks.design_of(rounds, floor)
+    rate = verdict_checks.equivalence_rate(design, floor=floor)
+    needed = (
+        design.rounds
+        if rate >= verdict_checks.EQUIVALENCE_GOAL
+        else verdict_checks.rounds_for_equivalence(design, floor=floor)
+    )
+    return {"design": design.label(), "round_sd": design.round_sd, "rate": rate, "rounds": needed}

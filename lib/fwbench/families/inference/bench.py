@@ -49,6 +49,9 @@ class BatchResult:
     warmup_stable: bool = True
     # what ran (``side.ran``): compiler settings, layers and the kernel mix, in every record
     ran: dict = field(default_factory=dict)
+    # the throughput blocks' CPU seconds over wall seconds, and the share stolen meanwhile
+    cpu_per_wall: np.ndarray | None = None
+    steal_frac: float | None = None
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -384,6 +387,7 @@ def run_batch_size(
     result.latency = lat.summary_ms()
     result.throughput_img_s = batch_size * block_size / thr.samples
     result.throughput = summarize(result.throughput_img_s)
+    result.cpu_per_wall, result.steal_frac = thr.cpu_per_wall, thr.steal_frac
     result.peak_mem_bytes, result.peak_mem_source = mem.bytes, mem.source
     if energy.joules is not None:
         calls = block_size * len(thr.samples) + thr.warmup_iters  # every call inside the meter
@@ -429,7 +433,16 @@ def _add_batch_records(rec, result: BatchResult) -> None:
         ci_low=thr["median_ci_low"],
         ci_high=thr["median_ci_high"],
         batch_size=bs,
-        extra={"samples": np.round(result.throughput_img_s, 3).tolist(), "noisy": thr["noisy"]},
+        extra={
+            "samples": np.round(result.throughput_img_s, 3).tolist(),
+            "noisy": thr["noisy"],
+            **(
+                {"cpu_per_wall": np.round(result.cpu_per_wall, 3).tolist()}
+                if result.cpu_per_wall is not None
+                else {}
+            ),
+            "steal_frac": result.steal_frac,
+        },
     )
     rec.add_compile_and_memory(result, batch_size=bs)
     rec.add(

@@ -130,7 +130,30 @@ TRUST = Section(
             drop=("device",),
             when=nonempty("stability"),
         ),
+        Note(
+            lambda a: literal(round_noise_sentence(a.round_noise, a.run_id)),
+            when=lambda a: not a.round_noise.empty,
+        ),
+        Table(
+            "round_noise",
+            "Round noise per run of the arms this campaign measured, on this CPU model, in any "
+            "campaign: the median over arms of the SD of an arm's log throughput across the "
+            "run's rounds, per framework, and the median over best-mode comparisons of the SD "
+            "of the log ratio across rounds; `protocol` is relay where the arms took turns as "
+            "live kernels (order relay), interleaved where each trial was a process of its own.",
+            lambda a: a.round_noise,
+            records("inference", ["throughput_img_s"]),
+            when=lambda a: not a.round_noise.empty,
+        ),
+        Note(
+            lambda a: literal(equivalence_sentence(a.equivalence_reach)),
+            when=lambda a: bool(a.equivalence_reach),
+        ),
         Note(lambda a: sentences.regression_evaluation_sentence(*a.regression_evaluation)),
+        Note(
+            lambda a: literal(paired_detector_sentence(a.paired_detector)),
+            when=lambda a: bool(a.paired_detector),
+        ),
         Table(
             "regression_evaluation",
             "The regression detector and two baselines on seeded synthetic 10-run histories "
@@ -148,6 +171,65 @@ TRUST = Section(
     empty_note=_no_trials_note,
     name="trust",
 )
+
+
+def round_noise_sentence(noise: pd.DataFrame, run_id: str) -> str:
+    """This run's round noise beside the other runs of the same arms on this CPU model, by
+    protocol (``trust.round_noise_on_this_cpu``)."""
+    mine = noise[noise.run_id == run_id]
+    if mine.empty:
+        return "Round noise: this run has no arm with three or more rounds."
+    row = mine.iloc[0]
+    text = (
+        f"Round noise ({row.protocol}): across this run's rounds the median arm's log "
+        f"throughput has an SD of {row.jax_round_sd:.3f} for JAX and {row.torch_round_sd:.3f} "
+        f"for PyTorch, and the median comparison's log ratio {row.ratio_round_sd:.3f}."
+    )
+    others = noise[(noise.run_id != run_id) | (noise.campaign != row.campaign)]
+    for protocol, group in others.groupby("protocol", sort=True):
+        text += (
+            f" The same arms in {len(group)} {protocol} run{'s' if len(group) != 1 else ''} on "
+            f"this CPU model ({', '.join(sorted(set(group.campaign)))}): medians "
+            f"{group.jax_round_sd.median():.3f}, {group.torch_round_sd.median():.3f} and "
+            f"{group.ratio_round_sd.median():.3f}."
+        )
+    return text
+
+
+def paired_detector_sentence(scores: dict) -> str:
+    """The paired-ratio detector's scores on this CPU model's real run-to-run residuals."""
+    verdict = (
+        "It meets the goals."
+        if scores["meets_goals"]
+        else "It misses the goals: recall and detection within 3 runs are "
+        f"{max(0.0, 0.9 - scores['recall_10pct']):.0%} and "
+        f"{max(0.0, 0.9 - scores['within_3']):.0%} short of 90%."
+    )
+    return (
+        "Regression detector on paired ratios (a run's JAX ÷ PyTorch log ratio, so the run "
+        "effect both arms share cancels; a one-sided CUSUM after a 3-run baseline, its "
+        "threshold simulated for 1 false alert per 100 histories): on 10-run histories "
+        f"resampled from the {scores['residuals']} run-to-run residuals of this CPU model's "
+        f"repeated series ({', '.join(scores['campaigns'])}; a point's SD "
+        f"{scores['point_sd']:.3f} on the log scale), it raised "
+        f"{scores['false_per_100']:.1f} false alerts per 100 unchanged histories (goal ≤ 1), "
+        f"caught {scores['recall_10pct']:.0%} of 10% slowdowns (goal ≥ 90%), "
+        f"{scores['within_3']:.0%} of them within 3 runs (goal ≥ 90%). {verdict}"
+    )
+
+
+def equivalence_sentence(reach: dict) -> str:
+    """Whether this design can call a pair equivalent (``trust.equivalence_reach``)."""
+    text = (
+        f"Equivalence: at this campaign's design ({reach['design']}, the fitted variance "
+        f"components, a round's log-ratio SD {reach['round_sd']:.3f}), a truly equal pair is "
+        f"called equivalent within ±5% in {reach['rate']:.0%} of simulations (goal ≥ 80%)"
+    )
+    if reach["rate"] >= 0.80:
+        return text + "."
+    if reach["rounds"] is None:
+        return text + "; no design of up to 32 rounds a run reaches it at this noise."
+    return text + f"; {reach['rounds']} rounds a run would reach it."
 
 
 HISTORY = Section(
