@@ -6,9 +6,9 @@ seconds, then 155 again, while it used both of its CPUs throughout and the hyper
 nothing measurable. The headline's trials, one process each and minutes apart, inherit whichever
 regime they fell in: across a run's rounds the SD of a trial's log throughput was 4-7 times the
 standard error its own blocks give. Arms that alternate every quarter of a second fall in the
-same regime. Measured (params/relay_check.yaml), that holds for A/A copies, whose ratio it
-steadies; the JAX ÷ PyTorch ratio it leaves as noisy as before, because a slow spell can hit one
-framework's kernels and not the other's in the same seconds (DESIGN.md section 3).
+same regime. Measured (params/relay_check.yaml), it did not cut the round noise, of an arm, a
+JAX ÷ PyTorch ratio or an A/A pair: a slow spell can hit some kernels and not others timed in the
+same seconds (DESIGN.md section 3). The order stays available for that question.
 
 Protocol (``order: relay`` in a campaign, ``pipeline/executors.run_relay``): every kernel of a
 group holds one lock (``flock``) whenever it works, timed or not, so no two arms ever run at

@@ -65,6 +65,13 @@ class Timing:
     # the share of the machine's CPU time the hypervisor stole while the samples were timed
     steal_frac: float | None = None
 
+    def samples_ms(self) -> np.ndarray:
+        return self.samples * 1e3
+
+    def summary_ms(self) -> dict:
+        """``summary`` with its times in milliseconds."""
+        return {k: (v * 1e3 if k in TIME_KEYS else v) for k, v in self.summary.items()}
+
 
 def steal_ticks() -> tuple[int, int] | None:
     """(stolen, all) CPU ticks since boot from /proc/stat's first line; None where absent."""
@@ -80,13 +87,6 @@ def _steal_between(before, after) -> float | None:
     if before is None or after is None or after[1] <= before[1]:
         return None
     return (after[0] - before[0]) / (after[1] - before[1])
-
-    def samples_ms(self) -> np.ndarray:
-        return self.samples * 1e3
-
-    def summary_ms(self) -> dict:
-        """``summary`` with its times in milliseconds."""
-        return {k: (v * 1e3 if k in TIME_KEYS else v) for k, v in self.summary.items()}
 
 
 def first_call_overhead(call: Callable[[], object], sync: Callable[[object], None]) -> float:

@@ -233,18 +233,20 @@ def shift_statistic(past: pd.DataFrame, new: pd.DataFrame, floor=None) -> tuple:
     direction and caught a uniform 10% shift in only 60-70% of runs at a relay's noise."""
     components = verdicts.fit(past, floor=floor)
     estimates = {e.comparison: e for e in verdicts.estimate(past, components)}
-    fresh = verdicts._check(new).groupby("comparison").y.agg(["mean", "count"])
-    keys = [k for k in fresh.index if k in estimates]
+    grouped = verdicts._check(new).groupby("comparison").y
+    # plain dicts: comparison labels are tuples, which .loc would read as (row, column)
+    means, counts = grouped.mean().to_dict(), grouped.count().to_dict()
+    keys = [k for k in means if k in estimates]
     if not keys:
         return float("nan"), float("nan"), 0
     k_runs = components.runs
     u, v = _run_terms(components, floor)
-    d = np.array([fresh.loc[k, "mean"] - estimates[k].log_ratio for k in keys])
+    d = np.array([means[k] - estimates[k].log_ratio for k in keys])
     own = np.array(
         [
             v * (1 + 1 / k_runs)
             + components.round_var.get(k, 0.0)
-            * (1 / fresh.loc[k, "count"] + 1 / (k_runs * estimates[k].rounds))
+            * (1 / counts[k] + 1 / (k_runs * estimates[k].rounds))
             for k in keys
         ]
     )

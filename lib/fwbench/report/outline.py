@@ -320,6 +320,7 @@ SECTIONS: tuple[Section, ...] = (
     families.inference_report.TUNING,
     families.inference_report.EXPERT,
     families.analysis_report.TRUST,
+    families.analysis_report.ROUND_NOISE,
     families.inference_report.WHY,
     families.inference_report.THROUGHPUT,
     families.inference_report.LATENCY,

@@ -83,10 +83,7 @@ def design_words(row) -> str:
     if between == "imported":
         return f"{row.design}, the between-run term imported from this CPU's repeated runs"
     if between == "pooled":
-        return (
-            f"{row.design}, the between-run term pooled over this CPU model's repeated "
-            "campaigns (its own runs give none)"
-        )
+        return f"{row.design}, the between-run term pooled over this CPU model's campaigns"
     return row.design
 
 

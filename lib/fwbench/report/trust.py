@@ -419,8 +419,29 @@ def round_noise(samples: pd.DataFrame) -> pd.DataFrame:
         spread = rounds.groupby("comparison").y.std() if not rounds.empty else pd.Series()
         row["ratio_round_sd"] = float(spread.median()) if len(spread) else float("nan")
         row["comparisons"] = int(spread.notna().sum())
+        aa = _copy_spreads(run)
+        row["aa_round_sd"] = float(np.median(aa)) if aa else float("nan")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _copy_spreads(run: pd.DataFrame) -> list[float]:
+    """Per A/A pair of one run, the SD across rounds of log(copy / original)."""
+    by_arm = {
+        (*(r[c] for c in CONFIG), r["framework"], r["variant"]): dict(
+            zip(r["trials"], r["samples"], strict=True)
+        )
+        for _, r in run.iterrows()
+    }
+    spreads = []
+    for (*key, variant), copy in by_arm.items():
+        original = by_arm.get((*key, variant.removesuffix(COPY_SUFFIX)))
+        if not variant.endswith(COPY_SUFFIX) or original is None:
+            continue
+        logs = [np.log(copy[t] / original[t]) for t in copy if t in original]
+        if len(logs) > 2:
+            spreads.append(float(np.std(logs, ddof=1)))
+    return spreads
 
 
 def round_noise_on_this_cpu(con, environment: dict, samples: pd.DataFrame) -> pd.DataFrame:

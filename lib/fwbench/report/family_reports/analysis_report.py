@@ -131,27 +131,12 @@ TRUST = Section(
             when=nonempty("stability"),
         ),
         Note(
-            lambda a: literal(round_noise_sentence(a.round_noise, a.run_id)),
-            when=lambda a: not a.round_noise.empty,
-        ),
-        Table(
-            "round_noise",
-            "Round noise per run of the arms this campaign measured, on this CPU model, in any "
-            "campaign: the median over arms of the SD of an arm's log throughput across the "
-            "run's rounds, per framework, and the median over best-mode comparisons of the SD "
-            "of the log ratio across rounds; `protocol` is relay where the arms took turns as "
-            "live kernels (order relay), interleaved where each trial was a process of its own.",
-            lambda a: a.round_noise,
-            records("inference", ["throughput_img_s"]),
-            when=lambda a: not a.round_noise.empty,
-        ),
-        Note(
-            lambda a: literal(equivalence_sentence(a.equivalence_reach)),
+            lambda a: equivalence_sentence(a.equivalence_reach),
             when=lambda a: bool(a.equivalence_reach),
         ),
         Note(lambda a: sentences.regression_evaluation_sentence(*a.regression_evaluation)),
         Note(
-            lambda a: literal(paired_detector_sentence(a.paired_detector)),
+            lambda a: paired_detector_sentence(a.paired_detector),
             when=lambda a: bool(a.paired_detector),
         ),
         Table(
@@ -183,15 +168,16 @@ def round_noise_sentence(noise: pd.DataFrame, run_id: str) -> str:
     text = (
         f"Round noise ({row.protocol}): across this run's rounds the median arm's log "
         f"throughput has an SD of {row.jax_round_sd:.3f} for JAX and {row.torch_round_sd:.3f} "
-        f"for PyTorch, and the median comparison's log ratio {row.ratio_round_sd:.3f}."
+        f"for PyTorch, the median comparison's log ratio {row.ratio_round_sd:.3f} and the "
+        f"median A/A pair's log ratio {row.aa_round_sd:.3f}."
     )
     others = noise[(noise.run_id != run_id) | (noise.campaign != row.campaign)]
     for protocol, group in others.groupby("protocol", sort=True):
         text += (
             f" The same arms in {len(group)} {protocol} run{'s' if len(group) != 1 else ''} on "
             f"this CPU model ({', '.join(sorted(set(group.campaign)))}): medians "
-            f"{group.jax_round_sd.median():.3f}, {group.torch_round_sd.median():.3f} and "
-            f"{group.ratio_round_sd.median():.3f}."
+            f"{group.jax_round_sd.median():.3f}, {group.torch_round_sd.median():.3f}, "
+            f"{group.ratio_round_sd.median():.3f} and {group.aa_round_sd.median():.3f}."
         )
     return text
 
@@ -230,6 +216,33 @@ def equivalence_sentence(reach: dict) -> str:
     if reach["rounds"] is None:
         return text + "; no design of up to 32 rounds a run reaches it at this noise."
     return text + f"; {reach['rounds']} rounds a run would reach it."
+
+
+ROUND_NOISE = Section(
+    "Round noise",
+    "How much a run's rounds scatter, beside every other run of the same arms on this CPU "
+    "model, by the protocol that timed them: the noise a verdict's interval has to carry.",
+    (
+        Note(
+            lambda a: round_noise_sentence(a.round_noise, a.run_id),
+            when=lambda a: not a.round_noise.empty,
+        ),
+        Table(
+            "round_noise",
+            "Round noise per run of the arms this campaign measured, on this CPU model, in any "
+            "campaign: the median over arms of the SD of an arm's log throughput across the "
+            "run's rounds, per framework, and the median over best-mode comparisons of the SD "
+            "of the log ratio across rounds, and the same for A/A pairs (copy ÷ original); "
+            "`protocol` is relay where the arms took turns as "
+            "live kernels (order relay), interleaved where each trial was a process of its own.",
+            lambda a: a.round_noise,
+            records("inference", ["throughput_img_s"]),
+            when=lambda a: not a.round_noise.empty,
+        ),
+    ),
+    when=lambda a: not a.round_noise.empty,
+    name="round_noise",
+)
 
 
 HISTORY = Section(
