@@ -149,6 +149,7 @@ def test_parameters_cell_is_read_with_choices():
         "sleep",
         "abort_unless_env",
         "sleep_unless_env",
+        "time",
     )
     assert declared["behaviour"].check("abort") is None
     assert "expected one of" in declared["behaviour"].check("boom")
