@@ -47,7 +47,7 @@ class Analysis:
     # throughput samples of every run the verdicts pool (column run_id): this campaign's runs up
     # to this one on the same CPU model and notebook sources
     pool_samples: pd.DataFrame = field(default_factory=pd.DataFrame)
-    # verdicts.Between: the CPU model's shared between-run term (tables.shared_between), or None
+    # verdicts.Between: the CPU model's shared between-run term (trust.shared_between), or None
     imported: object = None
     # every run's round noise on this CPU model over this campaign's arms (trust.round_noise_on_this_cpu)
     round_noise: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -280,8 +280,11 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
     runs_with_rounds = pool_samples[with_rounds].run_id.nunique() if len(with_rounds) else 0
     # the CPU model's shared between-run term: a single run imports it, and a campaign whose own
     # runs fit a term of 0 takes it instead (verdicts.fit's floor)
-    repeated = tables.repeated_rounds(con, run["environment"]) if runs_with_rounds else {}
-    imported = tables.shared_between(repeated)
+    # every campaign's samples on this CPU model, read once: the shared between-run term, the
+    # detector's residuals and the round-noise table all compare across campaigns
+    on_cpu = tables.samples_on_cpu(con, run["environment"])
+    repeated = trust.repeated_rounds(on_cpu) if runs_with_rounds else {}
+    imported = trust.shared_between(repeated)
     why_run_id, why_meas, why_cells = why.companion_why(con, campaign, run["environment"])
     # the history as it stood when this run finished: a report rebuilt later says the same
     this_order = histories.loc[histories.run_id == run_id, "run_order"]
@@ -300,7 +303,7 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
         histories=histories.reset_index(drop=True),
         pool_samples=pool_samples,
         imported=imported,
-        round_noise=trust.round_noise_on_this_cpu(con, run["environment"], pool_samples),
+        round_noise=trust.round_noise_on_this_cpu(con, on_cpu, pool_samples),
         paired_detector=trust.paired_detector(repeated),
         why_run_id=why_run_id,
         why_meas=why_meas,

@@ -27,13 +27,15 @@ import math
 import numpy as np
 import pandas as pd
 
+from fwbench.report import regressions
+
 BASELINE_RUNS = 3
-POINTS = 10  # history length, as regressions.evaluate's
-CHANGE_AT = 5  # the sixth point is the first slow one
+# the histories and goals of the change-point detector's evaluation, so the two compare
+POINTS, CHANGE_AT = regressions.POINTS, regressions.CHANGE_AT
+FALSE_ALERTS_PER_100 = regressions.GOAL_FALSE_PER_100
+GOAL_RECALL = regressions.GOAL_RECALL_10PCT
+GOAL_DELAY_RUNS = regressions.GOAL_DELAY_RUNS
 SLOWDOWN = math.log(1.10)
-FALSE_ALERTS_PER_100 = 1.0
-GOAL_RECALL = 0.90
-GOAL_DELAY_RUNS = 3
 SIMULATIONS = 4000
 SEED = 0
 

@@ -375,28 +375,14 @@ def runs_on_cpu(con, environment: dict) -> dict[str, list[str]]:
     return by_campaign
 
 
-def repeated_rounds(con, environment: dict) -> dict[str, pd.DataFrame]:
-    """The best-mode rounds of every campaign with two or more runs on the CPU model
-    ``environment`` names (campaign -> ``verdicts.COLUMNS`` frame): the evidence this CPU model's
-    between-run term and the regression detector's noise come from."""
-    out = {}
-    for campaign, ids in sorted(runs_on_cpu(con, environment).items()):
-        if len(ids) < 2:
-            continue
-        samples = pooled_samples(con, campaign, ids)
-        rounds = best_rounds(samples, ids[-1]) if not samples.empty else pd.DataFrame()
-        if not rounds.empty and rounds.run.nunique() >= 2:
-            out[campaign] = rounds
-    return out
-
-
-def shared_between(repeated: dict[str, pd.DataFrame]) -> verdicts.Between | None:
-    """This CPU model's between-run term, pooled over its campaigns' repeated runs
-    (``repeated_rounds``, ``verdicts.pooled_between``), at its upper 80% bound: what a single
-    run imports and what a campaign whose own runs fit a term of exactly 0 takes instead
-    (``estimated``). None where no campaign has repeated runs here."""
-    shared = verdicts.pooled_between(list(repeated.values())).upper()
-    return shared if shared.source != "none" else None
+def samples_on_cpu(con, environment: dict) -> dict[str, tuple[list[str], pd.DataFrame]]:
+    """Every campaign's runs on the CPU model ``environment`` names, with their
+    ``pooled_samples`` (campaign -> (run ids, frame)): read once for all that compares across
+    campaigns."""
+    return {
+        campaign: (ids, pooled_samples(con, campaign, ids))
+        for campaign, ids in sorted(runs_on_cpu(con, environment).items())
+    }
 
 
 def with_cell_readings(meas: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
@@ -435,7 +421,7 @@ def arm_rounds(rows: pd.DataFrame, keys: list[str], pairs, label, log_ratio) -> 
 def estimated(rounds: pd.DataFrame, imported: verdicts.Between | None) -> dict:
     """Each comparison's estimate and verdict from the pooled rounds of one group, the variance
     components fitted on the group. ``imported`` is the CPU model's shared between-run term
-    (``shared_between``): a single run takes it, and so does a group whose own runs fit 0."""
+    (``trust.shared_between``): a single run takes it, and so does a group whose own runs fit 0."""
     if rounds.empty:
         return {}
     runs = rounds.run.nunique()

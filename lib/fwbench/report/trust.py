@@ -22,8 +22,6 @@ from fwbench.report.tables import (
     best_rounds,
     kept_rounds,
     log_ratio_rounds,
-    pooled_samples,
-    runs_on_cpu,
     winner_word,
 )
 
@@ -444,17 +442,40 @@ def _copy_spreads(run: pd.DataFrame) -> list[float]:
     return spreads
 
 
-def round_noise_on_this_cpu(con, environment: dict, samples: pd.DataFrame) -> pd.DataFrame:
+def repeated_rounds(on_cpu: dict) -> dict[str, pd.DataFrame]:
+    """The best-mode rounds of every campaign in ``on_cpu`` (``samples_on_cpu``) with two or
+    more runs (campaign -> ``verdicts.COLUMNS`` frame): the evidence this CPU model's between-run
+    term and the regression detector's noise come from."""
+    out = {}
+    for campaign, (ids, samples) in on_cpu.items():
+        if len(ids) < 2:
+            continue
+        rounds = best_rounds(samples, ids[-1]) if not samples.empty else pd.DataFrame()
+        if not rounds.empty and rounds.run.nunique() >= 2:
+            out[campaign] = rounds
+    return out
+
+
+def shared_between(repeated: dict[str, pd.DataFrame]) -> verdicts.Between | None:
+    """This CPU model's between-run term, pooled over its campaigns' repeated runs
+    (``repeated_rounds``, ``verdicts.pooled_between``), at its upper 80% bound: what a single
+    run imports and what a campaign whose own runs fit a term of exactly 0 takes instead
+    (``estimated``). None where no campaign has repeated runs here."""
+    shared = verdicts.pooled_between(list(repeated.values())).upper()
+    return shared if shared.source != "none" else None
+
+
+def round_noise_on_this_cpu(con, on_cpu: dict, samples: pd.DataFrame) -> pd.DataFrame:
     """``round_noise`` of every run on this CPU model, in any campaign, over the arms this
     campaign measured (same configuration, framework and variant): the same arms timed under
-    each protocol, to read a protocol change before and after. ``protocol`` is "relay" where the
+    each protocol, to read a protocol change before and after (``on_cpu``: every campaign's
+    samples on this CPU model, ``tables.samples_on_cpu``). ``protocol`` is "relay" where the
     run's records carry a relay reading (``fwbench.measure.relay``), else "interleaved"."""
     if samples.empty or "trials" not in samples:
         return pd.DataFrame()
     arms = samples[[*CONFIG, *SERIES]].drop_duplicates()
     frames = []
-    for campaign, ids in sorted(runs_on_cpu(con, environment).items()):
-        theirs = pooled_samples(con, campaign, ids)
+    for campaign, (_ids, theirs) in on_cpu.items():
         if theirs.empty or "trials" not in theirs:
             continue
         theirs = theirs.merge(arms, on=[*CONFIG, *SERIES])
@@ -479,7 +500,7 @@ def round_noise_on_this_cpu(con, environment: dict, samples: pd.DataFrame) -> pd
 
 def paired_detector(repeated: dict[str, pd.DataFrame]) -> dict:
     """The paired-ratio regression detector (``sequential``) scored on histories resampled from
-    the run-to-run residuals of this CPU model's repeated series (``tables.repeated_rounds``);
+    the run-to-run residuals of this CPU model's repeated series (``repeated_rounds``);
     empty where there are fewer than ``MIN_RESIDUALS``."""
     pools = {c: sequential.residual_pool(r) for c, r in repeated.items()}
     pool = np.concatenate([p for p in pools.values() if len(p)] or [np.array([])])

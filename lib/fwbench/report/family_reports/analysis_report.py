@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fwbench.measure.meters.contention import SHARED_FRACTION
-from fwbench.report import sentences, tables
+from fwbench.report import sentences, sequential, tables
 from fwbench.report.items import (
     Each,
     Note,
@@ -184,23 +184,26 @@ def round_noise_sentence(noise: pd.DataFrame, run_id: str) -> str:
 
 def paired_detector_sentence(scores: dict) -> str:
     """The paired-ratio detector's scores on this CPU model's real run-to-run residuals."""
+    goal = sequential.GOAL_RECALL
     verdict = (
         "It meets the goals."
         if scores["meets_goals"]
-        else "It misses the goals: recall and detection within 3 runs are "
-        f"{max(0.0, 0.9 - scores['recall_10pct']):.0%} and "
-        f"{max(0.0, 0.9 - scores['within_3']):.0%} short of 90%."
+        else "It misses the goals: recall and detection within "
+        f"{sequential.GOAL_DELAY_RUNS} runs are {max(0.0, goal - scores['recall_10pct']):.0%} "
+        f"and {max(0.0, goal - scores['within_3']):.0%} short of {goal:.0%}."
     )
     return (
         "Regression detector on paired ratios (a run's JAX ÷ PyTorch log ratio, so the run "
-        "effect both arms share cancels; a one-sided CUSUM after a 3-run baseline, its "
-        "threshold simulated for 1 false alert per 100 histories): on 10-run histories "
-        f"resampled from the {scores['residuals']} run-to-run residuals of this CPU model's "
-        f"repeated series ({', '.join(scores['campaigns'])}; a point's SD "
-        f"{scores['point_sd']:.3f} on the log scale), it raised "
-        f"{scores['false_per_100']:.1f} false alerts per 100 unchanged histories (goal ≤ 1), "
-        f"caught {scores['recall_10pct']:.0%} of 10% slowdowns (goal ≥ 90%), "
-        f"{scores['within_3']:.0%} of them within 3 runs (goal ≥ 90%). {verdict}"
+        "effect both arms share cancels; a one-sided CUSUM after a "
+        f"{sequential.BASELINE_RUNS}-run baseline, its threshold simulated for "
+        f"{sequential.FALSE_ALERTS_PER_100:g} false alert per 100 histories): on "
+        f"{sequential.POINTS}-run histories resampled from the {scores['residuals']} run-to-run "
+        f"residuals of this CPU model's repeated series ({', '.join(scores['campaigns'])}; a "
+        f"point's SD {scores['point_sd']:.3f} on the log scale), it raised "
+        f"{scores['false_per_100']:.1f} false alerts per 100 unchanged histories (goal ≤ "
+        f"{sequential.FALSE_ALERTS_PER_100:g}), caught {scores['recall_10pct']:.0%} of 10% "
+        f"slowdowns (goal ≥ {goal:.0%}), {scores['within_3']:.0%} of them within "
+        f"{sequential.GOAL_DELAY_RUNS} runs (goal ≥ {goal:.0%}). {verdict}"
     )
 
 
