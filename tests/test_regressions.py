@@ -315,3 +315,16 @@ def test_the_help_states_the_thresholds_the_detector_uses():
     assert f"p < {regressions.ALPHA:g}" in text
     assert f"at least {100 * regressions.MIN_CHANGE:g}%" in text
     assert f"needs {2 * regressions.MIN_SIZE} runs" in text
+
+
+def test_paired_reads_no_history_where_no_run_records_its_cpu_model(tmp_path):
+    # these runs record no CPU family, so no series can pool them: the header and nothing more
+    for i in range(6):
+        write_run(tmp_path / "runs", i + 1, {"jax": STEADY[i]})
+    db.ingest(tmp_path / "runs", tmp_path / "x.duckdb")
+    proc = run_cli("regressions", "--paired", "--db", tmp_path / "x.duckdb")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "campaign,cpu,comparison,slower,run_id,change_pct,statistic,threshold,runs"
+    ]
+    assert "--paired" in run_cli("regressions", "--help").stdout

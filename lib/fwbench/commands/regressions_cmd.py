@@ -25,10 +25,21 @@ def add_parser(sub) -> None:
         "history needs 4 runs; a change shows once 2 runs carry it. Only the header when "
         "nothing changed.",
         epilog="Without --campaign every campaign is read, each on its own, and the configuration "
-        "names its campaign. Exit status: 0 ran (alerts or not), 2 unknown campaign or no "
-        "database.",
+        "names its campaign. --paired judges instead each run's JAX ÷ PyTorch ratio of a "
+        "campaign's best-mode comparisons, timed in the same run and rounds, so the run effect "
+        "both share cancels: a one-sided CUSUM per side after a 3-run baseline, its threshold "
+        "simulated on the CPU model's run-to-run residuals for at most 1 false alert per 100 "
+        "unchanged histories. It prints campaign, cpu, comparison, slower (the arm that became "
+        "slower relative to the other: which of the two moved, a ratio cannot tell), run_id (the "
+        "alert), change_pct, statistic, threshold and runs. Exit status: 0 ran (alerts or not), "
+        "2 unknown campaign or no database.",
     )
     regressions.add_argument("--campaign", help="campaign to read (default: all, each separately)")
+    regressions.add_argument(
+        "--paired",
+        action="store_true",
+        help="judge JAX ÷ PyTorch ratios timed in the same run (the paired detector)",
+    )
     regressions.add_argument(
         "--db", help="database path (default: $FWBENCH_DB, else executed/fwbench.duckdb)"
     )
@@ -46,6 +57,8 @@ def handle(args) -> int:
         return fail(
             f"unknown campaign {args.campaign!r} in {db_path}; known: {', '.join(known) or 'none'}"
         )
+    if args.paired:
+        return _paired(db_path, args.campaign)
     histories = regressions.load_histories(db_path, args.campaign)
     found = regressions.find_regressions(histories, with_campaign=args.campaign is None)
     found.to_csv(sys.stdout, index=False)
@@ -57,4 +70,15 @@ def handle(args) -> int:
             "nor improvement",
             file=sys.stderr,
         )
+    return EXIT_OK
+
+
+def _paired(db_path: Path, campaign: str | None) -> int:
+    from fwbench.report import trust
+
+    with db.connect(db_path, read_only=True) as con:
+        found, notes = trust.paired_regressions(con, campaign)
+    found.to_csv(sys.stdout, index=False)
+    for note in notes:
+        print(f"fwbench: {note}", file=sys.stderr)
     return EXIT_OK

@@ -80,11 +80,13 @@ def reference_value(sd: float, slowdown: float = SLOWDOWN, baseline: int = BASEL
     return slowdown / (sd * math.sqrt(1 + 1 / baseline)) / 2
 
 
-def threshold(pool: np.ndarray, sd: float, k: float, seed: int = SEED) -> float:
-    """``h`` for at most ``FALSE_ALERTS_PER_100`` alerts per 100 unchanged histories."""
+def threshold(
+    pool: np.ndarray, sd: float, k: float, seed: int = SEED, per_100: float = FALSE_ALERTS_PER_100
+) -> float:
+    """``h`` for at most ``per_100`` alerts per 100 unchanged histories."""
     rng = np.random.default_rng(seed)
     worst = [statistic(h, sd, k).max() for h in _histories(pool, SIMULATIONS, rng, 0.0)]
-    return float(np.quantile(worst, 1 - FALSE_ALERTS_PER_100 / 100))
+    return float(np.quantile(worst, 1 - per_100 / 100))
 
 
 def evaluate(pool: np.ndarray, seed: int = SEED + 1, simulations: int = 1000) -> dict:
@@ -118,3 +120,56 @@ def evaluate(pool: np.ndarray, seed: int = SEED + 1, simulations: int = 1000) ->
         and result["within_3"] >= GOAL_RECALL
     )
     return result
+
+
+# A paired history cannot tell which arm moved: a JAX ÷ PyTorch ratio falls when JAX slows or
+# PyTorch speeds up. So each comparison is watched from both sides, each one-sided test at half
+# the false-alert budget, and an alert names the arm that became slower *relative to the other*.
+ALERT_COLUMNS = [
+    "comparison", "slower", "run_id", "change_pct", "statistic", "threshold", "runs",
+]  # fmt: skip
+SIDES = {"jax": -1.0, "torch": 1.0}  # x = sign * log(JAX / PyTorch): positive when that arm slows
+
+
+def paired_alerts(rounds: pd.DataFrame, pool: np.ndarray, run_order: list[str]) -> pd.DataFrame:
+    """The alerts over each comparison's history of run means in ``rounds`` (``verdicts.COLUMNS``,
+    ``y`` the log of JAX ÷ PyTorch throughput, ``run`` a run id), runs in ``run_order``: the first
+    run where a side's CUSUM passes its threshold, simulated on ``pool`` (run-to-run residuals of
+    this CPU model) for ``FALSE_ALERTS_PER_100`` per 100 histories over both sides together.
+    ``change_pct`` is how much slower the named arm ran, relative to the other, from the end of
+    the baseline to the alert, against the baseline's level. Comparisons with fewer than
+    ``BASELINE_RUNS + 1`` runs carry no history yet and raise nothing."""
+    pool = np.asarray(pool, dtype=float)
+    rows = []
+    if len(pool) < 2 or rounds.empty:
+        return pd.DataFrame(rows, columns=ALERT_COLUMNS)
+    sd = float(np.std(pool, ddof=1))
+    k = reference_value(sd)
+    thresholds = {
+        side: threshold(sign * pool, sd, k, per_100=FALSE_ALERTS_PER_100 / len(SIDES))
+        for side, sign in SIDES.items()
+    }
+    order = {run: i for i, run in enumerate(run_order)}
+    means = rounds.groupby(["comparison", "run"]).y.mean().reset_index()
+    means = means.assign(at=means.run.map(order)).dropna(subset=["at"]).sort_values("at")
+    for comparison, history in means.groupby("comparison", sort=True):
+        if len(history) <= BASELINE_RUNS:
+            continue
+        for side, sign in SIDES.items():
+            x = sign * history.y.to_numpy()
+            alert = first_alert(x, sd, thresholds[side], k)
+            if alert is None:
+                continue
+            moved = float(np.mean(x[BASELINE_RUNS : alert + 1]) - np.mean(x[:BASELINE_RUNS]))
+            rows.append(
+                {
+                    "comparison": comparison,
+                    "slower": side,
+                    "run_id": history.run.iloc[alert],
+                    "change_pct": round(100 * math.expm1(moved), 2),
+                    "statistic": round(float(statistic(x, sd, k)[alert - BASELINE_RUNS]), 3),
+                    "threshold": round(thresholds[side], 3),
+                    "runs": len(history),
+                }
+            )
+    return pd.DataFrame(rows, columns=ALERT_COLUMNS)

@@ -76,7 +76,7 @@ def resolve_runs(con, campaign: str, run_id: str = "", baseline_run_id: str = ""
     return run_id, baseline_run_id
 
 
-def _parse_json(value) -> dict:
+def parse_json(value) -> dict:
     if isinstance(value, dict):
         return value
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -108,7 +108,7 @@ def load_calibration(con) -> pd.DataFrame:
 
 
 def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
-    frame["extra"] = frame["extra"].map(_parse_json)
+    frame["extra"] = frame["extra"].map(parse_json)
     for col in TEXT_COLUMNS + ["precision", "status", "metric", "unit", "error"]:
         frame[col] = frame[col].astype(object).where(frame[col].notna(), "")
     frame["trial"] = frame["trial"].fillna(0).astype(int)
@@ -129,8 +129,8 @@ def load_cells(con, campaign: str, run_id: str) -> pd.DataFrame:
         "order by notebook, cell, trial",
         [campaign, run_id, ANALYSIS_NOTEBOOK],
     ).df()
-    frame["parameters"] = frame["parameters"].map(_parse_json)
-    frame["retry_env"] = frame["retry_env"].map(_parse_json)
+    frame["parameters"] = frame["parameters"].map(parse_json)
+    frame["retry_env"] = frame["retry_env"].map(parse_json)
     return frame
 
 
@@ -142,7 +142,7 @@ def load_run(con, campaign: str, run_id: str) -> dict:
     ).fetchone()
     keys = ("run_id", "started_at", "finished_at", "git_sha", "host", "environment")
     run = dict(zip(keys, row, strict=True))
-    run["environment"] = _parse_json(run["environment"])
+    run["environment"] = parse_json(run["environment"])
     return run
 
 
@@ -331,7 +331,7 @@ def pooled_run_ids(con, campaign: str, run_id: str) -> list[str]:
         "select run_id, environment from runs where campaign = ? and run_id <= ? order by run_id",
         [campaign, run_id],
     ).fetchall()
-    envs = {r: _parse_json(e) for r, e in rows}
+    envs = {r: parse_json(e) for r, e in rows}
     mine = envs.get(run_id, {})
     identity = cpu_identity(mine)
     if identity is None:
@@ -370,7 +370,7 @@ def runs_on_cpu(con, environment: dict) -> dict[str, list[str]]:
     rows = con.execute("select campaign, run_id, environment from runs order by run_id").fetchall()
     by_campaign: dict[str, list[str]] = {}
     for campaign, rid, env in rows:
-        if cpu_identity(_parse_json(env)) == identity:
+        if cpu_identity(parse_json(env)) == identity:
             by_campaign.setdefault(campaign, []).append(rid)
     return by_campaign
 

@@ -20,8 +20,11 @@ from fwbench.report.tables import (
     CONFIG,
     SERIES,
     best_rounds,
+    cpu_identity,
     kept_rounds,
     log_ratio_rounds,
+    parse_json,
+    samples_on_cpu,
     winner_word,
 )
 
@@ -502,11 +505,50 @@ def paired_detector(repeated: dict[str, pd.DataFrame]) -> dict:
     """The paired-ratio regression detector (``sequential``) scored on histories resampled from
     the run-to-run residuals of this CPU model's repeated series (``repeated_rounds``);
     empty where there are fewer than ``MIN_RESIDUALS``."""
-    pools = {c: sequential.residual_pool(r) for c, r in repeated.items()}
-    pool = np.concatenate([p for p in pools.values() if len(p)] or [np.array([])])
+    pool = residuals_of(repeated)
     if len(pool) < MIN_RESIDUALS:
         return {}
-    return {"campaigns": sorted(c for c, p in pools.items() if len(p)), **sequential.evaluate(pool)}
+    campaigns = sorted(c for c, r in repeated.items() if len(sequential.residual_pool(r)))
+    return {"campaigns": campaigns, **sequential.evaluate(pool)}
+
+
+def residuals_of(repeated: dict[str, pd.DataFrame]) -> np.ndarray:
+    """Every run-to-run residual of a CPU model's repeated series (``repeated_rounds``)."""
+    pools = [sequential.residual_pool(r) for r in repeated.values()]
+    return np.concatenate([p for p in pools if len(p)] or [np.array([])])
+
+
+def paired_regressions(con, campaign: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """``sequential.paired_alerts`` over each campaign's best-mode comparisons (or one
+    campaign's), a history per CPU model, the threshold simulated on that CPU model's residuals
+    from every repeated series; with a line for each series too short or too quiet to judge."""
+    environments = {}
+    for (env,) in con.execute("select environment from runs order by run_id").fetchall():
+        environment = parse_json(env)
+        identity = cpu_identity(environment)
+        if identity is not None:
+            environments.setdefault(identity, environment)
+    frames, notes = [], []
+    for identity, environment in environments.items():
+        cpu = "{} family {} model {}".format(*identity[:3])
+        on_cpu = samples_on_cpu(con, environment)
+        repeated = repeated_rounds(on_cpu)
+        pool = residuals_of(repeated)
+        for name, rounds in sorted(repeated.items()):
+            if campaign not in (None, name):
+                continue
+            runs = rounds.run.nunique()
+            if runs <= sequential.BASELINE_RUNS or len(pool) < MIN_RESIDUALS:
+                notes.append(
+                    f"{name} on {cpu}: {runs} runs and {len(pool)} residuals; a history needs "
+                    f"{sequential.BASELINE_RUNS + 1} runs and {MIN_RESIDUALS} residuals"
+                )
+                continue
+            alerts = sequential.paired_alerts(rounds, pool, on_cpu[name][0])
+            frames.append(alerts.assign(campaign=name, cpu=cpu))
+    columns = ["campaign", "cpu", *sequential.ALERT_COLUMNS]
+    found = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return found.reindex(columns=columns), notes
 
 
 def equivalence_reach(samples: pd.DataFrame, run_id: str, floor=None) -> dict:
