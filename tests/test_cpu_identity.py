@@ -2,6 +2,7 @@
 
 from fwbench.measure import device
 from fwbench.pipeline import environment
+from fwbench.results import layout
 
 ZEN3 = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -42,9 +43,9 @@ def test_the_first_processor_is_parsed_with_its_isa():
 def test_same_name_other_model_is_another_machine():
     zen3 = {"cpu": device.parse_cpuinfo(ZEN3), "gpus": []}
     zen4 = {"cpu": device.parse_cpuinfo(ZEN4), "gpus": []}
-    assert environment.machine_words(zen4) == "AMD EPYC (family 25, model 17)"
+    assert layout.machine_words(zen4) == "AMD EPYC (family 25, model 17)"
     no_nvml = {**zen4, "gpus": [{"unavailable": "NVML: NVML Shared Library Not Found"}]}
-    assert environment.machine_words(no_nvml) == "AMD EPYC (family 25, model 17)"
+    assert layout.machine_words(no_nvml) == "AMD EPYC (family 25, model 17)"
     assert environment.resume_problem(zen3, zen3) is None
     assert "family 25, model 1) and this machine is AMD EPYC (family 25, model 17)" in (
         environment.resume_problem(zen3, zen4)

@@ -21,11 +21,10 @@ from fwbench.pipeline import environment
 from fwbench.pipeline.campaign import (
     CampaignError,
     load_campaign,
-    slug_settings,
-    slug_without_trial,
 )
 from fwbench.pipeline.notebook_params import read_parameters
 from fwbench.report.arms import variant as _variant
+from fwbench.results.layout import slug_settings, slug_without_trial
 from tests.conftest import REPO, STANDIN, run_cli
 
 # rerun_shared 0: the tests share their cores with other work, and a re-run only costs time here
@@ -55,11 +54,11 @@ def manifests(out, campaign):
 def test_invocations_make_separate_runs_of_one_series_and_report_once(
     write_campaign, tmp_path, monkeypatch
 ):
-    import fwbench.report.render as render
+    from fwbench.lab import Lab
 
     reports = []
     monkeypatch.setattr(
-        render, "build_report", lambda name, **kw: reports.append((name, kw["run_id"])) or "ok"
+        Lab, "report", lambda self, name, run_id, **kw: reports.append((name, run_id)) or "ok"
     )
     path = write_campaign(SERIES.replace("rerun_shared: 0", "rerun_shared: 0\nreport: true"))
     out = tmp_path / "out"

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from fwbench import cli
+from fwbench.lab import Lab, ReportError
 from fwbench.pipeline import runner
 from fwbench.report import readme, render
 from fwbench.report.family_reports import distributed_report
@@ -48,8 +49,8 @@ def built(tmp_path_factory):
         "report_dir": tmp / "local" / "report" / CAMPAIGN,
         "figures_dir": tmp / "local" / "figures" / CAMPAIGN,
     }
-    db_path = tmp / "index.duckdb"  # absent: build_report ingests first
-    first = render.build_report(CAMPAIGN, out=out, db_path=db_path, publish=True, **published)
+    db_path = tmp / "index.duckdb"  # absent: the report indexes first
+    first = Lab(out, db_path).report(CAMPAIGN, publish=True, **published)
     run_files = {
         p: p.read_bytes() for p in (out / CAMPAIGN / CURRENT_RUN).rglob("*") if p.is_file()
     }
@@ -58,7 +59,7 @@ def built(tmp_path_factory):
     for path in stale:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("from an earlier report")
-    second = render.build_report(CAMPAIGN, out=out, db_path=db_path, **dirs)
+    second = Lab(out, db_path).report(CAMPAIGN, **dirs)
     return {
         "out": out,
         "db": db_path,
@@ -239,8 +240,8 @@ def test_a_report_waits_for_no_runner_holding_the_output_folder(built):
     dirs = {"report_dir": built["report_dir"], "figures_dir": built["figures_dir"]}
     before = (built["out"] / CAMPAIGN / CURRENT_RUN / "manifest.json").read_text()
     with runner.output_lock(built["out"]):
-        with pytest.raises(render.ReportError, match="another fwbench run is using"):
-            render.build_report(CAMPAIGN, out=built["out"], db_path=built["db"], **dirs)
+        with pytest.raises(ReportError, match="another fwbench run is using"):
+            Lab(built["out"], built["db"]).report(CAMPAIGN, **dirs)
     assert (built["out"] / CAMPAIGN / CURRENT_RUN / "manifest.json").read_text() == before
 
 

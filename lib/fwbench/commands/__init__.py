@@ -4,5 +4,5 @@
 whatever any command imports at its top. A module therefore imports at its top only the standard
 library, ``common`` and ``results.db``; a handler imports the layers it drives (torch, pandas,
 papermill behind them) when it runs. Looked up at that moment, a function a test patches in those
-layers (``render.build_report``, ``tqdm.auto.tqdm``) is the patched one.
+layers (``Lab.report``, ``tqdm.auto.tqdm``) is the patched one.
 """

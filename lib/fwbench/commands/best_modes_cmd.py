@@ -40,7 +40,7 @@ def handle(args) -> int:
     from fwbench.measure import best_modes
     from fwbench.report import tables
 
-    db_path = Path(args.db) if args.db else db.default_db_path()
+    db_path = db.index_path(args.db)
     if not db_path.exists():
         return fail(f"no database at {db_path}; run `fwbench ingest` first")
     with db.connect(db_path, read_only=True) as con:

@@ -9,8 +9,6 @@ import re
 import sys
 from pathlib import Path
 
-from fwbench.results import db
-
 EXIT_OK, EXIT_CELL_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 # not 1: nothing failed, the index holds no configuration within the user's limits
 EXIT_NOTHING_FITS = 3
@@ -50,14 +48,12 @@ def indexed(args) -> tuple[Path, Path, str | None]:
     """The executed folder and the index ``predict`` and ``recommend`` read, the index built from
     the folder first where it is missing (a fresh clone); the one line to fail with if neither
     exists."""
-    out = Path(args.out)
-    db_path = Path(args.db) if args.db else db.default_db_path(out)
-    if not db_path.exists():
-        if not out.is_dir():
-            return out, db_path, f"no index at {db_path} and no executed notebooks at {out}"
-        print(f"fwbench: no index at {db_path}; indexing {out} first", file=sys.stderr)
-        db.ingest(out, db_path, progress=notebook_bar)
-    return out, db_path, None
+    from fwbench.lab import Lab
+
+    lab = Lab.at(args.out, args.db)
+    if not lab.db_path.exists() and lab.out.is_dir():
+        print(f"fwbench: no index at {lab.db_path}; indexing {lab.out} first", file=sys.stderr)
+    return lab.out, lab.db_path, lab.ensure_index(progress=notebook_bar)
 
 
 def load_training_table(db_path: Path, out: Path):
@@ -66,7 +62,7 @@ def load_training_table(db_path: Path, out: Path):
     from tqdm.auto import tqdm
 
     from fwbench.families.prediction import forecast, frozen
-    from fwbench.pipeline.campaign import find_repo_root
+    from fwbench.results.layout import find_repo_root
 
     if forecast.latest_table(out) is None:
         print("fwbench: no 21_prediction table; building one from the index", file=sys.stderr)

@@ -143,7 +143,7 @@ def draw(args) -> int:
         return fail(f"--size must be at least {MIN_LINEAGES}, got {args.size}")
     if not args.dry_run and (out.exists() or draw_path.exists()):
         return fail(f"{out} exists: a frozen set is never replaced; write a new one elsewhere")
-    db_path = Path(args.db) if args.db else db.default_db_path()
+    db_path = db.index_path(args.db)
     if not db_path.exists():
         return fail(f"no index at {db_path} (fwbench ingest builds it)")
     measured = measured_models(db_path)
@@ -247,7 +247,7 @@ def score(args) -> int:
         return fail(
             f"{score_path} exists: the set has been scored once; draw a new set to test again"
         )
-    db_path = Path(args.db) if args.db else db.default_db_path(Path(args.executed))
+    db_path = db.index_path(args.db, Path(args.executed))
     if not db_path.exists():
         return fail(f"no index at {db_path} (fwbench ingest builds it)")
     run = frozen_score.newest_run(frozen_score.measured_rows(db_path), campaign.stem)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fwbench.commands.common import EXIT_OK, fail, notebook_bar
 from fwbench.results import db
 
@@ -25,10 +23,12 @@ def add_parser(sub) -> None:
 
 
 def handle(args) -> int:
-    root = Path(args.dir)
-    db_path = Path(args.db) if args.db else db.default_db_path(root)
+    from fwbench.lab import Lab
+
+    lab = Lab.at(args.dir, args.db)
+    db_path = lab.db_path
     try:
-        counts = db.ingest(root, db_path, progress=notebook_bar)
+        counts = lab.index(progress=notebook_bar)
     except db.IngestError as exc:
         return fail(str(exc))
     gone = f"; {counts['dropped']} runs no longer on disk dropped" if counts["dropped"] else ""

@@ -17,7 +17,6 @@ from fwbench.commands.common import (
     indexed,
     load_training_table,
 )
-from fwbench.results import db
 
 QUICK_CALIBRATION = "params/calibrate_quick.yaml"
 
@@ -102,8 +101,10 @@ def machine_ceiling(db_path: Path, out: Path, request):
     found = answers.indexed_ceiling(db_path, request) if db_path.exists() else None
     if found is not None:
         return found
-    from fwbench.pipeline.campaign import CampaignError, find_repo_root, load_campaign
-    from fwbench.pipeline.runner import RunnerBusy, run_campaign
+    from fwbench.lab import Lab
+    from fwbench.pipeline.campaign import CampaignError, load_campaign
+    from fwbench.pipeline.runner import RunnerBusy
+    from fwbench.results.layout import find_repo_root
 
     print(
         f"fwbench: no {request.precision} ceilings with {request.threads} threads for "
@@ -115,9 +116,8 @@ def machine_ceiling(db_path: Path, out: Path, request):
         campaign = load_campaign(find_repo_root(Path.cwd()) / QUICK_CALIBRATION)
         if not campaign.select(only):
             return None
-        run_dir, _ = run_campaign(campaign, out, only=only)
+        Lab(out, db_path).run_once(campaign, only=only)
     except (CampaignError, RunnerBusy) as exc:
         print(f"fwbench: calibration failed: {exc}", file=sys.stderr)
         return None
-    db.ingest(run_dir, db_path)
     return answers.indexed_ceiling(db_path, request)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from fwbench.commands.common import EXIT_OK, fail
 from fwbench.results import db
@@ -25,7 +24,7 @@ def add_parser(sub) -> None:
 def handle(args) -> int:
     import duckdb
 
-    db_path = Path(args.db) if args.db else db.default_db_path()
+    db_path = db.index_path(args.db)
     try:
         frame = db.query(args.sql, db_path)
     except FileNotFoundError as exc:

@@ -49,7 +49,7 @@ def add_parser(sub) -> None:
 def handle(args) -> int:
     from fwbench.report import regressions
 
-    db_path = Path(args.db) if args.db else db.default_db_path()
+    db_path = db.index_path(args.db)
     if not db_path.exists():
         return fail(f"no database at {db_path}; run `fwbench ingest` first")
     known = regressions.campaigns(db_path)

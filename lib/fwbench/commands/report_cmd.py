@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fwbench.commands.common import EXIT_OK, fail, folder_name
-from fwbench.results import db
 
 
 def add_parser(sub) -> None:
@@ -46,18 +43,11 @@ def add_parser(sub) -> None:
 
 
 def handle(args) -> int:
-    from fwbench.report.render import ReportError, build_report
+    from fwbench.lab import Lab, ReportError
 
-    out = Path(args.out)
-    db_path = Path(args.db) if args.db else db.default_db_path(out)
     try:
-        path = build_report(
-            args.campaign,
-            out=out,
-            db_path=db_path,
-            run_id=args.run_id,
-            into=args.into,
-            publish=args.publish,
+        path = Lab.at(args.out, args.db).report(
+            args.campaign, args.run_id, into=args.into, publish=args.publish
         )
     except ReportError as exc:
         return fail(str(exc))

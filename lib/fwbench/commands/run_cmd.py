@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 from fwbench.commands.common import EXIT_CELL_FAILED, EXIT_OK, fail
-from fwbench.results import db
 
 
 def modes_epilog() -> str:
@@ -122,8 +121,9 @@ def add_parser(sub) -> None:
 
 
 def handle(args) -> int:
+    from fwbench.lab import Lab, ReportError
     from fwbench.pipeline.campaign import CampaignError, load_campaign
-    from fwbench.pipeline.runner import RunnerBusy, run_series
+    from fwbench.pipeline.runner import RunnerBusy
     from fwbench.pipeline.slurm import SlurmSettings, SlurmUnavailable, parse_options
 
     invocations, problem = _checked_options(args)
@@ -144,21 +144,20 @@ def handle(args) -> int:
     cells = campaign.select(args.only)
     if not cells:
         return fail(f"--only {args.only!r} matches no cell of campaign {campaign.name}")
-    out = Path(args.out)
-    db_path = Path(args.db) if args.db else db.default_db_path(out)
+    lab = Lab.at(args.out, args.db)
     if args.dry_run:
-        return _dry_run(args, campaign, cells, out, db_path, invocations)
+        return _dry_run(args, campaign, cells, lab.out, lab.db_path, invocations)
     refused: list[str] = []
     try:
-        outcomes = run_series(
+        outcomes = lab.run(
             campaign,
-            out,
+            index=not args.no_index,
+            on_run=functools.partial(_say_run, lab.db_path, refused),
             invocations=invocations,
             resume=args.resume,
             only=args.only,
             timeout=args.timeout,
             slurm=slurm,
-            after_run=functools.partial(_ingest_run, None if args.no_index else db_path, refused),
         )
     except (RunnerBusy, CampaignError, SlurmUnavailable) as exc:
         return fail(str(exc))
@@ -166,19 +165,9 @@ def handle(args) -> int:
         return EXIT_CELL_FAILED
     failed = any(r.status != "ok" for o in outcomes for r in o.results.values())
     if campaign.report and not args.only and not args.no_index:
-        from fwbench.report.render import ReportError, build_report
-
         # once, after the last run: the report reads every run of the campaign from the index
         try:
-            print(
-                build_report(
-                    campaign.name,
-                    out=out,
-                    db_path=db_path,
-                    run_id=outcomes[-1].run_dir.name,
-                    publish=args.publish,
-                )
-            )
+            print(lab.report(campaign.name, outcomes[-1].run_dir.name, publish=args.publish))
         except ReportError as exc:
             print(f"fwbench: report failed: {exc}", file=sys.stderr)
             return EXIT_CELL_FAILED
@@ -212,20 +201,18 @@ def _checked_options(args) -> tuple[int | None, str | None]:
     return invocations, None
 
 
-def _ingest_run(db_path: Path | None, refused: list[str], outcome) -> None:
-    """Index one run of the series as it ends, so that a series stopped half-way leaves its
-    finished runs indexed; a run whose ingest is refused joins ``refused``. No ``db_path``
-    (``--no-index``): only say how the run went."""
+def _say_run(db_path: Path, refused: list[str], outcome, counts, refusal) -> None:
+    """Say how one run of the series went as it ends, and how it was indexed (``Lab.run``); a
+    run whose ingest is refused joins ``refused``. No ``counts`` and no refusal
+    (``--no-index``): not indexed."""
     failed = [k for k, r in outcome.results.items() if r.status != "ok"]
-    if db_path is None:
+    if refusal is not None:
+        print(f"fwbench: ingest refused: {refusal}", file=sys.stderr)
+        refused.append(str(outcome.run_dir))
+        return
+    if counts is None:
         ok = len(outcome.results) - len(failed)
         print(f"{outcome.run_dir}: {ok} ok, {len(failed)} not ok; not indexed", flush=True)
-        return
-    try:
-        counts = db.ingest(outcome.run_dir, db_path)
-    except db.IngestError as exc:
-        print(f"fwbench: ingest refused: {exc}", file=sys.stderr)
-        refused.append(str(outcome.run_dir))
         return
     place = (
         f" (invocation {outcome.invocation} of {outcome.invocations})"

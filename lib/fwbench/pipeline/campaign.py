@@ -63,6 +63,7 @@ from fwbench.pipeline.cell_checks import (
     validate,
 )
 from fwbench.pipeline.notebook_params import NotebookParameter, read_parameters
+from fwbench.results.layout import AA_COPY, find_repo_root, make_slug
 
 STEP_KEYS = {
     "notebook",
@@ -87,9 +88,8 @@ CAMPAIGN_KEYS = {
     "invocations",
     "models",
 }
-# The parameter (and record field) that marks an A/A copy; the runner owns it, so a campaign never
-# sets it by hand and the slug and the records always agree.
-AA_COPY = "aa_copy"
+# AA_COPY (results.layout) is the parameter and record field that marks an A/A copy; the runner
+# owns it, so a campaign never sets it by hand and the slug and the records always agree.
 ORDERS = ("sequential", "interleaved", "duet", "relay")
 # a duet or a relay spans steps, so only a campaign has them
 STEP_ORDERS = ("sequential", "interleaved")
@@ -235,14 +235,6 @@ class RunOrder:
         return cls(data["order"], data["seed"], list(data["before_rounds"]), data["rounds"])
 
 
-def find_repo_root(start: Path) -> Path:
-    """The nearest folder at or above ``start`` that holds ``notebooks/``; else the cwd."""
-    for folder in [start, *start.parents]:
-        if (folder / "notebooks").is_dir():
-            return folder
-    return Path.cwd()
-
-
 def resolve_notebook(name: str, campaign_path: Path) -> Path:
     if "/" in name:
         path = (campaign_path.parent / name).resolve()
@@ -253,37 +245,6 @@ def resolve_notebook(name: str, campaign_path: Path) -> Path:
     if not path.is_file():
         raise CampaignError(f"{campaign_path}: notebook {name!r} not found (looked for {path})")
     return path
-
-
-def _slug_value(value) -> str:
-    if isinstance(value, (list, tuple)):
-        return "-".join(_slug_value(v) for v in value)
-    text = str(value)
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "none"
-
-
-def make_slug(
-    parameters: dict, keys: list[str], trial: int, trials: int, aa_copy: bool = False
-) -> str:
-    parts = [f"{k}={_slug_value(parameters[k])}" for k in sorted(keys)]
-    if aa_copy:
-        # a suffix in the slug's own key=value form, so slug_settings and slug_without_trial
-        # read a copy's slug as they read any other
-        parts.append(f"{AA_COPY}=1")
-    if trials > 1:
-        parts.append(f"trial={trial}")
-    return "__".join(parts) or "default"
-
-
-def slug_without_trial(slug: str) -> str:
-    """A slug of ``make_slug`` less its trial: what the trials of one cell share."""
-    return "__".join(p for p in slug.split("__") if not re.fullmatch(r"trial=\d+", p))
-
-
-def slug_settings(slug: str) -> dict[str, str]:
-    """The ``key=value`` pairs of a slug of ``make_slug``, values as the slug writes them."""
-    pairs = (p.split("=", 1) for p in slug.split("__") if "=" in p)
-    return dict(pairs)
 
 
 def _load_yaml(path: Path) -> dict:

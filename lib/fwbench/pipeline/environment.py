@@ -8,10 +8,10 @@ import os
 import platform
 import socket
 import subprocess
-from datetime import UTC, datetime
 from pathlib import Path
 
 from fwbench.measure.device import cpu_identity, cpu_model_name, heap_allocator
+from fwbench.results.layout import machine_words, now_iso
 from fwbench.vocab import ENV_COMMIT
 
 PACKAGES = (
@@ -33,10 +33,6 @@ ENV_VARS = (
     "LD_PRELOAD",
     "MALLOC_CONF",
 )
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def git_sha(cwd: str | os.PathLike | None = None) -> str | None:
@@ -209,21 +205,6 @@ def capture(
         env["torch"] = torch_settings()
         env["jax"] = jax_settings()
     return env
-
-
-def machine_words(env: dict) -> str | None:
-    """The hardware a run's records describe, as ``--resume`` compares it: the CPU with family and
-    model, and the GPUs by name; None for an environment captured before the CPU's family and
-    model were recorded."""
-    cpu = env.get("cpu")
-    if not cpu:
-        return None
-    name = cpu.get("name") or "unknown CPU"
-    if cpu.get("family") is not None and cpu.get("model") is not None:
-        name = f"{name} (family {cpu['family']}, model {cpu['model']})"
-    # an entry without a name says why no GPU could be read (no NVML), not that there is one
-    gpus = sorted(g["name"] for g in env.get("gpus") or [] if g.get("name"))
-    return " + ".join([name, *gpus])
 
 
 def resume_problem(started: dict, here: dict) -> str | None:

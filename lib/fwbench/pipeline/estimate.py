@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fwbench.pipeline import environment
-from fwbench.pipeline.campaign import AA_COPY, Campaign, Cell
+from fwbench.pipeline.campaign import Campaign, Cell
+from fwbench.results import layout
+from fwbench.results.layout import AA_COPY
 
 # Which earlier cells an estimate rests on, best first; the label travels into the printout,
 # with where they ran (a CPU smoke run says little of a GPU cell): this machine's hardware, other
@@ -48,7 +50,7 @@ def _history(db_path: Path):
         db_path,
     )
     words = {
-        raw: environment.machine_words(json.loads(raw) if isinstance(raw, str) else raw or {})
+        raw: layout.machine_words(json.loads(raw) if isinstance(raw, str) else raw or {})
         for raw in history.environment.dropna().unique()
     }
     history["machine"] = history.environment.map(words)
@@ -98,7 +100,7 @@ def _rank(basis: str) -> tuple[int, int]:
 def estimate(campaign: Campaign, cells: list[Cell], db_path: Path) -> list[StepEstimate]:
     """One estimate per step of ``campaign`` among ``cells``; raises FileNotFoundError without index."""
     history = _history(db_path)
-    here = environment.machine_words(environment.machine())
+    here = layout.machine_words(environment.machine())
     steps: dict[int, list[Cell]] = {}
     for cell in cells:
         steps.setdefault(cell.step, []).append(cell)

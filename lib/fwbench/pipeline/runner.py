@@ -31,6 +31,7 @@ from fwbench.pipeline.trial import (
     shared_machine_warning,
     write_json_atomic,
 )
+from fwbench.results import layout
 
 LOCK_NAME = ".fwbench-run.lock"
 
@@ -338,7 +339,7 @@ def _new_run(
         **({"series_notebooks": pinned} if pinned else {}),
         "campaign_file": str(campaign.path),
         "campaign_spec": campaign.raw,
-        "started_at": environment.now_iso(),
+        "started_at": layout.now_iso(),
         "finished_at": None,
         "environment": environment.capture(
             campaign.path.parent,
@@ -407,6 +408,6 @@ def _finish_run(
                 notice(f"  {cell.key}: {shared_machine_warning(result.contention)}")
             bar.update(1)
     bar.close()
-    manifest["finished_at"] = environment.now_iso()
+    manifest["finished_at"] = layout.now_iso()
     write_json_atomic(run_dir / "manifest.json", manifest)
     return RunOutcome(run_dir, results, invocation, invocations, series_id)

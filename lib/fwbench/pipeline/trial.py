@@ -28,6 +28,7 @@ from fwbench.measure.meters.contention import ContentionMeter
 from fwbench.measure.relay import ENV_RELAY, ENV_RELAY_PLACE
 from fwbench.pipeline.campaign import Cell
 from fwbench.pipeline.notebook_params import read_notebook
+from fwbench.results.layout import write_text_atomic
 from fwbench.results.records import CONTEXT_ENV
 from fwbench.vocab import ANSI_RE, ENV_EXECUTED_DIR, ENV_KERNEL, ENV_PREFIX, ENV_TRIAL
 
@@ -136,14 +137,6 @@ def patched_environ(values: dict):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` whole: a reader (or a stop half-way) never sees it half-written."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def write_json_atomic(path: Path, data) -> None:

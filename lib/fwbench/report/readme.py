@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from fwbench.pipeline import environment
-from fwbench.pipeline.trial import write_text_atomic
 from fwbench.report import family_reports, sections
 from fwbench.report.family_reports import inference_three_way
 from fwbench.report.sections import markdown_table, notes_part, read_table
+from fwbench.results import layout
+from fwbench.results.layout import write_text_atomic
 from fwbench.vocab import (
     model_label,
     series_label,
@@ -316,7 +316,7 @@ def progress_sentence(manifest_path: Path) -> str:
     if not planned or planned <= done:
         return ""
     command = f"fwbench run {manifest.get('campaign_file') or 'CAMPAIGN_FILE'} --resume"
-    machine = environment.machine_words(manifest.get("environment") or {})
+    machine = layout.machine_words(manifest.get("environment") or {})
     if machine is None:
         going_on = (
             "it was started before runs recorded their CPU's family and model, so `--resume` "

@@ -1,12 +1,11 @@
-"""``fwbench report CAMPAIGN``: run 20_analysis over a run, then write report.md/.html.
+"""``fwbench report CAMPAIGN``: lay out report.md/.html from what 20_analysis left.
 
 A report is built where git does not look, ``local/report/<campaign>/`` and
 ``local/figures/<campaign>/``, with its analysis notebook beside it, and the run is only read: a
-user's reports never change a tracked file. ``publish`` makes it the committed reference: the
-analysis notebook is executed as a cell of the run (under the output lock, with its contention
-reading) into ``<out>/<campaign>/<run_id>/20_analysis/`` and the run's manifest, the index takes in
-its records, and the report goes to ``report/<campaign>/`` and ``figures/<campaign>/``. Either way
-the notebook leaves figures, tables and a ``content.json``; this module only lays them out.
+user's reports never change a tracked file. ``publish`` makes it the committed reference in
+``report/<campaign>/`` and ``figures/<campaign>/``. ``fwbench.lab.Lab.report`` executes the
+analysis notebook; it leaves figures, tables and a ``content.json``, and this module only lays
+them out.
 Everything is sorted and seeded, so rebuilding a report from the same data gives the same
 report.md apart from its "Generated" line.
 """
@@ -19,12 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from fwbench.pipeline import runner
-from fwbench.pipeline.campaign import Cell, find_repo_root, make_slug
-from fwbench.pipeline.environment import now_iso
 from fwbench.report import charts, sections
-from fwbench.report.tables import error_line, resolve_runs
-from fwbench.results import db
+from fwbench.results.layout import find_repo_root, now_iso
 
 NOTEBOOK = "20_analysis"
 MAX_TABLE_ROWS = 60
@@ -32,10 +27,6 @@ GENERATED_PREFIX = "Generated: "
 # git ignores it: the reports of a user's runs, until ``--publish`` makes one the reference
 LOCAL_DIR = "local"
 PARTS = (("results", "Results"), ("failures", "Failures and workarounds"))
-
-
-class ReportError(ValueError):
-    """Bad input to ``fwbench report`` (unknown campaign or run) or an analysis that failed."""
 
 
 def repo_root() -> Path:
@@ -56,81 +47,6 @@ def report_dirs(root: Path, name: str, publish: bool = False) -> tuple[Path, Pat
     ``figures/NAME`` when it is published, else the same under ``local/``."""
     base = root if publish else root / LOCAL_DIR
     return base / "report" / name, base / "figures" / name
-
-
-def build_report(
-    campaign: str,
-    out: Path,
-    db_path: Path,
-    run_id: str | None = None,
-    *,
-    baseline_run_id: str | None = None,
-    into: str | None = None,
-    publish: bool = False,
-    report_dir: Path | None = None,
-    figures_dir: Path | None = None,
-    timeout: float | None = None,
-) -> Path:
-    """Execute the analysis for one run of ``campaign`` and assemble its report; returns report.md.
-
-    ``into`` names the report (default: the campaign), e.g. a second report of one campaign for its
-    run on another CPU. ``publish``: see the module's docstring. ``report_dir`` and
-    ``figures_dir`` override where the report goes."""
-    out, db_path = Path(out), Path(db_path)
-    if not db_path.exists():
-        if not (out / campaign).is_dir():
-            raise ReportError(
-                f"no runs of campaign {campaign!r}: {out / campaign} does not exist and there is "
-                f"no index at {db_path}"
-            )
-        try:
-            db.ingest(out, db_path)
-        except db.IngestError as exc:
-            raise ReportError(str(exc)) from None
-    con = db.connect(db_path, read_only=True)
-    try:
-        run_id, baseline = resolve_runs(con, campaign, run_id or "", baseline_run_id or "")
-    except LookupError as exc:
-        raise ReportError(str(exc)) from None
-    finally:
-        con.close()
-    run_dir = out / campaign / run_id
-    if not (run_dir / "manifest.json").is_file():
-        raise ReportError(f"the index knows run {run_id} but {run_dir} is missing; pass its --out")
-
-    root = repo_root()
-    default_report, default_figures = report_dirs(root, into or campaign, publish)
-    report_dir = Path(report_dir or default_report).resolve()
-    figures_dir = Path(figures_dir or default_figures).resolve()
-    params = {
-        "campaign": campaign,
-        "run_id": run_id,
-        "baseline_run_id": baseline,
-        "db_path": _from_root(db_path.resolve(), root),
-        "figures_dir": _from_root(figures_dir, root),
-        "report_dir": _from_root(report_dir, root),
-        "figure_formats": ",".join(charts.PUBLISHED_FORMATS if publish else charts.FIGURE_FORMATS),
-    }
-    cell = Cell(
-        notebook=NOTEBOOK,
-        notebook_path=root / "notebooks" / f"{NOTEBOOK}.py",
-        slug=make_slug(params, ["campaign"], 0, 1),
-        parameters=params,
-    )
-    # unpublished, the analysis notebook sits beside its report and the run is only read
-    home = run_dir if publish else report_dir
-    try:
-        result = runner.execute_into_run(cell, out, run_dir, timeout, None if publish else home)
-    except runner.RunnerBusy as exc:
-        raise ReportError(str(exc)) from None
-    if publish:
-        db.ingest(run_dir, db_path)
-    executed = home / result.path
-    if result.status != "ok":
-        raise ReportError(
-            f"the analysis notebook {result.status}: {error_line(result.error)} (see {executed})"
-        )
-    return render(report_dir, out=out, analysis_notebook=executed)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -348,9 +264,3 @@ def render(report_dir: Path, *, out: Path, analysis_notebook: Path) -> Path:
     title = f"fwbench report: {content['campaign']}"
     (report_dir / "report.html").write_text(html_report(text, title))
     return md_path
-
-
-def _from_root(path: Path, root: Path) -> str:
-    """A path inside the repository relative to its root (the notebook resolves it there), so the
-    executed notebook committed as evidence names no machine's folders; others stay absolute."""
-    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)

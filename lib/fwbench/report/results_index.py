@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from fwbench.pipeline import environment
-from fwbench.pipeline.trial import write_text_atomic
 from fwbench.report import sections
 from fwbench.report.family_reports import memory_index
 from fwbench.report.render import html_report
+from fwbench.results import layout
+from fwbench.results.layout import write_text_atomic
 
 INDEX_NAME = "index"
 RUN_DATE = re.compile(r"^(\d{4})(\d{2})(\d{2})T")
@@ -36,7 +36,7 @@ def _hardware(manifest_path: Path) -> str:
     if not manifest_path.is_file():
         return "not recorded (its executed notebooks are elsewhere)"
     env = json.loads(manifest_path.read_text()).get("environment") or {}
-    words = environment.machine_words(env)
+    words = layout.machine_words(env)
     if words:
         return words
     return f"{env.get('cpu_model') or 'unknown CPU'} (family and model not recorded)"

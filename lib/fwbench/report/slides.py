@@ -14,8 +14,8 @@ import base64
 import html
 from pathlib import Path
 
-from fwbench.pipeline.trial import write_text_atomic
 from fwbench.report import sections
+from fwbench.results.layout import write_text_atomic
 
 MAX_BULLETS = 6
 MAX_BULLET_CHARS = (

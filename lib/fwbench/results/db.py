@@ -62,6 +62,11 @@ def default_db_path(out: str | os.PathLike | None = None) -> Path:
     return Path(out or "executed") / DEFAULT_DB_NAME
 
 
+def index_path(given: str | os.PathLike | None, out: str | os.PathLike | None = None) -> Path:
+    """The index a command reads: the path its ``--db`` gave, else ``default_db_path(out)``."""
+    return Path(given) if given else default_db_path(out)
+
+
 def connect(db_path: str | os.PathLike, read_only: bool = False):
     db_path = Path(db_path)
     if read_only and not db_path.exists():

@@ -14,8 +14,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from fwbench.pipeline.campaign import slug_settings
 from fwbench.report.family_reports.memory_curve import FLOOR_WORDS, MODEL_WORDS, memory_rows
+from fwbench.results.layout import slug_settings
 
 METRIC = "peak_part_bytes"
 PARTS = ["params", "gradients", "optimizer state", "activations", "other"]

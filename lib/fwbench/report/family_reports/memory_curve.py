@@ -25,8 +25,8 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from fwbench.measure.stats import paired_ratio_interval
-from fwbench.pipeline.campaign import slug_without_trial
 from fwbench.report.tables import extra_columns, on_shared_machine, paired_rounds
+from fwbench.results.layout import slug_without_trial
 from fwbench.vocab import CONFIDENCE, MEMORY_COMPILED_KINDS
 from fwbench.vocab import MEMORY_ACTIVATION_GOAL_PCT as ACTIVATION_GOAL_PCT
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
