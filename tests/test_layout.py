@@ -284,3 +284,14 @@ def test_design_lists_the_layers_in_their_import_order():
         if order.index(target) < order.index(layer) and (layer, target) != ("vocab", "models")
     ]
     assert not upward, f"DESIGN.md lists these layers above what they import: {upward}"
+
+
+def test_a_verdict_is_put_into_words_in_one_place():
+    # measure/verdicts.py says what each verdict reads as (WORDS, words); a report that spells
+    # a verdict's words itself drifts from the rest when the margin or a word changes
+    spelled = [
+        "/".join(parts)
+        for path, parts in _modules()
+        if "equivalent within ±" in path.read_text() and parts[-1] != "verdicts"
+    ]
+    assert not spelled, spelled

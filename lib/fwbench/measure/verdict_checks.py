@@ -350,7 +350,7 @@ ROUND_CANDIDATES = (6, 8, 12, 16, 24, 32)
 
 
 def equivalence_rate(design: Design, simulations: int = 200, seed: int = 2, floor=None) -> float:
-    """The share of truly equal pairs (ratio 1) called *equivalent within ±5%* at ``design``."""
+    """The share of truly equal pairs (ratio 1) called *equivalent* at ``design``."""
     rng = np.random.default_rng(seed)
     said = total = 0
     for _ in range(simulations):

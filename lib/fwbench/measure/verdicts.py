@@ -62,6 +62,22 @@ WITHIN_ONE_RUN = "within one run"
 # A tuned mode (vocab.TUNED_MODES), chosen on a tuning run apart, never is.
 PICKED_ON_ROUNDS = "mode picked on these rounds"
 VERDICTS = (FASTER_A, FASTER_B, EQUIVALENT, INCONCLUSIVE, WITHIN_ONE_RUN, PICKED_ON_ROUNDS)
+# The words every report, README block and sentence says for a verdict that names no faster side;
+# spelled here once, so a margin or a word changed here changes everywhere.
+EQUIVALENT_WORDS = f"equivalent within ±{round(100 * (EQUIVALENCE_MARGIN - 1))}%"
+WORDS = {
+    EQUIVALENT: EQUIVALENT_WORDS,
+    INCONCLUSIVE: "inconclusive",
+    WITHIN_ONE_RUN: "within one run",
+    PICKED_ON_ROUNDS: "no verdict: mode picked on these rounds",
+}
+
+
+def words(verdict: str, faster: dict[str, str] | None = None) -> str:
+    """What a verdict says in a sentence: ``faster`` maps ``FASTER_A``/``FASTER_B`` to the
+    caller's words for a winner ("the twin is faster"); the others are ``WORDS``."""
+    return {**WORDS, **(faster or {})}.get(verdict, verdict)
+
 
 COLUMNS = ("comparison", "run", "round", "y")
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fwbench.measure import verdicts
 from fwbench.report import family_reports, sections
 from fwbench.report.family_reports import inference_three_way
 from fwbench.report.sections import markdown_table, notes_part, read_table
@@ -47,14 +48,6 @@ def _link(target: Path, readme_dir: Path) -> str:
     return Path(os.path.relpath(Path(target).resolve(), Path(readme_dir).resolve())).as_posix()
 
 
-VERDICT_NOTES = {
-    "equivalent": "equivalent within ±5%",
-    "inconclusive": "inconclusive",
-    "within one run": "within one run",
-    "mode picked on these rounds": "no verdict: mode picked on these rounds",
-}
-
-
 def ratio_cell(r) -> str:
     """A ratio with its interval and, unless a framework is faster, the verdict's words. A table
     from a report built before verdicts pooled runs has no ``between_term`` column: its intervals are
@@ -62,7 +55,7 @@ def ratio_cell(r) -> str:
     text = f"{r.ratio:.2f}× [{r.ci_low:.2f}, {r.ci_high:.2f}]"
     if not isinstance(getattr(r, "between_term", None), str):
         return f"{text} (within one run)"
-    note = VERDICT_NOTES.get(r.winner)
+    note = verdicts.WORDS.get(r.winner)
     return f"{text} ({note})" if note else text
 
 

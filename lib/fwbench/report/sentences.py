@@ -52,7 +52,7 @@ def ratio_sentence(row) -> str:
     ratio = f"JAX ÷ PyTorch throughput {times(row.ratio)} {interval(row.ci_low, row.ci_high)}"
     if row.winner == verdicts.EQUIVALENT:
         return (
-            f"JAX and PyTorch are equivalent within ±5% {where} ({modes}; {ratio}, its 90% "
+            f"JAX and PyTorch are {verdicts.EQUIVALENT_WORDS} {where} ({modes}; {ratio}, its 90% "
             f"interval {interval(row.ci90_low, row.ci90_high)} inside [0.95, 1.05])."
         )
     if row.winner == verdicts.INCONCLUSIVE:
@@ -122,7 +122,7 @@ def tally_sentence(matrix: pd.DataFrame, comparison: str) -> str:
     text = (
         f"Over all {len(rows)} configurations compared with {label}, JAX is faster in "
         f"{counts.get('jax', 0)}, PyTorch in {counts.get('torch', 0)}, "
-        f"{counts.get(verdicts.EQUIVALENT, 0)} are equivalent within ±5% and "
+        f"{counts.get(verdicts.EQUIVALENT, 0)} are {verdicts.EQUIVALENT_WORDS} and "
         f"{counts.get(verdicts.INCONCLUSIVE, 0)} are inconclusive"
     )
     within = counts.get(verdicts.WITHIN_ONE_RUN, 0)
@@ -216,7 +216,7 @@ def matrix_intro(matrix: pd.DataFrame) -> str:
         "JAX ÷ PyTorch throughput (images/s) for every model, device, precision and "
         "batch size, with a 95% interval; > 1 means JAX is faster. A framework is *faster* when "
         "the interval excludes 1 after Holm's adjustment across the campaign's comparisons, "
-        "*equivalent within ±5%* when the 90% interval lies inside [0.95, 1.05], and otherwise "
+        f"*{verdicts.EQUIVALENT_WORDS}* when the 90% interval lies inside [0.95, 1.05], and otherwise "
         "*inconclusive*."
     )
     if matrix.empty:

@@ -552,7 +552,7 @@ def paired_regressions(con, campaign: str | None = None) -> tuple[pd.DataFrame, 
 
 
 def equivalence_reach(samples: pd.DataFrame, run_id: str, floor=None) -> dict:
-    """Whether *equivalent within ±5%* can be said at this campaign's design: the share of truly
+    """Whether *equivalent* (``verdicts.EQUIVALENT_WORDS``) can be said at this campaign's design: the share of truly
     equal pairs called equivalent when simulated at the design and the variance components fitted
     on the pooled runs (``verdict_checks.equivalence_rate``), and the rounds per run that would
     reach the goal where it falls short. Empty without rounds from two or more runs."""

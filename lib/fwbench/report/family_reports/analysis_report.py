@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from fwbench.measure import verdicts
 from fwbench.measure.meters.contention import SHARED_FRACTION
 from fwbench.report import sentences, sequential, tables
 from fwbench.report.items import (
@@ -212,7 +213,7 @@ def equivalence_sentence(reach: dict) -> str:
     text = (
         f"Equivalence: at this campaign's design ({reach['design']}, the fitted variance "
         f"components, a round's log-ratio SD {reach['round_sd']:.3f}), a truly equal pair is "
-        f"called equivalent within ±5% in {reach['rate']:.0%} of simulations (goal ≥ 80%)"
+        f"called {verdicts.EQUIVALENT_WORDS} in {reach['rate']:.0%} of simulations (goal ≥ 80%)"
     )
     if reach["rate"] >= 0.80:
         return text + "."

@@ -273,7 +273,7 @@ DISTRIBUTED = Section(
             "distributed_verdicts",
             "Step time compared across strategies with interleaved trials: B ÷ A in steps per "
             "second (above 1: B is faster), through the verdicts' estimator (trials are rounds, "
-            "nested in runs; its design stated), *faster*, *equivalent within ±5%* or "
+            f"nested in runs; its design stated), *faster*, *{verdicts.EQUIVALENT_WORDS}* or "
             "*inconclusive*; one run calls no winner.",
             scaling,
             records("distributed", ["step_ms"]),

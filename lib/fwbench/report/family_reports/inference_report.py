@@ -248,7 +248,7 @@ COMPARISON = Section(
             "trial and pooled runs, else the ratio of medians); best modes (each framework's "
             "tuned arm, else its only one, else its fastest here, which calls no winner) and "
             "defaults (PyTorch eager vs JAX jit). Colour is log₂ of the "
-            "ratio; ≈ marks equivalent within ±5%, ? inconclusive, (1 run) within one run.",
+            f"ratio; ≈ marks {verdicts.EQUIVALENT_WORDS}, ? inconclusive, (1 run) within one run.",
             ratio_heatmap("matrix"),
         ),
         Table(

@@ -206,11 +206,10 @@ def headline_words(matrix: pd.DataFrame) -> list[str]:
     ):
         parts = []
         for r in group.sort_values("batch_size").itertuples():
-            word = {
-                verdicts.FASTER_B: "the twin is faster",
-                verdicts.FASTER_A: "torchax is faster",
-                verdicts.EQUIVALENT: "equivalent within ±5%",
-            }.get(r.verdict, r.verdict)
+            word = verdicts.words(
+                r.verdict,
+                {verdicts.FASTER_B: "the twin is faster", verdicts.FASTER_A: "torchax is faster"},
+            )
             parts.append(
                 f"batch {int(r.batch_size)}: {r.ratio:.2f}× [{r.ci_low:.2f}, {r.ci_high:.2f}], "
                 f"{word}"

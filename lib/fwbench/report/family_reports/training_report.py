@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from fwbench.measure import verdicts
 from fwbench.report import charts, sentences, tables
 from fwbench.report.family_reports import training_inference, training_tta
 from fwbench.report.items import (
@@ -281,7 +282,7 @@ TRAINING = Section(
             "JAX ÷ PyTorch training throughput",
             "Median training images/s of JAX divided by PyTorch's (batch size over the synced "
             "step time), on {devices}; 95% bootstrap interval over steps (or trials, with "
-            "three or more); ≈ marks equivalent within ±5%, ? inconclusive, (1 run) within "
+            f"three or more); ≈ marks {verdicts.EQUIVALENT_WORDS}, ? inconclusive, (1 run) within "
             "one run.",
             ratio_heatmap(matrix),
             when=nonempty(matrix),

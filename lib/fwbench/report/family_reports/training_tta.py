@@ -125,11 +125,7 @@ def sentences(meas: pd.DataFrame) -> list[str]:
     best = best_table(meas)
     for r in tta_verdicts(meas).itertuples():
         rows = best[best.model == r.model]
-        words = (
-            f"{r.faster} reaches it sooner"
-            if r.faster
-            else {"equivalent": "equivalent within ±5%"}.get(r.verdict, r.verdict)
-        )
+        words = f"{r.faster} reaches it sooner" if r.faster else verdicts.words(r.verdict)
         per_run = " (each run's search in turn)" if rows.run.nunique() > 1 else ""
         lines.append(
             f"{model_label(r.model)} to {rows.target_top1.iloc[0]:g}% validation top-1: JAX "

@@ -4,6 +4,7 @@ browser, per runtime and thread count, and what each browser can run.
 
 from __future__ import annotations
 
+from fwbench.measure import verdicts
 from fwbench.report import sections
 from fwbench.report.family_reports import web_audio_tables
 from fwbench.report.items import (
@@ -82,7 +83,8 @@ WEB_AUDIO = Section(
             "Browser against native: each browser runtime's real-time factor ÷ native ONNX "
             "Runtime's on the same model, threads and audio (above 1: slower in the browser), "
             "with interleaved trials as rounds nested in runs through the verdicts' estimator "
-            "(its design stated): *faster*, *equivalent within ±5%* or *inconclusive*; one run "
+            f"(its design stated): *faster*, *{verdicts.EQUIVALENT_WORDS}* or *inconclusive*; one "
+            "run "
             "calls no winner.",
             ratios,
             records("web_audio", ["rtf"]),
