@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from fwbench.families.prediction import features as fw_features
-from fwbench.measure.stats import paired_ratio_interval
+from fwbench.measure import comparison
 from fwbench.results import db as fw_db
 
 MIN_CLEAN_TRIALS = 3
@@ -224,35 +224,25 @@ def winner_pairs(table: pd.DataFrame, predicted: pd.Series | None = None) -> pd.
     carries a hold-out's ``setting_seen``, a pair's ``setting_seen`` holds when both its rows
     have it. A pair shares its image size too: one run may time a model at two."""
     key = PAIR_KEY
+    found = comparison.pair_rows(
+        table,
+        key,
+        comparison.framework_is("jax", ["jit"]),
+        comparison.framework_is("torch", ["eager"]),
+    ).drop_duplicates(key)
     rows = []
-    for values, group in table.groupby(key, sort=True):
-        jax = group[(group.framework == "jax") & (group["mode"] == "jit")]
-        torch = group[(group.framework == "torch") & (group["mode"] == "eager")]
-        if jax.empty or torch.empty:
-            continue
-        j, t = jax.iloc[0], torch.iloc[0]
+    for pair in found.itertuples(index=False):
+        j, t = table.loc[pair.jax_index], table.loc[pair.torch_index]
         row = {
-            **dict(zip(key, values, strict=True)),
+            **{k: getattr(pair, k) for k in key},
             "measured_ratio": j.seconds / t.seconds,
-            "decided": decided(t.trial_img_s, j.trial_img_s),
+            "decided": comparison.decided(t.trial_img_s, j.trial_img_s),
         }
-        if "setting_seen" in group:
+        if "setting_seen" in table:
             row["setting_seen"] = bool(j.setting_seen and t.setting_seen)
         if predicted is not None:
-            if jax.index[0] not in predicted.index or torch.index[0] not in predicted.index:
+            if pair.jax_index not in predicted.index or pair.torch_index not in predicted.index:
                 continue
-            row["predicted_ratio"] = predicted[jax.index[0]] / predicted[torch.index[0]]
+            row["predicted_ratio"] = predicted[pair.jax_index] / predicted[pair.torch_index]
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def decided(torch_trials: dict, jax_trials: dict) -> bool:
-    """Whether the paired interval of two arms' images/s (trial -> value), over the trials both
-    ran (at least two), excludes a ratio of 1."""
-    common = sorted(set(torch_trials) & set(jax_trials))
-    if len(common) < 2:
-        return False
-    paired = paired_ratio_interval(
-        [torch_trials[k] for k in common], [jax_trials[k] for k in common]
-    )
-    return bool(paired.low > 1 or paired.high < 1)

@@ -21,6 +21,7 @@ import pandas as pd
 
 from fwbench import vocab
 from fwbench.families.prediction import dataset, forecast, predictor, ratio
+from fwbench.measure import comparison
 from fwbench.models.lineage import lineage
 
 # what identifies a prediction and the measurement it is scored against
@@ -127,21 +128,21 @@ def _pairs(scored: pd.DataFrame) -> pd.DataFrame:
     """Each configuration's JAX row against its PyTorch row: the measured ratio of seconds, whether
     the paired trials decide it, and the predicted ratio."""
     key = [k for k in KEYS if k not in ("framework", "mode")]
+    found = comparison.pair_rows(
+        scored, key, comparison.framework_is("jax"), comparison.framework_is("torch")
+    ).drop_duplicates(key)
     rows = []
-    for values, group in scored.groupby(key, sort=True):
-        jax, torch = group[group.framework == "jax"], group[group.framework == "torch"]
-        if jax.empty or torch.empty:
-            continue
-        j, t = jax.iloc[0], torch.iloc[0]
+    for pair in found.itertuples(index=False):
+        j, t = scored.loc[pair.jax_index], scored.loc[pair.torch_index]
         measured, predicted = j.seconds / t.seconds, j.predicted_s / t.predicted_s
         direct = j.get("direct_ratio", np.nan)
         rows.append(
             {
-                **dict(zip(key, values, strict=True)),
+                **{k: getattr(pair, k) for k in key},
                 "measured_ratio": measured,
                 "predicted_ratio": predicted,
                 "direct_ratio": direct,
-                "decided": dataset.decided(t.trial_img_s, j.trial_img_s),
+                "decided": comparison.decided(t.trial_img_s, j.trial_img_s),
                 "correct": bool((measured < 1) == (predicted < 1)),
                 "direct_correct": bool((measured < 1) == (direct < 1)),
                 "direct_inside": bool(

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from fwbench.families.prediction import dataset, predictor
+from fwbench.measure import comparison
 from fwbench.models.lineage import lineage
 
 JAX_MODES = ("jit", "torchax")
@@ -30,16 +31,24 @@ def pairs(table: pd.DataFrame) -> pd.DataFrame:
     the between-run spread rides along, and it is never ``decided``). The JAX row's columns,
     ``torch_seconds``, ``torch_index`` (the row, or the first of those pooled), ``log_ratio`` (JAX
     over PyTorch) and ``decided`` (the paired trials' interval excludes 1)."""
-    jax = table[(table.framework == "jax") & table["mode"].isin(JAX_MODES)]
-    torch = table[(table.framework == "torch") & (table["mode"] == "eager")]
+    is_jax = comparison.framework_is("jax", JAX_MODES)
+    is_torch = comparison.framework_is("torch", ["eager"])
+    torch = table[is_torch(table)]
     right = torch[dataset.PAIR_KEY].assign(
         torch_seconds=torch.seconds.to_numpy(), torch_index=torch.index
     )
     if "trial_img_s" in torch:
         right["torch_trials"] = torch.trial_img_s.to_numpy()
     right = right.drop_duplicates(dataset.PAIR_KEY)
-    jax = jax.reset_index(names="jax_index")
-    same = jax.merge(right, on=dataset.PAIR_KEY, how="inner").assign(same_run=True)
+    jax = table[is_jax(table)].reset_index(names="jax_index")
+    # the same run's PyTorch row where there is one (``comparison.pair_rows``, as every pairing)
+    found = comparison.pair_rows(table, dataset.PAIR_KEY, is_jax, is_torch, keep_missing=True)
+    same = (
+        jax.merge(found[["jax_index", "torch_index"]], on="jax_index")
+        .merge(right.drop(columns=dataset.PAIR_KEY), on="torch_index")
+        .reindex(columns=[*jax.columns, *right.columns.drop(dataset.PAIR_KEY)])
+        .assign(same_run=True)
+    )
     config = dataset.PAIR_KEY[2:]
     pooled = right.groupby(config, as_index=False).agg(
         torch_seconds=("torch_seconds", "median"), torch_index=("torch_index", "first")
@@ -49,7 +58,7 @@ def pairs(table: pd.DataFrame) -> pd.DataFrame:
     out = pd.concat([same, other], ignore_index=True)
     out["log_ratio"] = np.log(out.seconds / out.torch_seconds)
     out["decided"] = [
-        bool(s) and isinstance(t, dict) and dataset.decided(t, j)
+        bool(s) and isinstance(t, dict) and comparison.decided(t, j)
         for s, t, j in zip(
             out.same_run,
             out.get("torch_trials", pd.Series(None, index=out.index)),
