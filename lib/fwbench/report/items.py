@@ -107,6 +107,20 @@ def records(family: str | None = None, metrics: Sequence[str] = (), prefix: str 
     return paths
 
 
+def pooled(family: str, metrics: Sequence[str] = ()) -> Sources:
+    """The notebooks behind a family's records of some metrics in every run the verdicts pool:
+    what a pooled number links, so that each run's trials can be traced."""
+
+    def paths(analysis: Analysis, _frame: pd.DataFrame) -> list[str]:
+        rows = analysis.pool_meas if not analysis.pool_meas.empty else analysis.meas
+        rows = rows[rows.family == family]
+        if metrics:
+            rows = rows[rows.metric.isin(metrics)]
+        return analysis.pooled_sources(rows)
+
+    return paths
+
+
 def own_paths(_analysis: Analysis, frame: pd.DataFrame) -> list[str]:
     """Tables of cells carry their notebook's path in a column of their own."""
     return list(frame.path.dropna())

@@ -61,6 +61,8 @@ class Analysis:
     # every pooled run's measurements with its cells' readings (column run_id), for families
     # whose verdicts read their own metrics' rounds
     pool_meas: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # every pooled run's cells, so that a number pooled over runs links all their notebooks
+    pool_cells: pd.DataFrame = field(default_factory=pd.DataFrame)
     # a family's own frames (items.per_analysis), each computed once
     computed: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -75,6 +77,12 @@ class Analysis:
         cells = self.cells
         if not self.why_cells.empty:
             cells = pd.concat([cells, self.why_cells], ignore_index=True)
+        return tables.source_paths(rows, cells)
+
+    def pooled_sources(self, rows: pd.DataFrame) -> list[str]:
+        """The notebooks behind ``rows`` of ``pool_meas``: every pooled run's, not this run's
+        alone."""
+        cells = self.pool_cells if not self.pool_cells.empty else self.cells
         return tables.source_paths(rows, cells)
 
     def family(self, name: str) -> pd.DataFrame:
@@ -267,9 +275,12 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
     run = tables.load_run(con, campaign, run_id)
     pool = tables.pooled_run_ids(con, campaign, run_id)
     # each pooled run's measurements read once, for the samples and for the families' own rounds
+    pool_cells = {run_id: cells} | {
+        rid: tables.load_cells(con, campaign, rid) for rid in pool if rid != run_id
+    }
     loaded = {run_id: meas} | {
         rid: tables.with_cell_readings(
-            tables.load_measurements(con, campaign, rid), tables.load_cells(con, campaign, rid)
+            tables.load_measurements(con, campaign, rid), pool_cells[rid]
         )
         for rid in pool
         if rid != run_id
@@ -309,6 +320,7 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
         why_meas=why_meas,
         why_cells=why_cells,
         pool_meas=pool_meas,
+        pool_cells=pd.concat(pool_cells.values(), ignore_index=True),
     )
 
 

@@ -149,7 +149,8 @@ def load_run(con, campaign: str, run_id: str) -> dict:
 def source_paths(rows: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
     """The executed notebooks (paths relative to the output folder) that produced ``rows``."""
     # a report's borrowed profiles (``why.companion_why``) come from another campaign's cells
-    on = ["notebook", "cell"] + (["campaign"] if "campaign" in rows and "campaign" in cells else [])
+    # and a number pooled over runs from each run's cells of the same name
+    on = ["notebook", "cell"] + [k for k in ("campaign", "run_id") if k in rows and k in cells]
     keys = rows[on].drop_duplicates()
     paths = cells.merge(keys, on=on)["path"]
     return sorted(set(paths.dropna()))

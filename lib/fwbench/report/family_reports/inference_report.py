@@ -23,6 +23,7 @@ from fwbench.report.items import (
     literal,
     nonempty,
     per_analysis,
+    pooled,
     ratio_heatmap,
     records,
     throughput,
@@ -259,7 +260,7 @@ COMPARISON = Section(
             "`p_holm` the Holm-adjusted p-value, `runs_to_decide` roughly how many runs would "
             "decide an inconclusive one, `dropped_shared` rounds left out for contention.",
             lambda a: a.matrix,
-            records("inference", ["throughput_img_s"]),
+            pooled("inference", ["throughput_img_s"]),
             drop=("device",),
         ),
     ),

@@ -33,6 +33,7 @@ from fwbench.report.items import (
     literal,
     nonempty,
     per_analysis,
+    pooled,
     records,
 )
 from fwbench.report.sections import markdown_table
@@ -307,7 +308,7 @@ SECTION = Section(
             "Each pair's ratio (b ÷ a throughput) with 95% and 90% intervals, its design (runs × "
             "rounds) and verdict: `faster` names the faster arm where the verdict decides one.",
             matrix,
-            records("inference", ["throughput_img_s"]),
+            pooled("inference", ["throughput_img_s"]),
             drop=("device",),
         ),
         Each(lambda a: [Note(literal(t)) for t in a.borrowed_line if not gaps(a).empty]),
