@@ -445,17 +445,39 @@ def _copy_spreads(run: pd.DataFrame) -> list[float]:
     return spreads
 
 
-def repeated_rounds(on_cpu: dict) -> dict[str, pd.DataFrame]:
-    """The best-mode rounds of every campaign in ``on_cpu`` (``samples_on_cpu``) with two or
-    more runs (campaign -> ``verdicts.COLUMNS`` frame): the evidence this CPU model's between-run
-    term and the regression detector's noise come from."""
-    out = {}
+def series_rounds(on_cpu: dict) -> list[tuple[str, pd.DataFrame]]:
+    """Every repeated series in ``on_cpu`` (``samples_on_cpu``): (campaign, its best-mode rounds
+    as a ``verdicts.COLUMNS`` frame). A series is the runs that timed the arms a run compared, so
+    a campaign whose arms changed (a new mode) keeps its earlier series apart; newest first, and
+    only those of two or more runs."""
+    out = []
     for campaign, (ids, samples) in on_cpu.items():
-        if len(ids) < 2:
+        if len(ids) < 2 or samples.empty:
             continue
-        rounds = best_rounds(samples, ids[-1]) if not samples.empty else pd.DataFrame()
-        if not rounds.empty and rounds.run.nunique() >= 2:
-            out[campaign] = rounds
+        seen: set[str] = set()
+        for rid in reversed(ids):
+            if rid in seen:
+                continue
+            rounds = best_rounds(samples, rid)
+            runs = set(rounds.run) if not rounds.empty else set()
+            seen |= runs | {rid}
+            if len(runs) >= 2:
+                out.append((campaign, rounds))
+    return out
+
+
+def repeated_rounds(on_cpu: dict) -> dict[str, pd.DataFrame]:
+    """``series_rounds`` by name (a campaign's newest series by the campaign's, an earlier one
+    by its runs): the evidence this CPU model's between-run term and the regression detector's
+    noise come from."""
+    out: dict[str, pd.DataFrame] = {}
+    for campaign, rounds in series_rounds(on_cpu):
+        name = (
+            campaign
+            if campaign not in out
+            else f"{campaign} (runs {min(rounds.run)}-{max(rounds.run)})"
+        )
+        out[name] = rounds
     return out
 
 
@@ -505,16 +527,16 @@ def paired_detector(repeated: dict[str, pd.DataFrame]) -> dict:
     """The paired-ratio regression detector (``sequential``) scored on histories resampled from
     the run-to-run residuals of this CPU model's repeated series (``repeated_rounds``);
     empty where there are fewer than ``MIN_RESIDUALS``."""
-    pool = residuals_of(repeated)
+    pool = residuals_of(repeated.values())
     if len(pool) < MIN_RESIDUALS:
         return {}
     campaigns = sorted(c for c, r in repeated.items() if len(sequential.residual_pool(r)))
     return {"campaigns": campaigns, **sequential.evaluate(pool)}
 
 
-def residuals_of(repeated: dict[str, pd.DataFrame]) -> np.ndarray:
-    """Every run-to-run residual of a CPU model's repeated series (``repeated_rounds``)."""
-    pools = [sequential.residual_pool(r) for r in repeated.values()]
+def residuals_of(series) -> np.ndarray:
+    """Every run-to-run residual of a CPU model's repeated series (rounds frames)."""
+    pools = [sequential.residual_pool(r) for r in series]
     return np.concatenate([p for p in pools if len(p)] or [np.array([])])
 
 
@@ -532,9 +554,9 @@ def paired_regressions(con, campaign: str | None = None) -> tuple[pd.DataFrame, 
     for identity, environment in environments.items():
         cpu = "{} family {} model {}".format(*identity[:3])
         on_cpu = samples_on_cpu(con, environment)
-        repeated = repeated_rounds(on_cpu)
-        pool = residuals_of(repeated)
-        for name, rounds in sorted(repeated.items()):
+        series = series_rounds(on_cpu)
+        pool = residuals_of(r for _, r in series)
+        for name, rounds in series:
             if campaign not in (None, name):
                 continue
             runs = rounds.run.nunique()
@@ -544,7 +566,7 @@ def paired_regressions(con, campaign: str | None = None) -> tuple[pd.DataFrame, 
                     f"{sequential.BASELINE_RUNS + 1} runs and {MIN_RESIDUALS} residuals"
                 )
                 continue
-            alerts = sequential.paired_alerts(rounds, pool, on_cpu[name][0])
+            alerts = sequential.paired_alerts(rounds, pool, sorted(rounds.run.unique()))
             frames.append(alerts.assign(campaign=name, cpu=cpu))
     columns = ["campaign", "cpu", *sequential.ALERT_COLUMNS]
     found = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
