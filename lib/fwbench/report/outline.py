@@ -293,7 +293,7 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
     # runs fit a term of 0 takes it instead (verdicts.fit's floor)
     # every campaign's samples on this CPU model, read once: the shared between-run term, the
     # detector's residuals and the round-noise table all compare across campaigns
-    on_cpu = tables.samples_on_cpu(con, run["environment"])
+    on_cpu = tables.samples_on_cpu(con, run["environment"], until=run_id)
     repeated = trust.repeated_rounds(on_cpu) if runs_with_rounds else {}
     imported = trust.shared_between(repeated)
     why_run_id, why_meas, why_cells = why.companion_why(con, campaign, run["environment"])

@@ -363,26 +363,32 @@ def pooled_samples(
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def runs_on_cpu(con, environment: dict) -> dict[str, list[str]]:
-    """Every campaign's runs made on the CPU model ``environment`` names, oldest first."""
+def runs_on_cpu(con, environment: dict, until: str | None = None) -> dict[str, list[str]]:
+    """Every campaign's runs made on the CPU model ``environment`` names, oldest first; with
+    ``until`` (a run id) only those that started no later, so that a report rebuilt after more
+    runs were made says what it said."""
     identity = cpu_identity(environment)
     if identity is None:
         return {}
     rows = con.execute("select campaign, run_id, environment from runs order by run_id").fetchall()
     by_campaign: dict[str, list[str]] = {}
     for campaign, rid, env in rows:
+        if until is not None and rid > until:
+            continue
         if cpu_identity(parse_json(env)) == identity:
             by_campaign.setdefault(campaign, []).append(rid)
     return by_campaign
 
 
-def samples_on_cpu(con, environment: dict) -> dict[str, tuple[list[str], pd.DataFrame]]:
+def samples_on_cpu(
+    con, environment: dict, until: str | None = None
+) -> dict[str, tuple[list[str], pd.DataFrame]]:
     """Every campaign's runs on the CPU model ``environment`` names, with their
     ``pooled_samples`` (campaign -> (run ids, frame)): read once for all that compares across
     campaigns."""
     return {
         campaign: (ids, pooled_samples(con, campaign, ids))
-        for campaign, ids in sorted(runs_on_cpu(con, environment).items())
+        for campaign, ids in sorted(runs_on_cpu(con, environment, until).items())
     }
 
 
