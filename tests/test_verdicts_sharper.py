@@ -4,10 +4,12 @@ between-run term, and the estimator's defects that each of these tests caught.""
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fwbench.measure import verdict_checks, verdicts
 from fwbench.measure.verdict_checks import Design
+from fwbench.report import trust
 
 # the headline's design at the round noise a relay run leaves (round SD 0.05 on the log ratio)
 RELAYED = Design(comparisons=12, runs=3, rounds=6, run_sd=0.015, run_comparison_sd=0.02,
@@ -123,3 +125,21 @@ def test_equivalence_is_said_of_equal_pairs_at_a_quiet_design_and_not_at_a_noisy
     assert verdict_checks.equivalence_rate(noisy, simulations=40) < 0.10
     # at a relay's noise six rounds do; at the old noise it takes several times as many
     assert verdict_checks.rounds_for_equivalence(quiet, simulations=40) == 6
+
+
+def test_a_campaign_whose_arms_changed_lends_both_series_to_the_shared_term():
+    # three runs of stock JAX jit against torch.compile, then two of the tuned arms: the newest
+    # run's arms alone would leave the earlier three runs out of the CPU model's evidence
+    from tests.test_best_modes import _samples
+
+    old = _samples({("jax", "jit"): 100.0, ("torch", "compile"): 200.0}, runs=("r1", "r2", "r3"))
+    new = _samples({("jax", "jit-tuned"): 300.0, ("torch", "tuned"): 200.0}, runs=("r4", "r5"))
+    samples = pd.concat([old, new], ignore_index=True)
+    series = trust.series_rounds({"headline": (["r1", "r2", "r3", "r4", "r5"], samples)})
+    assert [sorted(set(r.run)) for _, r in series] == [["r4", "r5"], ["r1", "r2", "r3"]]
+    named = trust.repeated_rounds({"headline": (["r1", "r2", "r3", "r4", "r5"], samples)})
+    assert list(named) == ["headline", "headline (runs r1-r3)"]
+    # a single newer run has no series of its own, and the earlier one still counts
+    single = pd.concat([old, new[new.run_id == "r4"]], ignore_index=True)
+    left = trust.series_rounds({"headline": (["r1", "r2", "r3", "r4"], single)})
+    assert [sorted(set(r.run)) for _, r in left] == [["r1", "r2", "r3"]]
