@@ -1,5 +1,6 @@
 """Words an outsider can read: no run ids in the code, no phrases that only make sense inside the
-project's history, and a front page short enough to read.
+project's history, a front page short enough to read, and campaign files that open with what they
+are for, how to run them and what they cost.
 
 Run ids belong to the evidence (executed/, report/) and the decision log (docs/decisions.md);
 code that names one describes a past state of the data, not what it does.
@@ -14,6 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 RUN_ID = re.compile(r"\d{8}T\d{6}Z")
 HISTORY_WORDS = re.compile(r"the seed's|the issue's|\bsittings?\b", re.IGNORECASE)
 README_MAX_LINES = 200
+CAMPAIGN_HEADER_MAX_LINES = 15
+COST = re.compile(r"\bcost\b", re.IGNORECASE)
 
 
 def _code_files():
@@ -73,3 +76,17 @@ def test_every_preface_belongs_to_a_campaign():
             path
         )
         assert not RUN_ID.search(path.read_text()), f"{path.name}: run ids belong in the report"
+
+
+@pytest.mark.parametrize(
+    "path", [pytest.param(p, id=p.name) for p in sorted((REPO / "params").glob("*.yaml"))]
+)
+def test_campaign_header_says_purpose_command_and_cost(path):
+    """A campaign file's header says what the campaign is for, the command that runs it and what it
+    costs, in at most 15 lines; what earlier runs showed goes to docs/decisions.md."""
+    lines = _campaign_header(path).splitlines()
+    assert 0 < len(lines) <= CAMPAIGN_HEADER_MAX_LINES, f"{path.name}: header of {len(lines)} lines"
+    command = f"fwbench run params/{path.name}"
+    assert any(command in line for line in lines), f"{path.name}: the header lacks `{command}`"
+    assert any(COST.search(line) for line in lines), f"{path.name}: no header line says its cost"
+    assert not RUN_ID.search("\n".join(lines)), f"{path.name}: run ids belong in docs/decisions.md"
