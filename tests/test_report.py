@@ -469,6 +469,16 @@ def test_the_brief_block_quotes_verdicts_and_trust_and_names_no_run(built, capsy
         assert (path.parent / link.partition("#")[0]).exists(), link
 
 
+def test_a_ratios_only_block_keeps_the_table_and_leaves_the_trust_figures(built, capsys):
+    path = _readme_around(built, README_AROUND.format(begin=BEGIN, end=END))
+    code, output = readme_cli(capsys, "--ratios-only", "--readme", path, "--out", built["out"])
+    assert code == 0, output.err
+    block = path.read_text().split(BEGIN)[1].split(END)[0]
+    assert f"`fwbench readme {CAMPAIGN} --ratios-only`" in block
+    assert "| ResNet-50 | " in block and "How far these ratios can be trusted" not in block
+    assert not re.search(r"\d{8}T\d{6}Z", block), "the front page names no run"
+
+
 def test_the_results_index_lists_every_report_and_links_it(built, capsys, tmp_path):
     import shutil
 

@@ -37,6 +37,12 @@ def add_parser(sub) -> None:
         action="store_true",
         help="only the run, the inference verdicts and the trust figures (the README's headline)",
     )
+    readme.add_argument(
+        "--ratios-only",
+        action="store_true",
+        help="only the run line and the JAX ÷ PyTorch verdicts' table (an earlier result kept "
+        "for reference; its report holds the rest)",
+    )
     readme.set_defaults(func=handle)
 
 
@@ -45,7 +51,12 @@ def handle(args) -> int:
 
     try:
         changed = update_readme(
-            args.campaign, Path(args.readme), Path(args.out), into=args.into, brief=args.brief
+            args.campaign,
+            Path(args.readme),
+            Path(args.out),
+            into=args.into,
+            brief=args.brief,
+            ratios_only=args.ratios_only,
         )
     except ReadmeError as exc:
         return fail(str(exc))

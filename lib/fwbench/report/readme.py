@@ -227,11 +227,13 @@ def results_block(
     figures_dir: Path,
     into: str | None = None,
     brief: bool = False,
+    ratios_only: bool = False,
 ) -> str:
     """The markdown between the markers, from report ``report_dir`` of ``campaign`` (built with
     ``fwbench report CAMPAIGN --into INTO`` when ``into`` is given). ``brief`` keeps the run line,
     the inference verdicts and the trust figures: the README's front page quotes no more, and the
-    report has the rest."""
+    report has the rest. ``ratios_only`` keeps the run line and the verdicts' table (an earlier
+    result the front page keeps for reference; its report has the trust figures)."""
     try:
         content = sections.read(report_dir)
     except FileNotFoundError:
@@ -252,6 +254,7 @@ def results_block(
     contention = " ".join(i["text"] for i in shared["items"] if i["kind"] == "note")
     command = f"fwbench readme {campaign}{f' --into {into}' if into else ''}"
     command += " --brief" if brief else ""
+    command += " --ratios-only" if ratios_only else ""
     parts = [
         f"<!-- Written by `{command}` from "
         f"{_link(report_dir, readme_dir)}/ "
@@ -266,6 +269,10 @@ def results_block(
     progress = progress_sentence(Path(out) / campaign / run_id / "manifest.json")
     if progress:
         parts.append(progress)
+    if ratios_only:
+        return NAMED_RUN.sub(
+            "the newest run", "\n\n".join(parts + inference_part(matrix, report_link))
+        )
     families = family_lines(content, tables, report_link)
     if brief:
         # a campaign without JAX-vs-PyTorch ratios (prediction) is quoted by its family's lines
@@ -347,6 +354,7 @@ def update_readme(
     figures_dir: Path | None = None,
     into: str | None = None,
     brief: bool = False,
+    ratios_only: bool = False,
 ) -> bool:
     """Rewrite ``readme``'s results block from the report of ``campaign``; True if it changed.
 
@@ -369,6 +377,7 @@ def update_readme(
             Path(figures_dir or root / "figures" / name),
             into,
             brief,
+            ratios_only,
         ),
     )
 
