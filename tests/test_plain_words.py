@@ -61,6 +61,15 @@ def test_no_history_words(name, text):
     assert not hits, f"{name}: {hits} only make sense inside the project's history"
 
 
+def test_design_holds_current_contracts_only():
+    found = [
+        n
+        for n, line in enumerate((REPO / "DESIGN.md").read_text().splitlines(), 1)
+        if RUN_ID.search(line)
+    ]
+    assert not found, f"DESIGN.md lines {found} name runs: their story is docs/decisions.md's"
+
+
 def test_the_readme_is_a_front_door():
     lines = (REPO / "README.md").read_text().splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines"
