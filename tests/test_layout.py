@@ -295,3 +295,14 @@ def test_a_verdict_is_put_into_words_in_one_place():
         if "equivalent within ±" in path.read_text() and parts[-1] != "verdicts"
     ]
     assert not spelled, spelled
+
+
+def test_the_lab_imports_the_report_only_to_build_one():
+    # a GPU node runs `fwbench run --no-index` from a kit without the report's libraries
+    tree = ast.parse((LIB / "lab.py").read_text())
+    at_top = {
+        node.module
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fwbench")
+    }
+    assert not {m for m in at_top if m.startswith("fwbench.report")}, at_top

@@ -16,12 +16,12 @@ from pathlib import Path
 
 from fwbench.pipeline import runner
 from fwbench.pipeline.campaign import Campaign, Cell
-from fwbench.report import charts, render
-from fwbench.report.tables import error_line, resolve_runs
 from fwbench.results import db
 from fwbench.results.layout import make_slug
 
-ANALYSIS = render.NOTEBOOK
+# The report layer is imported where a report is built: a GPU node runs campaigns with
+# `fwbench run --no-index` from a kit without the report's libraries (gpu/kit.txt).
+ANALYSIS = "20_analysis"
 
 
 class ReportError(ValueError):
@@ -104,6 +104,9 @@ class Lab:
         the index takes in its records and the report goes to ``report/`` and ``figures/``.
         ``into`` names the report (default: the campaign); ``report_dir`` and ``figures_dir``
         override where it goes."""
+        from fwbench.report import render
+        from fwbench.report.tables import error_line
+
         if not self.db_path.exists():
             if not (self.out / campaign).is_dir():
                 raise ReportError(
@@ -146,6 +149,8 @@ class Lab:
         return render.render(report_dir, out=self.out, analysis_notebook=executed)
 
     def _resolve(self, campaign: str, run_id: str | None, baseline: str | None) -> tuple:
+        from fwbench.report.tables import resolve_runs
+
         con = db.connect(self.db_path, read_only=True)
         try:
             return resolve_runs(con, campaign, run_id or "", baseline or "")
@@ -155,6 +160,8 @@ class Lab:
             con.close()
 
     def _analysis_cell(self, campaign, run_id, baseline, root, dirs, publish) -> Cell:
+        from fwbench.report import charts
+
         report_dir, figures_dir = dirs
         params = {
             "campaign": campaign,
