@@ -18,10 +18,10 @@ from fwbench.pipeline import runner
 from fwbench.pipeline.campaign import Campaign, Cell
 from fwbench.results import db
 from fwbench.results.layout import make_slug
+from fwbench.vocab import ANALYSIS_NOTEBOOK
 
 # The report layer is imported where a report is built: a GPU node runs campaigns with
 # `fwbench run --no-index` from a kit without the report's libraries (gpu/kit.txt).
-ANALYSIS = "20_analysis"
 
 
 class ReportError(ValueError):
@@ -175,8 +175,8 @@ class Lab:
             ),
         }
         return Cell(
-            notebook=ANALYSIS,
-            notebook_path=root / "notebooks" / f"{ANALYSIS}.py",
+            notebook=ANALYSIS_NOTEBOOK,
+            notebook_path=root / "notebooks" / f"{ANALYSIS_NOTEBOOK}.py",
             slug=make_slug(params, ["campaign"], 0, 1),
             parameters=params,
         )

@@ -301,3 +301,7 @@ OP_CATEGORIES = (
     "other",
 )
 OVERHEAD = "framework overhead"
+
+
+# the notebook that reads a run and writes its report's content; it runs into the run it reads
+ANALYSIS_NOTEBOOK = "20_analysis"

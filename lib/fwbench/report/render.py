@@ -20,8 +20,9 @@ import pandas as pd
 
 from fwbench.report import charts, sections
 from fwbench.results.layout import find_repo_root, now_iso
+from fwbench.vocab import ANALYSIS_NOTEBOOK
 
-NOTEBOOK = "20_analysis"
+NOTEBOOK = ANALYSIS_NOTEBOOK
 MAX_TABLE_ROWS = 60
 GENERATED_PREFIX = "Generated: "
 # git ignores it: the reports of a user's runs, until ``--publish`` makes one the reference

@@ -15,11 +15,10 @@ import pandas as pd
 from fwbench.measure import verdicts
 from fwbench.measure.stats import bootstrap_ci, ratio_ci
 from fwbench.report.arms import pick_arm, picked_on_rounds, variant, withheld
-from fwbench.vocab import ANSI_RE
+from fwbench.vocab import ANALYSIS_NOTEBOOK, ANSI_RE
 
 # The ratio bootstrap is seeded so that a report rebuilt from the same data is identical.
 RATIO_SEED = 0
-ANALYSIS_NOTEBOOK = "20_analysis"
 # A framework's "default" variant is vocab.DEFAULT_MODE; "best" is its tuned variant (a mode a
 # tuning run picked, vocab.TUNED_MODES), else its only one, else the fastest in the run, which then
 # calls no verdict (``picked_on_rounds``); of JAX's own only (a TORCH_GRAPH_MODES variant runs
