@@ -250,22 +250,11 @@ def results_block(
     distributed = read_table(tables, "distributed")
     if not devices and "device_name" in distributed:
         devices = sorted(set(distributed.device_name))
-    shared = sections.section_by_name(content, "shared_machine") or {"items": []}
-    contention = " ".join(i["text"] for i in shared["items"] if i["kind"] == "note")
     command = f"fwbench readme {campaign}{f' --into {into}' if into else ''}"
     command += " --brief" if brief else ""
     command += " --ratios-only" if ratios_only else ""
-    parts = [
-        f"<!-- Written by `{command}` from "
-        f"{_link(report_dir, readme_dir)}/ "
-        "(content.json and tables/); rebuild the report and run it again instead of editing. -->",
-        # the front page names no run: the report it links to does
-        (f"**Campaign `{campaign}`**" if brief else f"**Campaign `{campaign}`, run `{run_id}`**")
-        + f" ([report]({report_link}), [executed notebooks]"
-        f"({_link(Path(out) / campaign / ('' if brief else run_id), readme_dir)}/))"
-        + (f", on {', '.join(devices)}" if devices else "")
-        + f". {contention}".rstrip(),
-    ]
+    # the front page names no run (brief or ratios only): the report it links to does
+    parts = _opening(content, command, (report_dir, readme_dir, out), devices, brief or ratios_only)
     progress = progress_sentence(Path(out) / campaign / run_id / "manifest.json")
     if progress:
         parts.append(progress)
@@ -301,6 +290,27 @@ def results_block(
     parts += notes_part(content, "trust", "How far these ratios can be trusted", report_link)
     parts += notes_part(content, "why", "Why", report_link)
     return "\n\n".join(parts + families)
+
+
+def _opening(content: dict, command: str, dirs: tuple, devices: list, brief: bool) -> list:
+    """A block's first lines: what wrote it, and the campaign's run, its links, devices and
+    contention reading."""
+    report_dir, readme_dir, out = dirs
+    campaign, run_id = content["campaign"], content["run_id"]
+    report_link = _link(Path(report_dir) / "report.md", readme_dir)
+    shared = sections.section_by_name(content, "shared_machine") or {"items": []}
+    contention = " ".join(i["text"] for i in shared["items"] if i["kind"] == "note")
+    return [
+        f"<!-- Written by `{command}` from "
+        f"{_link(report_dir, readme_dir)}/ "
+        "(content.json and tables/); rebuild the report and run it again instead of editing. -->",
+        # the front page names no run: the report it links to does
+        (f"**Campaign `{campaign}`**" if brief else f"**Campaign `{campaign}`, run `{run_id}`**")
+        + f" ([report]({report_link}), [executed notebooks]"
+        f"({_link(Path(out) / campaign / ('' if brief else run_id), readme_dir)}/))"
+        + (f", on {', '.join(devices)}" if devices else "")
+        + f". {contention}".rstrip(),
+    ]
 
 
 def progress_sentence(manifest_path: Path) -> str:

@@ -136,8 +136,9 @@ def paired_alerts(rounds: pd.DataFrame, pool: np.ndarray, run_order: list[str]) 
     ``y`` the log of JAX ÷ PyTorch throughput, ``run`` a run id), runs in ``run_order``: the first
     run where a side's CUSUM passes its threshold, simulated on ``pool`` (run-to-run residuals of
     this CPU model) for ``FALSE_ALERTS_PER_100`` per 100 histories over both sides together.
-    ``change_pct`` is how much slower the named arm ran, relative to the other, from the end of
-    the baseline to the alert, against the baseline's level. Comparisons with fewer than
+    ``change_pct`` is how much slower the named arm ran, relative to the other, against the
+    baseline's level, from where the change began (after the statistic last stood at 0) to
+    the alert. Comparisons with fewer than
     ``BASELINE_RUNS + 1`` runs carry no history yet and raise nothing."""
     pool = np.asarray(pool, dtype=float)
     rows = []
@@ -160,7 +161,11 @@ def paired_alerts(rounds: pd.DataFrame, pool: np.ndarray, run_order: list[str]) 
             alert = first_alert(x, sd, thresholds[side], k)
             if alert is None:
                 continue
-            moved = float(np.mean(x[BASELINE_RUNS : alert + 1]) - np.mean(x[:BASELINE_RUNS]))
+            # the change began after the statistic last stood at 0 (CUSUM's own change point)
+            path = statistic(x, sd, k)[: alert - BASELINE_RUNS + 1]
+            zeros = np.nonzero(path == 0)[0]
+            begun = BASELINE_RUNS + (int(zeros[-1]) + 1 if len(zeros) else 0)
+            moved = float(np.mean(x[begun : alert + 1]) - np.mean(x[:BASELINE_RUNS]))
             rows.append(
                 {
                     "comparison": comparison,
