@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fwbench.report import sentences
 from fwbench.report.family_reports import distributed_report as dist
 
 # two workers' step, compute-only step and all-reduce in run 20261201T224517Z of
@@ -85,3 +86,9 @@ def test_a_campaign_run_once_keeps_its_one_cell_and_each_pooled_run_its_own_tria
     assert set(kept[kept.run_id == "r1"].trial) == {1, 2, 3, 4}
     assert set(kept[kept.run_id == "r0"].trial) == {0}
 
+
+def test_the_limitations_count_the_timed_trials():
+    assert dist.most_trials(_records()) == 4
+    lines = sentences.limitations(pd.DataFrame(), _records(), [dist.most_trials(_records())])
+    assert not any(line.startswith("Fewer than three trials") for line in lines)
+    assert dist.most_trials(_records().iloc[0:0]) == 0
