@@ -24,7 +24,7 @@ from fwbench.report import (
     why,
 )
 from fwbench.report import family_reports as families
-from fwbench.report.family_reports import training_report
+from fwbench.report.family_reports import training_report, web_audio_tables
 from fwbench.report.items import Each, Figure, Note, Section, Table, fill
 from fwbench.report.sections import ReportContent
 
@@ -359,6 +359,10 @@ SECTIONS: tuple[Section, ...] = (
 )
 
 
+# the families outside inference whose verdicts pair their own trials as rounds
+TRIALS_AS_ROUNDS = (families.distributed_report, web_audio_tables)
+
+
 # --------------------------------------------------------------------------- the loop
 
 
@@ -418,14 +422,16 @@ def summarise(content: ReportContent, analysis: Analysis) -> None:
         a.history_line,
         a.failures,
         a.retries,
-        training,
+        [*training, *families.web_audio_report.summary_sentences(a)],
         sentences.shared_machine_sentence(a.shared, a.cells),
         a.trust_summary,
     )
     content.methodology = sentences.methodology(
         a.run, a.meas, a.cells, [a.samples, training_report.samples(a)]
     )
-    content.limitations = sentences.limitations(a.samples, a.meas)
+    # the families whose verdicts take trials as rounds count theirs beside inference's
+    trials = [family.most_trials(a.meas) for family in TRIALS_AS_ROUNDS]
+    content.limitations = sentences.limitations(a.samples, a.meas, trials)
 
 
 def build(content: ReportContent, analysis: Analysis, show: Callable = _ignore) -> None:

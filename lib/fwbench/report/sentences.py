@@ -413,22 +413,22 @@ def contention_sentence(cells: pd.DataFrame) -> str:
 
 
 def executive_summary(
-    matrix, kinds, history, failures, retries, training=(), shared_machine=None, trust_lines=()
+    matrix, kinds, history, failures, retries, families=(), shared_machine=None, trust_lines=()
 ) -> list[str]:
-    """``history``: the sentence of ``history_sentence``. ``training``: the sentences of
-    ``training_sentences``, placed after the inference ones. ``shared_machine``: the sentence of
-    ``shared_machine_sentence``, placed first when present. ``trust_lines``: the A/A and
+    """``history``: the sentence of ``history_sentence``. ``families``: the other families' lines
+    (training's, web audio's), placed after the inference ones. ``shared_machine``: the sentence
+    of ``shared_machine_sentence``, placed first when present. ``trust_lines``: the A/A and
     stability sentences, placed after the comparisons they qualify."""
     sentences = [shared_machine] if shared_machine else []
     sentences += [ratio_sentence(r) for r in headline_rows(matrix).itertuples()]
     if not matrix.empty:
         compared = set(matrix.comparison)
         sentences += [tally_sentence(matrix, c) for c in ("best", "defaults") if c in compared]
-    elif not training:  # a training campaign's summary is its training lines
+    elif not families:  # a training or web-audio campaign's summary is its family's lines
         sentences.append("No inference configuration was measured on both frameworks in this run.")
     sentences += list(trust_lines)
     sentences += kind_sentences(kinds)
-    sentences += list(training)
+    sentences += list(families)
     sentences.append(history)
     sentences.append(failure_sentence(failures, retries))
     return sentences
@@ -578,8 +578,9 @@ def methodology(
     return lines
 
 
-def limitations(samples: pd.DataFrame, meas: pd.DataFrame) -> list[str]:
-    """What the numbers of this run cannot tell, partly read from the run itself."""
+def limitations(samples: pd.DataFrame, meas: pd.DataFrame, trials=()) -> list[str]:
+    """What the numbers of this run cannot tell, partly read from the run itself. ``trials``: the
+    most trials a configuration ran in, per family beside inference that pairs trials as rounds."""
     lines = [
         "PyTorch has no counterpart to XLA's cost analysis, so its roofline position borrows the "
         "byte count of the JAX program for the same model; PyTorch eager usually moves more bytes.",
@@ -587,7 +588,7 @@ def limitations(samples: pd.DataFrame, meas: pd.DataFrame) -> list[str]:
         "results.",
         "The interactive HTML figures load Vega from a CDN; the PNG and SVG files stand alone.",
     ]
-    if samples.empty or samples.n_trials.max() < 3:
+    if max([0 if samples.empty else samples.n_trials.max(), *trials]) < 3:
         lines.insert(
             0,
             "Fewer than three trials per configuration: intervals describe the noise within one "

@@ -33,16 +33,53 @@ def _distributed_rows(meas: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
     return rows if rows.empty else tables.extra_columns(rows, ["strategy", "world_size"])
 
 
+TIMING_KEYS = ["model", "framework", "strategy", "precision", "world_size", "device_name"]
+
+
+def timed_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The timing rows the step-time verdicts read: where a configuration ran in interleaved
+    trials, those trials alone. The cell run once before the rounds (trial 0: the float64 gate,
+    whose few steps still hold compilation) is a gate, shown in the parity table, not a timing;
+    a campaign run once (every cell trial 0) keeps its one cell."""
+    if rows.empty or "trial" not in rows:
+        return rows
+    trialled = rows.trial.fillna(0) > 0
+    keys = [rows[k].astype(str) for k in TIMING_KEYS if k in rows]
+    if "run_id" in rows:  # a pooled frame: each run's trials decide for that run
+        keys.append(rows.run_id.astype(str))
+    return rows[trialled | ~trialled.groupby(keys).transform("any")]
+
+
 def distributed_table(meas: pd.DataFrame) -> pd.DataFrame:
     """13_distributed's step time, communication share, weak-scaling efficiency and per-rank
     memory: one row per model, framework, strategy, precision and world size (strategy and
-    world size live in ``extra``)."""
+    world size live in ``extra``), the median over the timed trials (``timed_rows``)."""
     rows = _distributed_rows(meas, DISTRIBUTED_METRICS)
-    rows = rows[rows.status == "ok"] if not rows.empty else rows
+    rows = timed_rows(rows[rows.status == "ok"]) if not rows.empty else rows
     if rows.empty:
         return pd.DataFrame()
-    keys = ["model", "framework", "strategy", "precision", "world_size", "device_name"]
-    return tables.metric_columns(rows, keys, DISTRIBUTED_METRICS)
+    return tables.metric_columns(rows, TIMING_KEYS, DISTRIBUTED_METRICS)
+
+
+def most_trials(meas: pd.DataFrame) -> int:
+    """The most timed trials any configuration ran in (``sentences.limitations``); a campaign
+    run once counts one, and one without distributed records none."""
+    rows = _distributed_rows(meas, ["step_ms"])
+    rows = timed_rows(rows[rows.status == "ok"]) if len(rows) else rows
+    if rows.empty:
+        return 0
+    keys = [rows[k].astype(str) for k in TIMING_KEYS]
+    return int(rows.groupby(keys).trial.nunique().max())
+
+
+def timed_sources(metrics: list[str]):
+    """The notebooks behind a timing table: the timed trials' cells, not the gate's."""
+
+    def paths(analysis, _frame: pd.DataFrame) -> list[str]:
+        rows = _distributed_rows(analysis.meas, metrics)
+        return analysis.sources(timed_rows(rows[rows.status == "ok"]) if len(rows) else rows)
+
+    return paths
 
 
 def distributed_parity_table(meas: pd.DataFrame) -> pd.DataFrame:
@@ -245,9 +282,12 @@ DISTRIBUTED = Section(
     (
         Table(
             "distributed",
-            "Step time, communication share, scaling efficiency and per-rank memory.",
+            "Step time, communication share, scaling efficiency and per-rank memory: medians "
+            "over each configuration's timed trials, the ones the verdicts read (a float64 "
+            "gate run once before them reports its result in the parity table; its few steps, "
+            "compilation among them, are not timings).",
             runs,
-            records("distributed", DISTRIBUTED_METRICS),
+            timed_sources(DISTRIBUTED_METRICS),
             when=nonempty(runs),
         ),
         Table(
@@ -258,7 +298,7 @@ DISTRIBUTED = Section(
             "DDP's does). JAX dp all-reduces each gradient array on its own; dp_fused "
             "flattens them into one.",
             parts,
-            records("distributed", ["step_ms", "compute_only_step_ms", "grad_allreduce_ms"]),
+            timed_sources(["step_ms", "compute_only_step_ms", "grad_allreduce_ms"]),
             when=nonempty(parts),
         ),
         Note(
@@ -276,7 +316,7 @@ DISTRIBUTED = Section(
             f"nested in runs; its design stated), *faster*, *{verdicts.EQUIVALENT_WORDS}* or "
             "*inconclusive*; one run calls no winner.",
             scaling,
-            records("distributed", ["step_ms"]),
+            timed_sources(["step_ms"]),
             when=nonempty(scaling),
         ),
         Table(

@@ -42,8 +42,21 @@ def capabilities(analysis):
     return web_audio_tables.capability_table(analysis.meas)
 
 
+@per_analysis
+def compared(analysis):
+    # the sentences and the summary quote the rows of the ratio table, not a ratio of their own
+    return web_audio_tables.compared(ratios(analysis), analysis.meas)
+
+
 def _web_audio_notes(analysis) -> list:
-    return [Note(literal(text)) for text in web_audio_tables.sentences(analysis.meas)]
+    said = [web_audio_tables.versions_sentence(analysis.meas)]
+    said += web_audio_tables.sentences(ratios(analysis), analysis.meas)
+    return [Note(literal(text)) for text in said if text]
+
+
+def summary_sentences(analysis) -> list[str]:
+    """The executive summary's web-audio line, from the rows the section's sentences quote."""
+    return web_audio_tables.summary_sentence(compared(analysis), analysis.meas)
 
 
 WEB_AUDIO = Section(
@@ -99,7 +112,12 @@ WEB_AUDIO = Section(
         ),
         Table(
             "web_audio_capabilities",
-            "The capability matrix: what each browser offered the page.",
+            "The capability matrix: what each browser offered the page, per thread setting. "
+            "Each cell pins its kernel, and the browser it starts, to its thread count's cores "
+            "(cores pinned); navigator.hardwareConcurrency is the number the browser reports to "
+            "the page, which it may take from the machine rather than from that pinning "
+            "(reading follows the pinning: yes only where it equalled the cores pinned at every "
+            "setting measured). WASM's own thread count is read back from onnxruntime-web.",
             capabilities,
             records("web_audio", ["browser_capabilities"]),
             when=nonempty(capabilities),

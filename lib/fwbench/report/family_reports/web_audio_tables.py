@@ -1,6 +1,7 @@
 """The report's web-audio section: every runtime's latency and real-time factor per browser, audio
-length and thread count, what was skipped and why, each browser's capabilities, and one sentence
-per browser runtime against native ONNX Runtime (14_web_audio's records)."""
+length and thread count, what was skipped and why, each browser's capabilities, the ONNX Runtime
+releases on either side, and one sentence per browser runtime against native ONNX Runtime, which
+quotes the browser-against-native table's estimate (14_web_audio's records)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pandas as pd
 
 from fwbench.measure import verdicts
 from fwbench.report import tables
+from fwbench.report.sentences import interval, times
 from fwbench.report.tables import extra_columns, metric_columns
 from fwbench.vocab import BROWSER_LABELS
 
@@ -69,7 +71,11 @@ CAPABILITY_COLUMNS = {
     "wasmSimd": "WASM SIMD",
     "sharedArrayBuffer": "WASM threads (SharedArrayBuffer)",
     "crossOriginIsolated": "cross-origin isolated",
-    "hardwareConcurrency": "cores offered",
+    # the cell pins its kernel, and the browser it starts, to this many cores; what the page
+    # reads from navigator.hardwareConcurrency is the browser's own answer, which need not follow
+    "threads": "cores pinned",
+    "hardwareConcurrency": "navigator.hardwareConcurrency",
+    "follows": "reading follows the pinning",
     "webgpu": "WebGPU adapter",
     "webnn": "WebNN",
 }
@@ -96,11 +102,13 @@ def browser_label(name: str, version: str | None = None, major: bool = False) ->
 
 
 def capability_table(meas: pd.DataFrame) -> pd.DataFrame:
-    """The capability matrix: what each browser offered the page, one row per browser version."""
+    """The capability matrix: what each browser offered the page, one row per browser version
+    and cores pinned, with whether its hardwareConcurrency reading followed the pinning."""
     rows = _rows(meas)
     rows = rows[rows.metric == "browser_capabilities"]
     found = []
-    for extra in rows.extra:
+    pinned = rows.threads if "threads" in rows else [0] * len(rows)
+    for extra, threads in zip(rows.extra, pinned, strict=True):
         caps = extra.get("capabilities", {})
         found.append(
             {
@@ -108,13 +116,30 @@ def capability_table(meas: pd.DataFrame) -> pd.DataFrame:
                 "browser": browser_label(
                     caps.get("browser", "chromium"), caps.get("browser_version")
                 ),
+                "threads": int(threads) if threads == threads and threads else "",
                 "webgpu": _webgpu_label(caps),
             }
         )
     if not found:
         return pd.DataFrame()
-    table = pd.DataFrame(found).astype(str).drop_duplicates().reset_index(drop=True)
-    return table.rename(columns=CAPABILITY_COLUMNS)
+    table = pd.DataFrame(found).astype(str).drop_duplicates()
+    table = table.sort_values(["browser", "threads"], kind="stable", ignore_index=True)
+    follows = table.groupby("browser")[["threads", "hardwareConcurrency"]].apply(_follows)
+    table["follows"] = table.browser.map(follows)
+    return table[list(CAPABILITY_COLUMNS)].rename(columns=CAPABILITY_COLUMNS)
+
+
+MISSING = ("", "None", "nan")
+
+
+def _follows(readings: pd.DataFrame) -> str:
+    """Whether one browser's hardwareConcurrency equalled the cores pinned at every setting:
+    only a reading that moves with the pinning shows it follows it (one setting cannot)."""
+    if (readings.threads == "").any() or readings.hardwareConcurrency.isin(MISSING).any():
+        return "not recorded"
+    if (readings.threads != readings.hardwareConcurrency).any():
+        return "no"
+    return "yes" if readings.threads.nunique() > 1 else "not shown (one setting)"
 
 
 def _browser_names(meas: pd.DataFrame) -> dict[str, str]:
@@ -139,37 +164,168 @@ def _software(meas: pd.DataFrame) -> set[tuple]:
     }
 
 
-def sentences(meas: pd.DataFrame) -> list[str]:
-    """For every browser runtime that ran: how much slower (or faster) than native ONNX Runtime
-    on the same audio, threads and model."""
+SPEECH_LABELS = {"wav2vec2": "wav2vec2-{size}", "whisper": "Whisper-{size}'s encoder"}
+
+
+def speech_label(model: str) -> str:
+    """ "wav2vec2_base" as "wav2vec2-base", "whisper_base" as "Whisper-base's encoder"."""
+    name, _, size = str(model).partition("_")
+    return SPEECH_LABELS[name].format(size=size) if name in SPEECH_LABELS and size else model
+
+
+RUNTIME_NAMES = {label: name for name, label in RUNTIME_LABELS.items()}
+BROWSER_NAMES = {label: name for name, label in BROWSER_LABELS.items()}
+COMPARED = ["model", "framework", "browser", "threads", "audio_seconds"]
+
+
+def compared(ratios: pd.DataFrame, meas: pd.DataFrame) -> pd.DataFrame:
+    """Each browser runtime against native ONNX Runtime as the section's sentences and the
+    summary quote it: the rows of ``ratio_table`` (the verdicts' estimate) where the campaign ran
+    trials; otherwise, one trial a cell, the ratio of ``runtime_table``'s real-time factors,
+    without an interval. ``framework`` and ``browser`` are the records' names."""
+    if not ratios.empty:
+        return ratios.assign(
+            framework=ratios.runtime.map(lambda r: RUNTIME_NAMES.get(r, r)),
+            browser=ratios.browser.map(lambda b: BROWSER_NAMES.get(b, b)),
+            ratio=ratios.rtf_ratio,
+        )
     table = runtime_table(meas)
-    if table.empty or "onnxruntime" not in set(table.framework):
-        return []
+    if table.empty or NATIVE not in set(table.framework):
+        return pd.DataFrame()
+    setting = ["model", "threads", "audio_seconds"]
+    native = table[table.framework == NATIVE][[*setting, "rtf"]]
+    web = table[table.framework.str.startswith("ort-web")]
+    both = web.merge(native, on=setting, suffixes=("", "_native"))
+    return both.assign(
+        ratio=both.rtf / both.rtf_native, ci_low=math.nan, ci_high=math.nan, design="", verdict=""
+    )[[*COMPARED, "ratio", "ci_low", "ci_high", "design", "verdict", "rtf", "rtf_native"]]
+
+
+def _verdict_words(row) -> str:
+    if row.verdict == "faster":
+        return f"{'native ONNX Runtime' if row.faster == 'native' else 'the browser'} is faster"
+    if row.verdict == verdicts.WITHIN_ONE_RUN:
+        return "within one run, so no winner is called"
+    if row.verdict == verdicts.EQUIVALENT:
+        return "equivalent within ±5%"
+    return str(row.verdict)
+
+
+def _estimate_words(row) -> str:
+    """The estimate's interval, design and verdict, or for one trial a cell the two medians."""
+    if not row.design:
+        return (
+            f"real-time factor {row.rtf:.3f} against {row.rtf_native:.3f}; one trial a cell, "
+            "so no interval"
+        )
+    return (
+        f"ratio of real-time factors, 95% interval {interval(row.ci_low, row.ci_high)}, "
+        f"{row.design}; {_verdict_words(row)}"
+    )
+
+
+def sentences(ratios: pd.DataFrame, meas: pd.DataFrame) -> list[str]:
+    """For every browser runtime that ran: how much slower (or faster) than native ONNX Runtime
+    on the same model, audio and threads, the number its row of ``compared`` holds."""
+    rows = compared(ratios, meas)
     names = _browser_names(meas)
     software = _software(meas)
-    native = table[table.framework == "onnxruntime"].set_index(
-        ["model", "threads", "audio_seconds"]
-    )
     out = []
-    for row in table[table.framework.str.startswith("ort-web")].itertuples():
-        key = (row.model, row.threads, row.audio_seconds)
-        if key not in native.index:
-            continue
-        ratio = row.latency_p50_ms / native.loc[key, "latency_p50_ms"]
+    for row in rows.itertuples():
         label = RUNTIME_LABELS.get(row.framework, row.framework)
         if (row.model, row.framework, row.browser, row.threads, row.audio_seconds) in software:
             label = f"software {label} (a CPU rasteriser, not a GPU)"
         threads = f"{int(row.threads)} thread" + ("s" if int(row.threads) != 1 else "")
-        pace = f"{ratio:.1f}× slower" if ratio >= 1 else f"{1 / ratio:.1f}× faster"
+        pace = (
+            f"{times(row.ratio)} slower than native ONNX Runtime"
+            if row.ratio >= 1
+            else f"faster than native ONNX Runtime, at {times(row.ratio)} its real-time factor"
+        )
+        browser = names.get(row.browser, browser_label(row.browser))
         out.append(
-            f"In {names.get(row.browser, browser_label(row.browser))}, {label} with {threads} runs {row.audio_seconds:g} s of audio {pace} "
-            f"than native ONNX Runtime (real-time factor {row.rtf:.3f} against "
-            f"{native.loc[key, 'rtf']:.3f})."
+            f"In {browser}, {speech_label(row.model)} on {label} with {threads} runs "
+            f"{row.audio_seconds:g} s of audio {pace} ({_estimate_words(row)})."
         )
     return out
 
 
+def _words(items) -> str:
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def summary_sentence(rows: pd.DataFrame, meas: pd.DataFrame) -> list[str]:
+    """The executive summary's line (``compared`` rows): the range of every browser runtime's
+    ratio to native ONNX Runtime, over what, on what design, and the verdicts' tally."""
+    # a software WebGPU adapter is a correctness check, not a speed worth a summary's range
+    software = _software(meas)
+    if not rows.empty:
+        rows = rows[[tuple(r) not in software for r in rows[COMPARED].itertuples(index=False)]]
+    if rows.empty:
+        return []
+    names = _browser_names(meas)
+    low, high = rows.ratio.min(), rows.ratio.max()
+    span = times(low) if f"{low:.2f}" == f"{high:.2f}" else f"{times(low)} to {times(high)}"
+    if low >= 1:
+        pace = f"ran {span} slower than native ONNX Runtime"
+    else:
+        pace = f"ran at {span} native ONNX Runtime's real-time factor"
+    runtimes = _words(sorted({RUNTIME_LABELS.get(f, f) for f in rows.framework}))
+    browsers = _words(names.get(b, browser_label(b)) for b in sorted(set(rows.browser)))
+    threads = sorted(set(rows.threads.astype(int)))
+    over = (
+        f"{_words(speech_label(m) for m in sorted(set(rows.model)))}, "
+        f"{_words(threads)} thread{'s' if threads != [1] else ''}, "
+        f"{_words(f'{s:g}' for s in sorted(set(rows.audio_seconds)))} s of audio"
+    )
+    if not rows.design.any():
+        how = "ratios of the runtime table's medians, one trial a cell, so no interval"
+    else:
+        said = rows.apply(_verdict_words, axis=1)
+        tally = (
+            said.iloc[0]
+            if said.nunique() == 1
+            else _words(f"{words} in {n}" for words, n in said.value_counts().items())
+        )
+        designs = _words(sorted(set(rows.design)))
+        how = f"the estimates of the browser-against-native table, {designs}; {tally}"
+    return [
+        f"Web audio: onnxruntime-web's {runtimes} in {browsers} {pace} "
+        + ("in its one comparison" if len(rows) == 1 else f"in all {len(rows)} comparisons")
+        + f" ({over}; {how})."
+    ]
+
+
+def versions_sentence(meas: pd.DataFrame) -> str:
+    """The ONNX Runtime releases on either side of the browser-against-native ratios, as the
+    records name them (native: the Python package; the browser: onnxruntime-web's bundle)."""
+    rows = _rows(meas)
+    rows = rows[rows.metric == "rtf"]
+    native = sorted({str(e["onnxruntime"]) for e in rows.extra if e.get("onnxruntime")})
+    web = sorted({str(e["ort_version"]) for e in rows.extra if e.get("ort_version")})
+    if not native and not web:
+        return ""
+    text = (
+        f"Native ONNX Runtime ran onnxruntime {_words(native) if native else '(not recorded)'} and "
+        f"the browsers onnxruntime-web {_words(web) if web else '(not recorded)'}, as the "
+        "records name them"
+    )
+    if native and web and native != web:
+        # a ratio across releases also holds whatever changed between them
+        text += ": different releases, so each browser-against-native ratio also holds what "
+        text += "changed between them"
+    return text + "."
+
+
 NATIVE = "onnxruntime"
+
+
+def most_trials(meas: pd.DataFrame) -> int:
+    """The most trials any configuration (model, runtime, browser, threads, audio) ran in; a cell
+    run once counts one, and a family without records none."""
+    rows = _rows(meas)
+    rows = rows[(rows.metric == "rtf") & (rows.status == "ok")]
+    return int(rows.groupby(KEYS, dropna=False).trial.nunique().max()) if len(rows) else 0
 
 
 def ratio_rounds(meas: pd.DataFrame) -> pd.DataFrame:
