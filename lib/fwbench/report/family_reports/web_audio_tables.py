@@ -206,9 +206,7 @@ def _verdict_words(row) -> str:
         return f"{'native ONNX Runtime' if row.faster == 'native' else 'the browser'} is faster"
     if row.verdict == verdicts.WITHIN_ONE_RUN:
         return "within one run, so no winner is called"
-    if row.verdict == verdicts.EQUIVALENT:
-        return "equivalent within ±5%"
-    return str(row.verdict)
+    return verdicts.words(str(row.verdict))
 
 
 def _estimate_words(row) -> str:
