@@ -69,6 +69,34 @@ def test_a_torchvision_model_is_the_same_function_in_float64_and_only_with_64_bi
     assert float(redrawn) <= torchax_bridge.FLOAT64_TOLERANCE
 
 
+def test_an_in_place_write_through_a_slice_view_reaches_the_tensor():
+    # torchvision's Swin V2 zeroes its key bias so (a slice of a clone of the qkv bias); stock
+    # torchax 0.0.13 writes into a copy of the slice instead (docs/upstream/
+    # torchax_slice_view_write.py), and the float64 proof of swin_v2_t failed at 0.38
+    done = run(
+        "import jax, torch\n"
+        "from fwbench.models import torchax_bridge as bridge\n"
+        "class Writes(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.bias = torch.nn.Parameter(torch.randn(3, 6))\n"
+        "    def forward(self, x):\n"
+        "        b = self.bias.clone()\n"
+        "        b[:, 2:4].zero_()\n"  # through a 2-D slice, as Swin V2 through a 1-D one
+        "        b[1][4:].fill_(0.5)\n"  # through a view of a view, another decomposed op
+        "        b[0, :2].mul_(3.0)\n"  # torchax's own in-place op: right before, still right
+        "        return x @ b\n"
+        "torch.manual_seed(0)\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        "print(bridge.float64_agreement(Writes(), torch.randn(2, 3)))\n"
+        "print(' '.join(bridge.VIEW_WRITES))\n"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    error, kept = done.stdout.splitlines()
+    assert float(error) <= torchax_bridge.FLOAT64_TOLERANCE
+    assert {"aten.zero_.default", "aten.fill_.Scalar"} <= set(kept.split())
+
+
 @pytest.mark.parametrize("order", ["torchax first", "compile first"])
 def test_torchax_and_torch_compile_never_share_a_process(order):
     steps = {

@@ -9,6 +9,12 @@ the names that needed one (empty: the shim can go). torchax also registers its "
 available, after which ``torch.compile`` fails in that process; ``load`` reports it unavailable
 again, and forbids ``torch.compile`` in the process all the same: fwbench times torch.compile
 and torchax in separate kernels, so neither pays for the other's patches.
+
+torchax 0.0.13 also loses an in-place write through a slice view when the in-place op is one it
+runs as PyTorch's decomposition (``b[2:4].zero_()`` leaves ``b`` as it was; torchvision's Swin V2
+zeroes its key bias so): ``load`` registers those ops as writing through views
+(``_keep_view_writes``), and ``VIEW_WRITES`` names them. docs/upstream/torchax_slice_view_write.py
+shows the bug on stock torchax; when it no longer does, this shim can go.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ LATE_MODULES = (
 FLOAT64_TOLERANCE = 1e-10
 
 SHIMMED: list[str] = []
+# the in-place ops made to write through slice views in torchax's default environment
+VIEW_WRITES: list[str] = []
 
 
 class TorchaxUnavailable(RuntimeError):
@@ -109,9 +117,65 @@ def load():
         for name in LATE_MODULES:
             importlib.import_module(f"torchax.{name}")
     SHIMMED[:] = sorted(set(found))
+    VIEW_WRITES[:] = _keep_view_writes(torchax.default_env())  # the env extract_jax uses
     torchax.device_module.is_available = lambda: False
     torch.compile = _no_compile
     return torchax
+
+
+def _written(op) -> list[tuple[int, str]]:
+    """(position, name) of each argument ``op`` writes to, from its schema: ``self`` of an
+    in-place op, ``out`` of an out= variant."""
+    schema = getattr(op, "_schema", None)
+    arguments = schema.arguments if schema is not None else []
+    return [(i, a.name) for i, a in enumerate(arguments) if a.alias_info and a.alias_info.is_write]
+
+
+def _keep_view_writes(env) -> list[str]:
+    """Makes each in-place op that ``env`` runs as PyTorch's decomposition write through a
+    slice view, as torchax's own in-place ops do; returns their names.
+
+    Why it is needed: ``b[2:4]`` is a torchax ``View`` (view.py: a parent and a slice), and
+    ``Environment.dispatch`` (tensor.py) gives an op not registered as a view op a copy of each
+    View argument (``v2t_iso``, i.e. ``View.torch()``). A decomposition such as ``aten.zero_``'s
+    then zeroes the copy and the parent never changes. torchax's own in-place ops (``copy_``,
+    ``InplaceOp``) are view ops and write back with ``View.update``; ``force_materialize_views``
+    does not help, as it turns ``b[2:4]`` itself into a copy. The override goes through torchax's
+    public ``override_op_definition``, and only where the decomposition is what would run."""
+    from torchax.decompositions import DECOMPOSITIONS
+
+    kept = []
+    for op, decomposition in DECOMPOSITIONS.items():
+        written = _written(op)
+        if not written or env._get_op_or_decomp(op).func is not decomposition:
+            continue
+        env.override_op_definition(op, _through_views(env, decomposition, written), is_view_op=True)
+        kept.append(str(op))
+    return sorted(kept)
+
+
+def _through_views(env, decomposition, written):
+    """``decomposition``, run on copies of its View arguments as torchax would run it, whose new
+    values are then written back into the views' parents (``View.update``)."""
+    from torchax.view import View
+
+    def run(*args, **kwargs):
+        args, kwargs = list(args), dict(kwargs)
+        pairs = []  # (a View written to, the copy the decomposition writes instead)
+        for position, name in written:
+            box, key = (args, position) if position < len(args) else (kwargs, name)
+            if (box is args or key in box) and isinstance(box[key], View):
+                pairs.append((box[key], box[key].torch()))
+                box[key] = pairs[-1][1]
+        # the other View arguments become copies, as dispatch makes them for a non-view op
+        args, kwargs = env.v2t_iso((args, kwargs))
+        result = decomposition(*args, **kwargs)
+        for view, copy in pairs:
+            view.update(copy)
+        # an in-place op returns what it wrote to: the view, not the copy
+        return next((view for view, copy in pairs if result is copy), result)
+
+    return run
 
 
 def jax_function(model):
