@@ -53,6 +53,10 @@ fi
 print("gpu/rehearse.sh: Python", sys.version.split()[0], "torch", torch.__version__,
       "torchvision", torchvision.__version__, "jax", jax.__version__, "numpy", numpy.__version__)' >&2
 
+# the verdict lease's node time, counted from the H200's cells (PyYAML alone; tests check it too)
+(cd "$root" && PYTHONPATH=lib "$env/bin/python" -m fwbench.pipeline.lease_budget \
+  params/gpu_setup.yaml params/gpu_verdict.yaml:2 --then params/gpu_verdict.yaml:1 >&2) || exit 1
+
 # the checkout as a node gets it: tracked and untracked files, no .git, no evidence
 copy=$work/node/fwbench
 rm -rf "$work/node" "$work/out"

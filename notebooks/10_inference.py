@@ -33,7 +33,7 @@
 model = "resnet50"
 framework = "torch"  # one of: torch, jax
 device = "auto"  # one of: auto, cpu, cuda, mps, tpu
-precision = "fp32"  # one of: fp32, tf32, bf16, fp16
+precision = "fp32"  # one of: fp32, tf32, bf16, fp16, default
 mode = "default"  # one of: default, eager, compile, compile-max-autotune, compile-freeze, tuned, jit, jit-expert, jit-tuned, torchax
 # JAX jit and jit-expert: a declared XLA option set (measure/compiler.py)
 xla_options = "default"  # one of: default, ynn-dots-only, ynn-off, ynn-fused, vector-512, onednn, autotune-off, no-triton-gemm

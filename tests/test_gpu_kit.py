@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from fwbench.pipeline import environment
-from fwbench.vocab import ENV_COMMIT
+from fwbench.vocab import ENV_COMMIT, KIT_COMMIT_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIDENCE = ("executed/", "figures/", "report/")
@@ -181,6 +181,9 @@ def test_the_lease_runs_offline_from_a_copy_without_git(node_copy, tmp_path):
     assert sum(n.endswith(".ipynb") for n in names) == 5
     commit = (node_copy / "gpu/kit/COMMIT").read_text().split()[0]
     assert commit in text, "the records name the commit the kit was made from"
+    # and the kit's commit file travels beside the manifest, which the index prefers
+    beside = manifest.replace("manifest.json", KIT_COMMIT_FILE)
+    assert [n for n in names if n.endswith(KIT_COMMIT_FILE)] == [beside]
 
 
 def test_run_sh_refuses_a_missing_kit_with_one_line(tmp_path):
@@ -196,3 +199,17 @@ def test_run_sh_refuses_a_missing_kit_with_one_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "make gpu-kit" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_run_sh_refuses_invocations_that_are_not_a_number(tmp_path):
+    bare = tmp_path / "bare"
+    (bare / "gpu").mkdir(parents=True)
+    (bare / "gpu/run.sh").write_bytes((ROOT / "gpu/run.sh").read_bytes())
+    done = subprocess.run(
+        ["bash", "gpu/run.sh", "--invocations", "two", "params/gpu_verdict.yaml"],
+        cwd=bare,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "--invocations" in done.stderr

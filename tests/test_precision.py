@@ -57,3 +57,35 @@ def test_a_precision_outside_the_notebooks_set_is_refused():
         precision.configure("jax", "fp8", precision.TRAINING_PRECISIONS)
     with pytest.raises(ValueError, match="precision must be one of"):
         precision.check("int8")
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_default_leaves_each_librarys_settings_as_found_and_records_them(framework):
+    """The reference study's setting: nothing set, what was in force read back."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    precision.configure(framework, "tf32")  # whatever the process holds, default keeps
+    before = (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.get_float32_matmul_precision(),
+        jax.config.jax_default_matmul_precision,
+    )
+    settings = precision.configure(framework, precision.DEFAULT)
+    after = (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.get_float32_matmul_precision(),
+        jax.config.jax_default_matmul_precision,
+    )
+    assert after == before
+    assert settings["compute_dtype"] == "float32"
+    if framework == "torch":
+        assert settings["torch.backends.cudnn.allow_tf32"] is True
+        assert settings["torch.float32_matmul_precision"] == "high"
+    else:
+        assert settings["jax_default_matmul_precision"] == "tensorfloat32"
+    assert precision.torch_dtype("default") == torch.float32
+    assert precision.jax_dtype("default") == jnp.float32

@@ -135,6 +135,21 @@ ENV_DB = "FWBENCH_DB"
 ENV_KERNEL = "FWBENCH_KERNEL"
 ENV_COMMIT = "FWBENCH_COMMIT"
 ENV_PREFIX = "FWBENCH_"
+# gpu/run.sh copies the kit's commit file (``<sha> clean`` or ``<sha> dirty``) beside each run's
+# manifest: the code that ran, whatever stale .git the node's copy carried. Ingest reads it.
+KIT_COMMIT_FILE = "kit_commit.txt"
+# The status of a cell its run stopped before (a time cap, a stopped runner): it measured nothing.
+CUT = "cut"
+
+
+def named_commit(text: str) -> str | None:
+    """``<sha> dirty`` as ``<sha>-dirty``, ``<sha> clean`` (or the sha alone) as ``<sha>``; None
+    for empty text."""
+    words = text.split()
+    if not words:
+        return None
+    return words[0] + ("-dirty" if words[1:2] == ["dirty"] else "")
+
 
 # Every bootstrap interval: resamples, and the sample cap above which a seeded subsample is drawn.
 BOOTSTRAP_RESAMPLES = 2000
@@ -252,11 +267,17 @@ def threads_words(threads) -> str:
     return "" if n <= 0 else f"{n} thread" if n == 1 else f"{n} threads"
 
 
+# A precision a sentence names in words: ``default`` is no type of its own but each library's
+# settings as they come (measure/precision.py), the reference study's setting.
+PRECISION_WORDS = {"default": "each library's default precision"}
+
+
 def setting_words(precision: str, threads) -> str:
     """ "fp32" or "fp32 with 2 threads": how a sentence names a configuration's precision and,
     for a CPU one, its threads."""
     words = threads_words(threads)
-    return f"{precision} with {words}" if words else str(precision)
+    named = PRECISION_WORDS.get(precision, str(precision))
+    return f"{named} with {words}" if words else named
 
 
 def metric_direction(metric: str, unit: str | None = None) -> str | None:

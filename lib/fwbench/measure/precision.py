@@ -5,12 +5,20 @@ in that type on both sides. Training adds two: bf16-mixed (fp32 master weights, 
 off for whatever still runs in fp32) and fp64 (the parity proof). Every notebook calls
 ``configure(framework, precision)`` and records the settings it returns, so each record says which
 matmul flags and compute type were in force.
+
+``default`` is the one exception, named as such: fp32 storage with each library's matmul and
+convolution settings left as the process found them (PyTorch: cuDNN convolutions may use TF32,
+matmuls not; JAX: its default matmul precision, TF32 on a recent NVIDIA GPU). It is the setting of
+the study fwbench started from (params/gpu_reference.yaml), never a comparison of fwbench's own;
+its records carry the settings read back, so they say what the defaults were.
 """
 
 from __future__ import annotations
 
 # What the inference, calibration and validation notebooks accept.
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "default")
+# The precision that sets nothing: each library as it comes.
+DEFAULT = "default"
 # What the training notebook accepts.
 TRAINING_PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp64")
 # The matmul setting behind each precision: only tf32 lets fp32 matmuls round to TF32.
@@ -47,6 +55,9 @@ def configure(framework: str, precision: str, allowed: tuple = PRECISIONS) -> di
     kept in another type add ``master_weights``.
     """
     check(precision, allowed)
+    if precision == DEFAULT:
+        settings = _torch_settings() if framework == "torch" else _jax_settings()
+        return settings | {"compute_dtype": "float32", "precision_settings": "library defaults"}
     matmul = _MATMUL[precision]
     settings = _configure_torch(matmul) if framework == "torch" else _configure_jax(matmul)
     settings["compute_dtype"] = _COMPUTE_DTYPE[precision]
@@ -64,6 +75,12 @@ def _configure_torch(matmul: str) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    return _torch_settings()
+
+
+def _torch_settings() -> dict:
+    import torch
+
     return {
         "torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
         "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
@@ -75,6 +92,13 @@ def _configure_jax(matmul: str) -> dict:
     import jax
 
     jax.config.update("jax_default_matmul_precision", _JAX_MATMUL[matmul])
+    return _jax_settings()
+
+
+def _jax_settings() -> dict:
+    import jax
+
+    # None: no precision asked for, so XLA's own default for the backend applies
     return {"jax_default_matmul_precision": jax.config.jax_default_matmul_precision}
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fwbench.measure.device import cpu_identity, cpu_model_name, heap_allocator
 from fwbench.results.layout import machine_words, now_iso
-from fwbench.vocab import ENV_COMMIT
+from fwbench.vocab import ENV_COMMIT, named_commit
 
 PACKAGES = (
     "torch",
@@ -41,9 +41,9 @@ def git_sha(cwd: str | os.PathLike | None = None) -> str | None:
     A copy of a checkout sent elsewhere (a GPU node's) names its commit in ``FWBENCH_COMMIT``
     (``<sha> clean`` or ``<sha> dirty``), which wins: such a copy may carry a stale ``.git``
     (seen on a node: the records named a commit two before the one that ran)."""
-    named = os.environ.get(ENV_COMMIT, "").split()
+    named = named_commit(os.environ.get(ENV_COMMIT, ""))
     if named:
-        return named[0] + ("-dirty" if named[1:] == ["dirty"] else "")
+        return named
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True

@@ -19,15 +19,11 @@ from fwbench.report.tables import (
     MIN_CLEAN_ROUNDS,
     PAIRED_INTERVAL,
     SAMPLE_SOURCE_TEXT,
+    commit_words,
     energy_unavailable_reasons,
     on_shared_machine,
 )
-from fwbench.vocab import (
-    DEFAULT_MODE,
-    kind_label,
-    model_label,
-    setting_words,
-)
+from fwbench.vocab import CUT, DEFAULT_MODE, kind_label, model_label, setting_words
 
 
 def times(x: float) -> str:
@@ -371,8 +367,10 @@ def regression_evaluation_sentence(scores: pd.DataFrame, needed: int | None) -> 
 def failure_sentence(failures: pd.DataFrame, retries: pd.DataFrame) -> str:
     if failures.empty and retries.empty:
         return "Every cell ran to completion; no batch size ran out of memory."
-    counts = failures.status.value_counts()
-    parts = [f"{n} {status}" for status, n in sorted(counts.items())]
+    status = failures.status if not failures.empty else pd.Series(dtype=object)
+    parts = [f"{n} {s}" for s, n in sorted(status[status != CUT].value_counts().items())]
+    cut = int((status == CUT).sum())  # cells the run stopped before: not run, not failed
+    parts += [f"{cut} cut before {'they' if cut > 1 else 'it'} ran to the end"] if cut else []
     text = f"Not every measurement succeeded: {', '.join(parts) or 'none failed'}"
     if not retries.empty:
         rescued = int((retries.final_status == "ok").sum())
@@ -534,7 +532,7 @@ def methodology(
     lines = [
         f"Run `{run['run_id']}` started {run.get('started_at') or 'at an unrecorded time'} and "
         f"finished {run.get('finished_at') or 'at an unrecorded time'}; code at "
-        f"`{run.get('git_sha') or 'unknown commit'}` on host `{run.get('host') or 'unknown'}`.",
+        f"{commit_words(run)} on host `{run.get('host') or 'unknown'}`.",
         f"Devices measured: {', '.join(devices) or 'none recorded'}. CPU: {_cpu_words(env)} "
         f"({env.get('cpu_count') or '?'} logical cores); "
         f"Python {env.get('python') or '?'} on {env.get('platform') or 'an unrecorded platform'}.",
@@ -558,14 +556,15 @@ def methodology(
         + (", ".join(f"`{k}={v}`" for k, v in env_vars.items()) or "none of the tracked ones set")
         + "."
     )
-    trials = cells.groupby("notebook").trial.max() if not cells.empty else pd.Series(dtype=int)
+    ran = cells[cells.status != CUT] if "status" in cells else cells  # a cut trial never ran
+    trials = ran.groupby("notebook").trial.max() if not ran.empty else pd.Series(dtype=int)
     repeated = {nb: int(t) for nb, t in trials.items() if t and t > 1}
     lines.append(
         "Trials: "
         + (", ".join(f"{nb} ×{t}" for nb, t in sorted(repeated.items())) or "each cell ran once")
         + ". Each cell ran in its own kernel process."
     )
-    rules = stop_rules(cells)
+    rules = stop_rules(ran)
     if rules:
         lines.append(
             "Timing parameters set by the campaign (the rest at the notebooks' defaults): "

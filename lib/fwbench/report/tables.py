@@ -15,7 +15,7 @@ import pandas as pd
 from fwbench.measure import verdicts
 from fwbench.measure.stats import bootstrap_ci, ratio_ci
 from fwbench.report.arms import pick_arm, picked_on_rounds, variant, withheld
-from fwbench.vocab import ANALYSIS_NOTEBOOK, ANSI_RE
+from fwbench.vocab import ANALYSIS_NOTEBOOK, ANSI_RE, CUT
 
 # The ratio bootstrap is seeded so that a report rebuilt from the same data is identical.
 RATIO_SEED = 0
@@ -123,10 +123,11 @@ def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_cells(con, campaign: str, run_id: str) -> pd.DataFrame:
+    """The run's cells that ran; a cut cell is reported by its cell_status record alone."""
     frame = con.execute(
         "select * from cells where campaign = ? and run_id = ? and notebook <> ? "
-        "order by notebook, cell, trial",
-        [campaign, run_id, ANALYSIS_NOTEBOOK],
+        "and status <> ? order by notebook, cell, trial",
+        [campaign, run_id, ANALYSIS_NOTEBOOK, CUT],
     ).df()
     frame["parameters"] = frame["parameters"].map(parse_json)
     frame["retry_env"] = frame["retry_env"].map(parse_json)
@@ -143,6 +144,17 @@ def load_run(con, campaign: str, run_id: str) -> dict:
     run = dict(zip(keys, row, strict=True))
     run["environment"] = parse_json(run["environment"])
     return run
+
+
+def commit_words(run: dict) -> str:
+    """The commit a report names: the index's (from the kit's commit file where gpu/run.sh left
+    one beside the run), and the copy's own record where it differs (a stale ``.git``)."""
+    named, own = run.get("git_sha"), (run.get("environment") or {}).get("git_sha")
+    if not named:
+        return "an unrecorded commit"
+    if own and own != named:
+        return f"`{named}` (the GPU kit's commit file; the node copy's stale checkout said `{own}`)"
+    return f"`{named}`"
 
 
 def source_paths(rows: pd.DataFrame, cells: pd.DataFrame) -> list[str]:

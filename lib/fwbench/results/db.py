@@ -15,12 +15,19 @@ import jsonschema
 import nbformat
 
 from fwbench.results.records import COLUMNS, RECORDS_MIME, load_schema
-from fwbench.vocab import ENV_DB, family_of
+from fwbench.vocab import CUT, ENV_DB, KIT_COMMIT_FILE, family_of, named_commit
 
 DEFAULT_DB_NAME = "fwbench.duckdb"
 
 # A failed cell still yields one row, so that the failure is visible next to the measurements.
 DESCRIPTIVE = ("model", "framework", "mode", "device", "precision", "batch_size")
+# A cell the manifest still holds as pending when its run is indexed never ran to the end: the
+# run stopped before it (gpu/run.sh's time cap, a stopped runner). It is indexed as ``CUT``, a
+# cells row and a cell_status record, so that a report names it rather than say every cell ran.
+CUT_ERROR = (
+    "not run: the run stopped before this cell finished (a time cap or a stopped runner), "
+    "or was still going when it was indexed"
+)
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -125,21 +132,8 @@ def read_notebook_rows(nb_path: Path, run_dir: Path, validator) -> tuple[dict, l
         rows.append(row)
     status = meta.get("status", "failed")
     if status != "ok":
-        params = meta.get("parameters", {})
-        row = {c: None for c in COLUMNS}
-        row.update(context)
-        row.update({k: params.get(k) for k in DESCRIPTIVE if k in params})
-        if isinstance(row.get("batch_size"), list):
-            row["batch_size"] = None
-        row.update(
-            status=status,
-            error=meta.get("error"),
-            family=family_of(meta.get("notebook", "")),
-            metric="cell_status",
-            unit="",
-            extra={"duration_s": meta.get("duration_s")},
-        )
-        rows.append(row)
+        row = _status_row(context, meta.get("parameters", {}), status, meta.get("error"))
+        rows.append({**row, "extra": {"duration_s": meta.get("duration_s")}})
     cell = {
         **context,
         "status": status,
@@ -152,6 +146,62 @@ def read_notebook_rows(nb_path: Path, run_dir: Path, validator) -> tuple[dict, l
         **_machine_share(meta),
     }
     return cell, rows
+
+
+def _status_row(context: dict, params: dict, status: str, error: str | None) -> dict:
+    """The one record a cell that did not end ok leaves: its status, error and configuration."""
+    row = {c: None for c in COLUMNS}
+    row.update(context)
+    row.update({k: params.get(k) for k in DESCRIPTIVE if k in params})
+    if isinstance(row.get("batch_size"), list):
+        row["batch_size"] = None
+    row.update(
+        status=status,
+        error=error,
+        family=family_of(context.get("notebook") or ""),
+        metric="cell_status",
+        unit="",
+        extra={},
+    )
+    return row
+
+
+def cut_cells(data: RunData) -> tuple[list[dict], list[dict]]:
+    """The cells row and the record of every cell the manifest still holds as pending and whose
+    notebook was not read: the cells the run never finished."""
+    read = {(c["notebook"], c["cell"], c["trial"]) for c in data.cells}
+    cells, rows = [], []
+    for entry in (data.manifest.get("cells") or {}).values():
+        key = (entry.get("notebook"), entry.get("slug"), entry.get("trial") or 0)
+        if entry.get("status") != "pending" or key in read:
+            continue
+        run = {k: data.manifest[k] for k in ("run_id", "campaign")}
+        context = run | dict(zip(("notebook", "cell", "trial"), key, strict=True))
+        params = entry.get("parameters") or {}
+        rows.append(_status_row(context, params, CUT, CUT_ERROR))
+        cells.append(
+            {
+                **context,
+                "status": CUT,
+                "error": CUT_ERROR,
+                "duration_s": None,
+                "retried": False,
+                "retry_env": json.dumps({}),
+                "parameters": json.dumps(params),
+                "path": None,
+                **_machine_share({}),
+            }
+        )
+    return cells, rows
+
+
+def run_commit(data: RunData) -> str | None:
+    """The commit the run's code came from: the kit's commit file gpu/run.sh put beside the
+    manifest where there is one (a node's copy may carry a stale .git, whose commit the
+    environment then holds), else the environment's."""
+    kit = data.run_dir / KIT_COMMIT_FILE
+    named = named_commit(kit.read_text()) if kit.is_file() else None
+    return named or (data.manifest.get("environment") or {}).get("git_sha")
 
 
 def _machine_share(meta: dict) -> dict:
@@ -198,6 +248,10 @@ def collect(root: Path, progress=None) -> list[RunData]:
     for data, nb_path in progress(notebooks) if progress else notebooks:
         cell, rows = read_notebook_rows(nb_path, data.run_dir, validator)
         data.cells.append(cell)
+        data.rows.extend(rows)
+    for data in runs:
+        cells, rows = cut_cells(data)
+        data.cells.extend(cells)
         data.rows.extend(rows)
     return runs
 
@@ -248,7 +302,7 @@ def ingest(root: str | os.PathLike, db_path: str | os.PathLike, progress=None) -
                     m["campaign"],
                     m.get("started_at"),
                     m.get("finished_at"),
-                    env.get("git_sha"),
+                    run_commit(run),
                     env.get("host"),
                     m.get("campaign_file"),
                     json.dumps(env, default=str),

@@ -28,7 +28,7 @@ from fwbench.results import db as fw_db
 
 MIN_CLEAN_TRIALS = 3
 # bytes per element the features (built in fp32) scale by
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "default": 4}
 CONFIG = [
     "model",
     "framework",

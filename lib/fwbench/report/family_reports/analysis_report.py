@@ -268,12 +268,14 @@ HISTORY = Section(
 
 
 FAILURES = Section(
-    "Failed cells and out-of-memory batch sizes",
+    "Failed and cut cells, out-of-memory batch sizes",
     "",
     (
         Table(
             "failures",
-            "Records that are not ok, with the last line of their error.",
+            "Records that are not ok, with the last line of their error; a cell whose status "
+            "is cut never ran to the end (the run stopped before it: a time cap or a stopped "
+            "runner), so it measured nothing.",
             lambda a: a.failures,
             own_paths,
             drop=("path",),
