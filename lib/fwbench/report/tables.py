@@ -384,9 +384,7 @@ def runs_on_cpu(con, environment: dict, until: str | None = None) -> dict[str, l
     rows = con.execute("select campaign, run_id, environment from runs order by run_id").fetchall()
     by_campaign: dict[str, list[str]] = {}
     for campaign, rid, env in rows:
-        if until is not None and rid > until:
-            continue
-        if cpu_identity(parse_json(env)) == identity:
+        if (until is None or rid <= until) and cpu_identity(parse_json(env)) == identity:
             by_campaign.setdefault(campaign, []).append(rid)
     return by_campaign
 
@@ -395,8 +393,7 @@ def samples_on_cpu(
     con, environment: dict, until: str | None = None
 ) -> dict[str, tuple[list[str], pd.DataFrame]]:
     """Every campaign's runs on the CPU model ``environment`` names, with their
-    ``pooled_samples`` (campaign -> (run ids, frame)): read once for all that compares across
-    campaigns."""
+    ``pooled_samples`` (campaign -> (run ids, frame)), read once for all that compares campaigns."""
     return {
         campaign: (ids, pooled_samples(con, campaign, ids))
         for campaign, ids in sorted(runs_on_cpu(con, environment, until).items())
