@@ -10,7 +10,8 @@ state, unused with dropout off), which stays a constant of the traced step.
   one jit, each normalised by its own statistics, and averages their losses and gradients.
 - ``dp``: ``shard_map`` over a ``data`` axis: each device runs its shard (its own BatchNorm
   statistics, as DDP's ranks do) against replicated parameters, then ``pmean`` averages the
-  gradients, one collective per gradient array as the code is written, and the loss. Each device
+  gradients, one collective per gradient array as the code is written (XLA combines them into
+  variadic all-reduces, whose CPU runtime still pays per array carried), and the loss. Each device
   keeps its own running statistics (a leading axis of the world size), as DDP's ranks would
   without broadcasting buffers.
 - ``dp_fused``: ``dp`` with the change a JAX user makes when the collectives' count costs more

@@ -295,8 +295,10 @@ DISTRIBUTED = Section(
             "What a data-parallel step is made of: compute (the compute-only step), the "
             "gradients' all-reduce timed alone, and the rest (waiting, barriers and what the "
             "framework adds; negative where the all-reduce overlaps the backward pass, as "
-            "DDP's does). JAX dp all-reduces each gradient array on its own; dp_fused "
-            "flattens them into one.",
+            "DDP's does). JAX dp asks for one all-reduce per gradient array, which XLA "
+            "combines into variadic all-reduces carrying many arrays each (the CPU "
+            "collectives still pay per array: "
+            "docs/upstream/xla_cpu_allreduce_per_array.py); dp_fused flattens them into one.",
             parts,
             timed_sources(["step_ms", "compute_only_step_ms", "grad_allreduce_ms"]),
             when=nonempty(parts),
