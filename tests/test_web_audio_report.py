@@ -84,7 +84,7 @@ def test_the_summary_quotes_the_range_of_the_same_estimates():
     (line,) = audio.summary_sentence(rows, meas)
     low, high = rows.ratio.min(), rows.ratio.max()
     assert line.startswith("Web audio: onnxruntime-web's WASM in Chromium 156, Firefox ESR 153 "
-                           f"and WebKitGTK 2 ran {low:.2f}× to {high:.2f}× slower than native "
+                           f"and WebKitGTK 2.50 ran {low:.2f}× to {high:.2f}× slower than native "
                            "ONNX Runtime in all 24 comparisons")  # fmt: skip
     assert "wav2vec2-base and Whisper-base's encoder, 1 and 2 threads, 1 and 10 s of audio" in line
     assert line.endswith("1 run × 5 rounds; within one run, so no winner is called).")
@@ -183,3 +183,11 @@ def test_software_webgpu_is_said_as_such_and_stays_out_of_the_summarys_range():
         "WebGPU" not in line
         and f"to {rows[rows.framework == 'ort-web-wasm'].ratio.max():.2f}×" in line
     )
+
+
+def test_a_browser_label_shortens_to_the_release_people_name():
+    assert audio.browser_label("firefox", "153.8.0esr", major=True) == "Firefox ESR 153"
+    assert audio.browser_label("chromium", "156.0.8078.114", major=True) == "Chromium 156"
+    # every WebKitGTK release starts with 2: its major alone names none of them
+    assert audio.browser_label("webkit", "2.50.6", major=True) == "WebKitGTK 2.50"
+    assert audio.browser_label("webkit", "2.50.6") == "WebKitGTK 2.50.6"

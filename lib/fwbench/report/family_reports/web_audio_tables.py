@@ -94,11 +94,14 @@ def _webgpu_label(caps: dict) -> str:
 
 
 def browser_label(name: str, version: str | None = None, major: bool = False) -> str:
-    """ "Firefox ESR 153.8.0esr", or with ``major`` "Firefox ESR 153"."""
+    """ "Firefox ESR 153.8.0esr", or with ``major`` "Firefox ESR 153"; a one-digit major keeps its
+    minor ("WebKitGTK 2.50"), since WebKitGTK's releases all start with 2."""
     label = BROWSER_LABELS.get(name, name)
     if not version:
         return label
-    return f"{label} {version.split('.')[0] if major else version}"
+    parts = version.split(".")
+    short = parts[0] if len(parts[0]) > 1 else ".".join(parts[:2])
+    return f"{label} {short if major else version}"
 
 
 def capability_table(meas: pd.DataFrame) -> pd.DataFrame:
