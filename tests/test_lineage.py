@@ -40,6 +40,42 @@ def test_a_declared_model_is_its_own_lineage_unless_it_names_one():
     assert lineage("tinycnn", declared="resnet") == "resnet"
 
 
+PROBE = """from torch import nn
+
+
+def build(num_classes):
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, num_classes))
+"""
+
+
+def test_a_declaration_names_its_lineage_and_a_name_prefix_never_files_it(tmp_path):
+    import pandas as pd
+
+    from fwbench.families.prediction import predictor
+    from fwbench.models import declared, registry
+
+    (tmp_path / "lineage_probe.py").write_text(PROBE)
+    probe = {"torch": "lineage_probe:build", "path": ".", "image_size": 8}
+    # a user's "resnet_mine" shares a prefix with torchvision's ResNets, not their blocks
+    registry.declare(declared.parse("resnet_mine", probe, base=tmp_path))
+    assert lineage("resnet_mine") == "resnet_mine"
+    named = declared.parse("resnet_mine_too", {**probe, "lineage": "vgg/alexnet"}, base=tmp_path)
+    assert named.lineage == "vgg/alexnet"
+    registry.declare(named)
+    assert lineage("resnet_mine_too") == "vgg/alexnet"
+    # the kernels of a campaign get the key with the rest of the declaration
+    carried = declared.from_environment(declared.to_environment({named.name: named}))
+    assert carried[named.name].lineage == "vgg/alexnet"
+    # the lineage hold-out leaves the declared model out with the lineage it names
+    frame = pd.DataFrame({"model": ["resnet18", "resnet_mine", "resnet_mine_too", "vgg11"]})
+    folds = predictor.holdout_splits(frame, "lineage")
+    held = {name: set(frame.model[test]) for name, _, test in folds}
+    assert held["resnet"] == {"resnet18"} and held["resnet_mine"] == {"resnet_mine"}
+    assert held["vgg/alexnet"] == {"resnet_mine_too", "vgg11"}
+    with pytest.raises(declared.DeclarationError, match="'lineage' must be a name"):
+        declared.parse("resnet_mine", {**probe, "lineage": ""}, base=tmp_path)
+
+
 CANDIDATES = ["vgg13", "vgg16", "resnext101_32x8d", "wide_resnet101_2", "densenet161"]
 CANDIDATES += ["regnet_y_8gf", "regnet_x_3_2gf", "efficientnet_b4", "mnasnet0_75", "swin_s"]
 

@@ -45,9 +45,10 @@ def _insert(
     threads=2,
     family="inference",
     precision="fp32",
+    mode=None,
 ):
-    mode = "jit" if framework == "jax" else "eager"
-    cell = f"{model}-{framework}-{batch}-{trial}-{device_name}-{threads}-{family}"
+    mode = mode or ("jit" if framework == "jax" else "eager")
+    cell = f"{model}-{framework}-{mode}-{batch}-{trial}-{device_name}-{threads}-{family}"
     con.execute(
         "insert into measurements (run_id, campaign, notebook, cell, trial, status, family, model, "
         "framework, mode, device, device_name, precision, batch_size, threads, metric, value, "
@@ -229,6 +230,8 @@ def test_build_joins_features_and_ceilings(tmp_path):
     assert left_out == {
         "no ceiling for its device, precision and threads": 0,
         "a model of the frozen test set": 0,
+        "only trials on a shared machine": 0,
+        "a declared model this process was not given": 0,
     }
     assert len(table) == len(THROUGHPUT)
     row = table.set_index(["model", "framework", "batch_size"]).loc[("resnet18", "torch", 4)]
@@ -236,6 +239,49 @@ def test_build_joins_features_and_ceilings(tmp_path):
     assert row.total_flops == pytest.approx(4 * 2 * 1.814e9 * (64 / 224) ** 2, rel=0.05)
     assert row.peak_tflops == 0.2 and row.bandwidth_gbs == 20.0
     assert row.total_bytes > row.param_bytes > 11e6 * 4
+
+
+def test_a_shared_trial_never_enters_the_training_table(tmp_path):
+    write_index(tmp_path / "i.duckdb")
+    con = fw_db.connect(tmp_path / "i.duckdb")
+    # ResNet-18 at batch 2: two clean trials and a shared one ten times slower, too few clean
+    # trials for the report's rule of three; SqueezeNet at batch 2 ran only on a shared machine
+    for trial, value, shared in ((1, 20.0, False), (2, 22.0, False), (3, 2.0, True)):
+        _insert(
+            con, device_name=CPU, model="resnet18", framework="torch", batch=2, trial=trial,
+            value=value, shared=shared,
+        )  # fmt: skip
+    _insert(
+        con, device_name=CPU, model="squeezenet1_1", framework="torch", batch=2, trial=1,
+        value=9.0, shared=True,
+    )  # fmt: skip
+    con.close()
+    table, left_out = dataset.build(tmp_path / "i.duckdb", set())
+    rows = table.set_index(["model", "framework", "batch_size"])
+    row = rows.loc[("resnet18", "torch", 2)]
+    assert row.n_trials == 2 and row.seconds == pytest.approx(np.median([2 / 20, 2 / 22]))
+    assert ("squeezenet1_1", "torch", 2) not in rows.index
+    assert left_out["only trials on a shared machine"] == 1
+    # the measurements a reader is shown keep the report's rule: all three trials, shared or not
+    con = fw_db.connect(tmp_path / "i.duckdb", read_only=True)
+    shown = dataset.measured(con).set_index(["model", "framework", "batch_size"])
+    con.close()
+    assert shown.loc[("resnet18", "torch", 2)].n_trials == 3
+
+
+def test_a_model_declared_elsewhere_is_left_out_rather_than_failing_the_table(tmp_path):
+    write_index(tmp_path / "i.duckdb")
+    con = fw_db.connect(tmp_path / "i.duckdb")
+    # a campaign's own model this process was given no declaration of (no --campaign)
+    for trial in (1, 2, 3):
+        _insert(
+            con, device_name=CPU, model="someones_net", framework="torch", batch=1, trial=trial,
+            value=80.0,
+        )  # fmt: skip
+    con.close()
+    table, left_out = dataset.build(tmp_path / "i.duckdb", set())
+    assert "someones_net" not in set(table.model) and len(table) == len(THROUGHPUT)
+    assert left_out["a declared model this process was not given"] == 1
 
 
 def test_a_frozen_test_model_never_enters_the_table(tmp_path):

@@ -145,6 +145,48 @@ def test_recommend_returns_a_configuration_that_fits(tmp_path):
     assert all(r["peak_mem_bytes"] <= 0.2 * 2**30 for r in json.loads(fits.stdout))
 
 
+def test_recommend_json_prints_the_top_rows_the_text_shows(tmp_path):
+    write_index(tmp_path / "i.duckdb")
+    # two settings at seven batch sizes: fourteen candidates, of which the two best are printed
+    common = ["--model", "resnet18", "--image-size", str(IMAGE), "--device", CPU, "--json"]
+    done = _recommend(tmp_path, *common, "--top", "2")
+    assert done.returncode == 0, done.stderr
+    ranked = json.loads(done.stdout)
+    assert len(ranked) == 2
+    assert ranked[0]["throughput_img_s"] >= ranked[1]["throughput_img_s"]
+
+
+def test_a_model_without_a_twin_is_offered_on_jax_through_torchax():
+    # the settings the training table measured: PyTorch eager, JAX jit (a twin) and torchax
+    table = pd.DataFrame(
+        {
+            "framework": ["torch", "jax", "jax"],
+            "mode": ["eager", "jit", "torchax"],
+            "precision": ["fp32"] * 3,
+        }
+    )
+    ceilings = pd.DataFrame(
+        [
+            {
+                "device": "cpu",
+                "device_name": CPU,
+                "precision": "fp32",
+                "threads": 2,
+                "peak_tflops": 0.2,
+                "bandwidth_gbs": 20.0,
+            }
+        ]
+    )
+    query = recommend.Query(model="squeezenet1_1", batch_size=1)
+    rows = recommend.candidate_rows(query, table, ceilings, False, IMAGE)
+    assert set(zip(rows.framework, rows["mode"], strict=True)) == {
+        ("torch", "eager"),
+        ("jax", "torchax"),
+    }
+    both = recommend.candidate_rows(query, table, ceilings, True, IMAGE)
+    assert ("jax", "jit") in set(zip(both.framework, both["mode"], strict=True))
+
+
 def test_a_pick_from_predictions_is_scored_against_the_measured_best():
     group = pd.DataFrame(
         {

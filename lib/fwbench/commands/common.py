@@ -1,6 +1,6 @@
 """What several commands share: the exit statuses, the one-line refusal, the names ``--into`` and
-``slides`` take, the ingest's progress bar, and the index and training table that ``predict`` and
-``recommend`` both read."""
+``slides`` take, the ingest's progress bar, and what ``predict`` and ``recommend`` both take and
+read: their options, the models a campaign declares, the index and the training table."""
 
 from __future__ import annotations
 
@@ -34,14 +34,42 @@ def notebook_bar(notebooks):
     return tqdm(notebooks, desc="ingest", unit="notebook")
 
 
+# how ``predict`` and ``recommend`` come to know a model of one's own, for their --help
+OWN_MODELS_HELP = (
+    "A model of your own is known by the campaign that declares it: --campaign FILE reads its "
+    "'models:' section (nothing else of the file, and no step runs). A model declared in "
+    "$FWBENCH_MODELS (JSON: name -> declaration, as a campaign's kernels get it) or shipped by an "
+    "installed package's 'fwbench.models' entry point is known without it."
+)
+
+
 def decision_arguments(parser: argparse.ArgumentParser, json_help: str) -> None:
     """What ``predict`` and ``recommend`` both take."""
+    parser.add_argument(
+        "--campaign",
+        metavar="FILE",
+        help="a campaign file whose 'models:' declarations (your own models) --model may name",
+    )
     parser.add_argument("--image-size", type=int, help="default: the model's own")
     parser.add_argument("--json", action="store_true", help=json_help)
     parser.add_argument("--out", default="executed", help="executed-notebook folder")
     parser.add_argument(
         "--db", help="database path (default: $FWBENCH_DB, else OUT/fwbench.duckdb)"
     )
+
+
+def campaign_models(path: str | None) -> tuple[tuple[str, list[str]] | None, str | None]:
+    """The models the campaign file at ``path`` declares, registered in this process: (the file
+    and the names it declares, None), (None, None) without a file, or (None, the one line that
+    refuses it: a missing file, malformed YAML, a declaration that does not import)."""
+    if path is None:
+        return None, None
+    from fwbench.pipeline.campaign import CampaignError, declared_models
+
+    try:
+        return (path, sorted(declared_models(path))), None
+    except CampaignError as exc:
+        return None, str(exc)
 
 
 def indexed(args) -> tuple[Path, Path, str | None]:

@@ -12,6 +12,8 @@ from pathlib import Path
 from fwbench.commands.common import (
     EXIT_CELL_FAILED,
     EXIT_OK,
+    OWN_MODELS_HELP,
+    campaign_models,
     decision_arguments,
     fail,
     indexed,
@@ -29,9 +31,13 @@ def add_parser(sub) -> None:
         "peak bytes for any torchvision classification model on this machine, from the features "
         "of its shapes (no timing) and the predictor fitted on the committed sweep. Shows the "
         "measurement too where one exists. A machine without ceilings in the index is calibrated "
-        "first (about 30 s, executed and indexed like any run).",
+        "first (about 30 s, executed and indexed like any run). " + OWN_MODELS_HELP,
     )
-    predict.add_argument("--model", required=True, help="e.g. resnet50, convnext_tiny")
+    predict.add_argument(
+        "--model",
+        required=True,
+        help="e.g. resnet50, convnext_tiny, or a model --campaign FILE declares",
+    )
     predict.add_argument("--framework", required=True, choices=["torch", "jax"])
     predict.add_argument("--batch-size", required=True, type=int)
     predict.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
@@ -54,6 +60,9 @@ def add_parser(sub) -> None:
 def handle(args) -> int:
     from fwbench.families.prediction import answers
 
+    campaign, problem = campaign_models(args.campaign)
+    if problem:
+        return fail(problem)
     request, problem = answers.predict_request(
         model=args.model,
         framework=args.framework,
@@ -63,6 +72,7 @@ def handle(args) -> int:
         threads=args.threads,
         image_size=args.image_size,
         epoch_images=args.epoch_images,
+        campaign=campaign,
     )
     if problem:
         return fail(problem)

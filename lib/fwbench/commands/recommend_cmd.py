@@ -9,6 +9,8 @@ import sys
 from fwbench.commands.common import (
     EXIT_NOTHING_FITS,
     EXIT_OK,
+    OWN_MODELS_HELP,
+    campaign_models,
     decision_arguments,
     fail,
     indexed,
@@ -25,12 +27,18 @@ def add_parser(sub) -> None:
         "--device, or on every one with --all-devices, by an objective, after dropping those "
         "over the latency or memory limit. Each row names its device and says whether it was "
         "measured or predicted, and whether it lies on the Pareto front over throughput, p95 "
-        "latency, memory (GiB) and (with prices) cost. The first row is the recommendation.",
+        "latency, memory (GiB) and (with prices) cost. The first row is the recommendation. A "
+        "model without a Flax twin is offered on JAX through torchax (PyTorch's graph on XLA) "
+        "where the index measured that mode. " + OWN_MODELS_HELP,
         epilog="Exit status: 0 a recommendation, 2 bad input (one line), 3 nothing meets the "
         "limits (one sentence says how many candidates each limit left out; on stderr with "
         "--json, whose stdout is then []).",
     )
-    recommend.add_argument("--model", required=True, help="any torchvision classification model")
+    recommend.add_argument(
+        "--model",
+        required=True,
+        help="any torchvision classification model, or a model --campaign FILE declares",
+    )
     limit = recommend.add_mutually_exclusive_group()
     limit.add_argument("--batch-size", type=int, help="fix the batch size (default: 1 to 64)")
     limit.add_argument("--max-latency-ms", type=float, help="limit on p95 latency per call")
@@ -41,7 +49,9 @@ def add_parser(sub) -> None:
     recommend.add_argument(
         "--price-per-hour", metavar="FILE", help="YAML 'device: price' or CSV device,price_per_hour"
     )
-    recommend.add_argument("--top", type=int, default=10, help="rows to print (default: 10)")
+    recommend.add_argument(
+        "--top", type=int, default=10, help="rows to print, as text or JSON (default: 10)"
+    )
     where = recommend.add_mutually_exclusive_group()
     where.add_argument(
         "--device",
@@ -60,6 +70,9 @@ def add_parser(sub) -> None:
 def handle(args) -> int:
     from fwbench.families.prediction import answers, recommend
 
+    campaign, problem = campaign_models(args.campaign)
+    if problem:
+        return fail(problem)
     query, has_twin, image_size, problem = answers.recommend_query(
         model=args.model,
         batch_size=args.batch_size,
@@ -69,6 +82,7 @@ def handle(args) -> int:
         objective=args.objective,
         price_per_hour=args.price_per_hour,
         image_size=args.image_size,
+        campaign=campaign,
     )
     if problem:
         return fail(problem)
@@ -91,7 +105,7 @@ def handle(args) -> int:
     ranking = answers.rank_candidates(query, table, ceilings, measured, has_twin, image_size)
     sentence = recommend.explain(ranking, query)
     if args.json:
-        print(answers.recommend_json(ranking, query))
+        print(answers.recommend_json(ranking, query, args.top))
     else:
         print(answers.recommend_text(ranking, query, sentence, args.top, len(table), source))
     if ranking.ranked.empty:

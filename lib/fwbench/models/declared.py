@@ -10,12 +10,18 @@ A declaration is a mapping (DESIGN.md section 3)::
       image_size: 32                     # the native input size (default 224)
       kind: cnn                          # cnn or transformer (default cnn)
       label: TinyCNN                     # how tables and charts name it (default: its name)
+      lineage: resnet                    # the lineage it is held out with (default: its own)
 
 A declared model is an image classifier like the registry's: it takes a (batch, 3, H, W) batch
 and returns (batch, num_classes) logits; its Flax twin takes the same batch channels-last. Its
 parameter count and FLOPs are counted on the model itself (built on the meta device, so nothing
 is allocated; FLOPs by torch's ``FlopCounterMode`` at one image of the native size), never taken
 from the declaration: there is no key to give them.
+
+``lineage`` names the architecture family the predictor's hold-outs leave out with the model
+(``models.lineage``: a known one's name, such as ``resnet``, joins it; any other groups the
+declared models that name it). Without it a declared model is a lineage of its own, whatever its
+name starts with: ``resnet_mine`` says nothing about its blocks.
 
 The declarations a campaign makes reach its notebooks' kernels (and their worker processes) as
 JSON in ``FWBENCH_MODELS``; a package ships models through the ``fwbench.models`` entry-point
@@ -34,7 +40,7 @@ from pathlib import Path
 
 ENV_MODELS = "FWBENCH_MODELS"
 ENTRY_POINT_GROUP = "fwbench.models"
-KEYS = {"torch", "flax", "path", "image_size", "kind", "label"}
+KEYS = {"torch", "flax", "path", "image_size", "kind", "label", "lineage"}
 KINDS = ("cnn", "transformer")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -54,6 +60,7 @@ class Declaration:
     image_size: int = 224
     kind: str = "cnn"
     label: str | None = None
+    lineage: str | None = None  # the hold-outs' group (``models.lineage``); None: its own
 
     def as_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k != "name" and v is not None}
@@ -105,13 +112,16 @@ def parse(name: str, mapping, *, base: Path | None = None, where: str = "") -> D
     label = mapping.get("label")
     if label is not None and not isinstance(label, str):
         raise DeclarationError(f"{where}: 'label' must be text")
+    lineage = mapping.get("lineage")
+    if lineage is not None and not (isinstance(lineage, str) and lineage.strip()):
+        raise DeclarationError(f"{where}: 'lineage' must be a name, such as resnet")
     path = mapping.get("path")
     if path is not None:
         folder = Path(path) if base is None else (base / str(path))
         if not folder.is_dir():
             raise DeclarationError(f"{where}: 'path' {path} is not a folder (looked for {folder})")
         path = str(folder.resolve())
-    return Declaration(name, torch_target, flax_module, path, image_size, kind, label)
+    return Declaration(name, torch_target, flax_module, path, image_size, kind, label, lineage)
 
 
 def _import(declaration: Declaration, module: str):

@@ -8,10 +8,14 @@ every model built from the same blocks, and the prediction family's hold-outs le
 lineage out.
 
 ``LINEAGES`` is ordered: the first pattern a name starts with decides. A declared model (a
-campaign's ``models:`` key) is a lineage of its own unless its declaration names one.
+campaign's ``models:`` key, ``FWBENCH_MODELS`` or an entry point, once this process has declared
+it) is a lineage of its own unless its declaration names one (``lineage:``); the name's prefix
+never decides for it, since a user's ``resnet_mine`` may share no block with a ResNet.
 """
 
 from __future__ import annotations
+
+from fwbench.models import registry
 
 # lineage -> the name prefixes of its models (torchvision's names, the transformers models'
 # registry names)
@@ -33,9 +37,12 @@ LINEAGES: dict[str, tuple[str, ...]] = {
 
 def lineage(name: str, declared: str | None = None) -> str:
     """The lineage of a model by its registry name; ``declared`` (a declared model's own
-    ``lineage``) wins, and an unknown name is a lineage of its own."""
+    ``lineage``) wins, then the declaration this process holds for ``name``, and an unknown name
+    is a lineage of its own."""
     if declared:
         return declared
+    if name in registry.DECLARED:
+        return registry.DECLARED[name].declaration.lineage or name
     for found, prefixes in LINEAGES.items():
         if name.startswith(prefixes):
             return found

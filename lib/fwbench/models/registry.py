@@ -204,13 +204,22 @@ def get_spec(name: str) -> ModelSpec:
     PyTorch-only spec."""
     spec = _find(name)
     if spec is None:
-        raise KeyError(
-            f"unknown model {name!r}: the models with a Flax twin are "
-            f"{', '.join(twin_models())}, any torchvision classification model runs on PyTorch "
-            "alone (torchvision.models.list_models(module=torchvision.models)), and a model of "
-            "your own is declared in a campaign's 'models:' section (CONTRIBUTING.md)"
-        )
+        raise KeyError(unknown_model(name))
     return spec
+
+
+# where a model of one's own comes from, as a campaign's checks say it; a command that reads no
+# campaign of its own passes the advice that works for it
+OWN_MODEL = "a model of your own is declared in a campaign's 'models:' section (CONTRIBUTING.md)"
+
+
+def unknown_model(name: str, own: str = OWN_MODEL) -> str:
+    """The one line refusing an unknown model: the names that work, then ``own``."""
+    return (
+        f"unknown model {name!r}: the models with a Flax twin are "
+        f"{', '.join(twin_models())}, any torchvision classification model runs on PyTorch "
+        f"alone (torchvision.models.list_models(module=torchvision.models)), and {own}"
+    )
 
 
 def _find(name: str) -> ModelSpec | None:

@@ -468,6 +468,15 @@ def load_campaign(path: str | Path) -> Campaign:
     )
 
 
+def declared_models(path: str | Path) -> dict:
+    """The models the campaign file at ``path`` declares under ``models:`` (name ->
+    Declaration), imported, counted and registered in this process, its steps left unchecked:
+    what ``fwbench predict`` and ``recommend`` take with ``--campaign``, which run no step. Raises
+    ``CampaignError`` with one line on a missing file or a bad declaration."""
+    path = Path(path)
+    return declare_models(path, _load_yaml(path).get("models"))
+
+
 def valid_invocations(value) -> bool:
     """Whether ``value`` is a number of runs: a positive integer (YAML's ``true`` is not one)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1

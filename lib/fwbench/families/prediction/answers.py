@@ -24,8 +24,31 @@ from fwbench.families.prediction import dataset, epochs, forecast, recommend
 from fwbench.families.prediction.forecast import Request
 from fwbench.families.prediction.recommend import Query
 from fwbench.measure.device import cpu_device_name
-from fwbench.models.registry import get_spec, require_twin
+from fwbench.models.registry import get_spec, require_twin, unknown_model
 from fwbench.results import db
+
+# how ``predict`` and ``recommend`` come to know a model of one's own: the campaign that declares
+# it (FWBENCH_MODELS and the entry points are read too, but a user has a campaign file at hand)
+OWN_MODEL = (
+    "a model of your own is read from the campaign that declares it under 'models:' "
+    "(--campaign FILE)"
+)
+
+
+def model_spec(model: str, campaign: tuple[str, list[str]] | None = None):
+    """(the registry's spec, None), or (None, the line refusing an unknown ``model`` with advice
+    that works for ``predict`` and ``recommend``); ``campaign``: the file passed with
+    ``--campaign`` and the names it declares."""
+    try:
+        return get_spec(model), None
+    except ValueError as exc:  # a declaration in FWBENCH_MODELS or an entry point that fails
+        return None, str(exc)
+    except KeyError:
+        if campaign is None:
+            return None, unknown_model(model, OWN_MODEL)
+        path, names = campaign
+        declares = ", ".join(sorted(names)) or "no model"
+        return None, unknown_model(model, f"{path} declares {declares} under 'models:'")
 
 
 def predict_request(
@@ -38,11 +61,14 @@ def predict_request(
     threads: int | None,
     image_size: int | None,
     epoch_images: int | None,
+    campaign: tuple[str, list[str]] | None = None,
 ) -> tuple[Request | None, str | None]:
     """The request of ``fwbench predict``, checked before any work: (Request, None) or (None, the
-    one line that says what is wrong)."""
+    one line that says what is wrong). ``campaign``: as ``model_spec`` takes it."""
+    spec, problem = model_spec(model, campaign)
+    if problem:
+        return None, problem
     try:
-        spec = get_spec(model)
         mode = vocab.resolve_mode(framework, mode)
         # PyTorch's own graph on JAX's compiler (torchax) needs no Flax twin
         if framework == "jax" and mode not in vocab.TORCH_GRAPH_MODES:
@@ -283,12 +309,13 @@ def recommend_query(
     objective: str,
     price_per_hour: str | None,
     image_size: int | None,
+    campaign: tuple[str, list[str]] | None = None,
 ) -> tuple[Query | None, bool | None, int | None, str | None]:
-    """(Query, has_twin, image size, None) or (None, None, None, the one line that is wrong)."""
-    try:
-        spec = get_spec(model)
-    except KeyError as exc:
-        return None, None, None, str(exc.args[0])
+    """(Query, has_twin, image size, None) or (None, None, None, the one line that is wrong);
+    ``campaign``: as ``model_spec`` takes it."""
+    spec, problem = model_spec(model, campaign)
+    if problem:
+        return None, None, None, problem
     for name, value in (
         ("--batch-size", batch_size),
         ("--max-latency-ms", max_latency_ms),
@@ -393,10 +420,11 @@ TEXT_COLUMNS = {
 }
 
 
-def recommend_json(ranking: recommend.Ranking, query: Query) -> str:
-    """The ranked candidates as ``fwbench recommend --json`` prints them: one list, best first."""
+def recommend_json(ranking: recommend.Ranking, query: Query, top: int) -> str:
+    """The first ``top`` candidates as ``fwbench recommend --json`` prints them: one list, best
+    first, the rows the text's table shows."""
     keys = recommend.JSON_KEYS + (["cost_per_million_img"] if query.prices else [])
-    records = ranking.ranked[keys].to_dict("records")
+    records = ranking.ranked.head(top)[keys].to_dict("records")
     return json.dumps(records, default=lambda v: v.item() if hasattr(v, "item") else str(v))
 
 

@@ -5,7 +5,10 @@ call, one row per configuration and run.
 A configuration's time is the median over its trials of batch size / throughput (throughput's
 blocks pipeline the calls, as a user's batch job does), and its latency the median of the trials'
 p50. Trials that ran on a shared machine are left out when at least ``MIN_CLEAN_TRIALS`` clean
-ones remain, the rule the report's comparisons follow.
+ones remain, the rule the report's comparisons follow; the training table (``build``) never takes
+them, however few clean trials remain: a shared trial's time is another process's as much as the
+model's (the meter saw torch's 2-thread throughput fall 40-100x beside niced work), and a
+predictor learns its cost terms from every row alike, where a report at least lists the cell.
 
 Only hardware that says what it is enters: a GPU by its name, a CPU by its name *with* family and
 model. Records made before fwbench recorded those name only "AMD EPYC", which was a Zen 3 on some
@@ -24,6 +27,7 @@ import pandas as pd
 
 from fwbench.families.prediction import features as fw_features
 from fwbench.measure import comparison
+from fwbench.models import registry
 from fwbench.results import db as fw_db
 
 MIN_CLEAN_TRIALS = 3
@@ -95,35 +99,40 @@ def trial_rows(con, sql: str = _MEASURED_SQL) -> pd.DataFrame:
     return frame[keep]
 
 
-def clean_trials(group: pd.DataFrame) -> pd.DataFrame:
-    """``group``'s trials that ran alone, when at least ``MIN_CLEAN_TRIALS`` did; else all."""
+def clean_trials(group: pd.DataFrame, *, only_clean: bool = False) -> pd.DataFrame:
+    """``group``'s trials that ran alone, when at least ``MIN_CLEAN_TRIALS`` did (or, with
+    ``only_clean``, however few did); else all."""
     clean = group[~group.shared.astype(bool)]
-    return clean if len(clean) >= MIN_CLEAN_TRIALS else group
+    return clean if only_clean or len(clean) >= MIN_CLEAN_TRIALS else group
 
 
-def _median(group: pd.DataFrame, metric: str) -> float:
-    rows = clean_trials(group[group.metric == metric])
+def _median(group: pd.DataFrame, metric: str, only_clean: bool) -> float:
+    rows = clean_trials(group[group.metric == metric], only_clean=only_clean)
     return float(np.median(rows.value)) if len(rows) else np.nan
 
 
-def measured(con) -> pd.DataFrame:
+def measured(con, *, only_clean: bool = False) -> pd.DataFrame:
     """One row per configuration and run: ``seconds`` (per call, from throughput), ``latency_s``
     and ``latency_p95_s`` (the trials' medians of p50 and p95), ``energy_j_per_img`` where a
-    counter measured it, ``n_trials`` and ``trial_img_s``
-    (trial -> images/s, for pairing by round)."""
-    trials = trial_rows(con)
+    counter measured it, ``n_trials`` and ``trial_img_s`` (trial -> images/s, for pairing by
+    round). ``only_clean``: no shared trial at all (``clean_trials``), so a configuration that
+    ran only on a shared machine has no row."""
+    return _configurations(trial_rows(con), only_clean)
+
+
+def _configurations(trials: pd.DataFrame, only_clean: bool) -> pd.DataFrame:
     rows = []
     for key, group in trials.groupby(["campaign", "run_id", *CONFIG], sort=True):
         record = dict(zip(["campaign", "run_id", *CONFIG], key, strict=True))
-        thr = clean_trials(group[group.metric == "throughput_img_s"])
+        thr = clean_trials(group[group.metric == "throughput_img_s"], only_clean=only_clean)
         if thr.empty:
             continue
         batch = record["batch_size"]
         record.update(
             seconds=float(np.median(batch / thr.value)),
-            latency_s=_median(group, "latency_p50_ms") / 1000,
-            latency_p95_s=_median(group, "latency_p95_ms") / 1000,
-            energy_j_per_img=_median(group, "energy_j_per_img"),
+            latency_s=_median(group, "latency_p50_ms", only_clean) / 1000,
+            latency_p95_s=_median(group, "latency_p95_ms", only_clean) / 1000,
+            energy_j_per_img=_median(group, "energy_j_per_img", only_clean),
             img_s=float(np.median(thr.value)),
             n_trials=int(thr.trial.nunique()),
             trial_img_s={int(t): float(v) for t, v in zip(thr.trial, thr.value, strict=True)},
@@ -185,20 +194,29 @@ def with_features(frame: pd.DataFrame, feats: pd.DataFrame, ceiling: pd.DataFram
 
 def build(db_path: str | Path, exclude: set[str], progress=None) -> tuple[pd.DataFrame, dict]:
     """The training table from the index at ``db_path`` and what was left out of it, by reason.
-    The models of ``exclude`` (the frozen test set's, ``frozen.frozen_models``) never enter it."""
+    The models of ``exclude`` (the frozen test set's, ``frozen.frozen_models``) never enter it,
+    nor does a shared trial (``measured(only_clean=True)``), nor a model this process cannot
+    build: one declared in a campaign it was not given."""
     con = fw_db.connect(db_path, read_only=True)
     try:
-        frame = measured(con)
+        trials = trial_rows(con)
         ceiling = ceilings(con)
     finally:
         con.close()
-    tested = frame.model.isin(sorted(exclude)) if len(frame) else pd.Series(dtype=bool)
-    frame = frame[~tested] if len(frame) else frame
+    frame = _configurations(trials, only_clean=True)
+    throughput = trials[trials.metric == "throughput_img_s"]
+    shared = throughput.groupby(["campaign", "run_id", *CONFIG]).shared.all().sum()
+    tested = frame.model.isin(sorted(exclude))
+    known = {m for m in set(frame.model) if registry.is_known(m)}
+    unknown = ~frame.model.isin(sorted(known))
+    frame = frame[~tested & ~unknown]
     feats = feature_rows(frame, progress) if len(frame) else pd.DataFrame(columns=FEATURE_KEY)
     table = with_features(frame, feats, ceiling) if len(frame) else frame
     left_out = {
         "no ceiling for its device, precision and threads": len(frame) - len(table),
         "a model of the frozen test set": int(tested.sum()),
+        "only trials on a shared machine": int(shared),
+        "a declared model this process was not given": int((unknown & ~tested).sum()),
     }
     return table, left_out
 

@@ -4,7 +4,8 @@ none does, filtered by the user's limits, ranked by an objective, with the Paret
 
 Candidates are what the evidence can speak for: a framework, mode and precision the training
 table has measured somewhere (a mode nobody ran would be a guess the predictor cannot check),
-on every device and thread count whose ceilings 02_calibrate measured at that precision.
+on every device and thread count whose ceilings 02_calibrate measured at that precision. A model
+without a Flax twin keeps JAX's torchax mode, PyTorch's own graph on JAX's compiler.
 Memory is the model's own bytes (parameters plus the activations alive at a forward's peak,
 ``features``), never the process's RSS, which moves by about 28% between runs.
 """
@@ -19,6 +20,7 @@ import pandas as pd
 
 from fwbench.families.prediction import dataset, forecast
 from fwbench.families.prediction import features as fw_features
+from fwbench.vocab import TORCH_GRAPH_MODES
 
 OBJECTIVES = ("throughput", "latency", "cost", "energy")
 BATCH_CHOICES = (1, 2, 4, 8, 16, 32, 64)
@@ -63,7 +65,9 @@ def candidate_rows(
     """Every candidate configuration of ``query.model``, with its features and ceilings."""
     settings = table[SETTING].drop_duplicates()
     if not has_twin:
-        settings = settings[settings.framework != "jax"]
+        # JAX needs a Flax twin only for its own layers: torchax runs PyTorch's graph on XLA
+        own_layers = (settings.framework == "jax") & ~settings["mode"].isin(TORCH_GRAPH_MODES)
+        settings = settings[~own_layers]
     batches = [query.batch_size] if query.batch_size else list(BATCH_CHOICES)
     feats = pd.DataFrame(
         [fw_features.torch_features(query.model, b, image_size).row() for b in batches]
