@@ -24,6 +24,11 @@ LONGEST_FIRST = (
     # a two-node cluster, a distributed cell in each framework and a node that dies, about 5 min
     "test_slurm_nodes.py",
     "test_web_audio.py",
+    # two time-to-accuracy searches through the runner, about 75 s: at the end it ran alone
+    "test_time_to_accuracy.py",
+    "test_declared_models.py",
+    "test_prediction_own_model.py",
+    "test_prediction_epochs.py",
     # a real campaign through gpu/run.sh from a copy of the checkout, about 110 s
     "test_gpu_kit.py",
     "test_campaign_report.py",

@@ -53,6 +53,18 @@ def test_the_ratio_pairs_trials_and_gives_their_median_and_range():
     assert len(chart["layer"]) == 3
 
 
+def test_the_sentence_names_the_mode_where_a_framework_ran_two():
+    meas = pd.DataFrame(
+        _pair(30.0, 10.0)
+        + _pair(60.0, 12.0, framework="jax", mode="jit")
+        + _pair(24.0, 8.0, framework="jax", mode="jit-expert")
+    )
+    assert ti.sentence(ti.step_over_forward(meas)) == (
+        "A training step takes JAX jit 5.0–5.0×, JAX jit-expert 3.0–3.0×, PyTorch 3.0–3.0× the "
+        "time of a forward at its batch."
+    )
+
+
 @pytest.mark.parametrize(
     "unlike",
     [

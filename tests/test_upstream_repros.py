@@ -24,25 +24,28 @@ def _load(name):
     return module
 
 
-@pytest.mark.parametrize("name", sorted(SCRIPTS))
-def test_tiny_run_checks_then_times(name):
+def _run(name: str, *args: str) -> list[str]:
+    """The script's stdout lines after a run that must succeed within the minute the README
+    promises (with room to spare for --tiny); its first line names the CPU."""
     start = time.monotonic()
     done = subprocess.run(
-        [sys.executable, str(UPSTREAM / name), "--tiny"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, str(UPSTREAM / name), *args], capture_output=True, text=True, timeout=120
     )
     elapsed = time.monotonic() - start
     assert done.returncode == 0, done.stderr
+    assert elapsed < 60, f"{name} {' '.join(args)} took {elapsed:.0f} s"
     lines = done.stdout.splitlines()
     assert lines[0].startswith("cpu: vendor_id: ")
+    return lines
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_tiny_run_checks_then_times(name):
+    lines = _run(name, "--tiny")
     assert any(line.startswith("float64 check: max relative difference ") for line in lines)
     last = lines[-1]
     assert last.startswith(SCRIPTS[name]) and "x (geometric mean over 2 layers)" in last, last
     assert float(last.removeprefix(SCRIPTS[name]).split("x")[0]) > 0
-    # what the README promises for the full run holds with room to spare for --tiny
-    assert elapsed < 60, f"{name} --tiny took {elapsed:.0f} s"
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
@@ -71,37 +74,16 @@ def test_check_leaves_float64_off(name):
 
 
 def test_torchax_repro_runs_and_still_shows_the_lost_write():
-    start = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, str(UPSTREAM / "torchax_slice_view_write.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    elapsed = time.monotonic() - start
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[0].startswith("cpu: vendor_id: ")
+    lines = _run("torchax_slice_view_write.py")
     # when this fails, torchax writes through slice views: drop torchax_bridge._keep_view_writes
     assert lines[-1].startswith("torchax loses the write through the slice view"), lines[-1]
     assert "b[2:4].zero_() (default)" in lines[-1]
     # torchax's own in-place op writes through the view in its default configuration
     assert "b[2:4].mul_(0) (default)" not in lines[-1]
-    assert elapsed < 60, f"the torchax repro took {elapsed:.0f} s"
 
 
 def test_allreduce_repro_runs_two_processes_and_counts_what_xla_combined():
-    start = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, str(UPSTREAM / "xla_cpu_allreduce_per_array.py"), "--tiny"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    elapsed = time.monotonic() - start
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[0].startswith("cpu: vendor_id: ")
+    lines = _run("xla_cpu_allreduce_per_array.py", "--tiny")
     assert lines[1].startswith("20 float32 arrays") and "2 processes" in lines[1], lines[1]
     forms = {line.split()[0]: line for line in lines[2:]}
     assert set(forms) == {"per-leaf", "sharded", "flattened"}
@@ -112,4 +94,3 @@ def test_allreduce_repro_runs_two_processes_and_counts_what_xla_combined():
         instructions, carried = int(count.split()[0]), int(count.split(" over ")[1].split()[0])
         assert carried == arrays and 1 <= instructions <= arrays, forms[form]
         assert "float64 max error 0.0e+00" in forms[form]
-    assert elapsed < 60, f"the all-reduce repro took {elapsed:.0f} s"

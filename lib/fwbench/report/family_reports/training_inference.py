@@ -98,11 +98,14 @@ def ratio_chart(table: pd.DataFrame) -> alt.Chart:
 
 
 def sentence(table: pd.DataFrame) -> str:
-    """The spread of the ratios, per framework, in one line."""
+    """The spread of the ratios, per framework (and per mode where a framework ran several: JAX's
+    stock and expert twins train different convolutions), in one line."""
     parts = []
-    for framework, group in table.groupby("framework", sort=True):
+    for (framework, mode), group in table.groupby(["framework", "mode"], sort=True):
+        several = table[table.framework == framework]["mode"].nunique() > 1
+        side = f"{framework_label(framework)} {mode}" if several else framework_label(framework)
         low, high = group.step_over_forward.min(), group.step_over_forward.max()
-        parts.append(f"{framework_label(framework)} {low:.1f}–{high:.1f}×")
+        parts.append(f"{side} {low:.1f}–{high:.1f}×")
     return "A training step takes " + ", ".join(parts) + " the time of a forward at its batch."
 
 
