@@ -280,6 +280,12 @@ def setting_words(precision: str, threads) -> str:
     return f"{named} with {words}" if words else named
 
 
+def and_list(items) -> str:
+    """ "a", "a and b", "a, b and c": how a sentence lists things."""
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
 def metric_direction(metric: str, unit: str | None = None) -> str | None:
     """``HIGHER_IS_BETTER`` or ``LOWER_IS_BETTER`` for ``metric`` (by its name, else by its
     ``unit``), or None where neither says which way is better: the caller says "no known

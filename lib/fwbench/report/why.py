@@ -24,7 +24,14 @@ import pandas as pd
 
 from fwbench.report import tables
 from fwbench.report.tables import CONFIG, SERIES, series_rows
-from fwbench.vocab import OP_CATEGORIES, OVERHEAD, framework_label, model_label, setting_words
+from fwbench.vocab import (
+    OP_CATEGORIES,
+    OVERHEAD,
+    and_list,
+    framework_label,
+    model_label,
+    setting_words,
+)
 
 METRIC = "op_time_ms"
 # A why-sentence leads with the parts that hold this share of the gap's positive parts.
@@ -177,11 +184,7 @@ def block_label(block: tuple[str, ...]) -> str:
     head = [c for c in block if c in ANCHORS] or [block[0]]
     rest = [c for c in block if c not in head]
     its = "its" if len(head) == 1 else "their"
-    return f"{_and(head)} with {its} fused {_and(rest)}"
-
-
-def _and(words: list[str]) -> str:
-    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+    return f"{and_list(head)} with {its} fused {and_list(rest)}"
 
 
 def parts(slow: pd.DataFrame, fast: pd.DataFrame) -> list[dict]:

@@ -14,7 +14,7 @@ from fwbench.measure import verdicts
 from fwbench.report import tables
 from fwbench.report.sentences import interval, times
 from fwbench.report.tables import extra_columns, metric_columns
-from fwbench.vocab import BROWSER_LABELS
+from fwbench.vocab import BROWSER_LABELS, and_list
 
 WEB_AUDIO_METRICS = [
     "latency_p50_ms",
@@ -250,11 +250,6 @@ def sentences(ratios: pd.DataFrame, meas: pd.DataFrame) -> list[str]:
     return out
 
 
-def _words(items) -> str:
-    items = [str(i) for i in items]
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
-
-
 def summary_sentence(rows: pd.DataFrame, meas: pd.DataFrame) -> list[str]:
     """The executive summary's line (``compared`` rows): the range of every browser runtime's
     ratio to native ONNX Runtime, over what, on what design, and the verdicts' tally."""
@@ -271,13 +266,13 @@ def summary_sentence(rows: pd.DataFrame, meas: pd.DataFrame) -> list[str]:
         pace = f"ran {span} slower than native ONNX Runtime"
     else:
         pace = f"ran at {span} native ONNX Runtime's real-time factor"
-    runtimes = _words(sorted({RUNTIME_LABELS.get(f, f) for f in rows.framework}))
-    browsers = _words(names.get(b, browser_label(b)) for b in sorted(set(rows.browser)))
+    runtimes = and_list(sorted({RUNTIME_LABELS.get(f, f) for f in rows.framework}))
+    browsers = and_list(names.get(b, browser_label(b)) for b in sorted(set(rows.browser)))
     threads = sorted(set(rows.threads.astype(int)))
     over = (
-        f"{_words(speech_label(m) for m in sorted(set(rows.model)))}, "
-        f"{_words(threads)} thread{'s' if threads != [1] else ''}, "
-        f"{_words(f'{s:g}' for s in sorted(set(rows.audio_seconds)))} s of audio"
+        f"{and_list(speech_label(m) for m in sorted(set(rows.model)))}, "
+        f"{and_list(threads)} thread{'s' if threads != [1] else ''}, "
+        f"{and_list(f'{s:g}' for s in sorted(set(rows.audio_seconds)))} s of audio"
     )
     if not rows.design.any():
         how = "ratios of the runtime table's medians, one trial a cell, so no interval"
@@ -286,9 +281,9 @@ def summary_sentence(rows: pd.DataFrame, meas: pd.DataFrame) -> list[str]:
         tally = (
             said.iloc[0]
             if said.nunique() == 1
-            else _words(f"{words} in {n}" for words, n in said.value_counts().items())
+            else and_list(f"{words} in {n}" for words, n in said.value_counts().items())
         )
-        designs = _words(sorted(set(rows.design)))
+        designs = and_list(sorted(set(rows.design)))
         how = f"the estimates of the browser-against-native table, {designs}; {tally}"
     return [
         f"Web audio: onnxruntime-web's {runtimes} in {browsers} {pace} "
@@ -306,10 +301,10 @@ def versions_sentence(meas: pd.DataFrame) -> str:
     web = sorted({str(e["ort_version"]) for e in rows.extra if e.get("ort_version")})
     if not native and not web:
         return ""
+    unknown = "(not recorded)"
     text = (
-        f"Native ONNX Runtime ran onnxruntime {_words(native) if native else '(not recorded)'} and "
-        f"the browsers onnxruntime-web {_words(web) if web else '(not recorded)'}, as the "
-        "records name them"
+        f"Native ONNX Runtime ran onnxruntime {and_list(native) if native else unknown} and the "
+        f"browsers onnxruntime-web {and_list(web) if web else unknown}, as the records name them"
     )
     if native and web and native != web:
         # a ratio across releases also holds whatever changed between them
