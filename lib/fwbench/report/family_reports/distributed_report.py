@@ -50,12 +50,17 @@ def timed_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[trialled | ~trialled.groupby(keys).transform("any")]
 
 
+def _timed(meas: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """``metrics``' ok records of the timed trials (``timed_rows``)."""
+    rows = _distributed_rows(meas, metrics)
+    return timed_rows(rows[rows.status == "ok"]) if len(rows) else rows
+
+
 def distributed_table(meas: pd.DataFrame) -> pd.DataFrame:
     """13_distributed's step time, communication share, weak-scaling efficiency and per-rank
     memory: one row per model, framework, strategy, precision and world size (strategy and
     world size live in ``extra``), the median over the timed trials (``timed_rows``)."""
-    rows = _distributed_rows(meas, DISTRIBUTED_METRICS)
-    rows = timed_rows(rows[rows.status == "ok"]) if not rows.empty else rows
+    rows = _timed(meas, DISTRIBUTED_METRICS)
     if rows.empty:
         return pd.DataFrame()
     return tables.metric_columns(rows, TIMING_KEYS, DISTRIBUTED_METRICS)
@@ -64,8 +69,7 @@ def distributed_table(meas: pd.DataFrame) -> pd.DataFrame:
 def most_trials(meas: pd.DataFrame) -> int:
     """The most timed trials any configuration ran in (``sentences.limitations``); a campaign
     run once counts one, and one without distributed records none."""
-    rows = _distributed_rows(meas, ["step_ms"])
-    rows = timed_rows(rows[rows.status == "ok"]) if len(rows) else rows
+    rows = _timed(meas, ["step_ms"])
     if rows.empty:
         return 0
     keys = [rows[k].astype(str) for k in TIMING_KEYS]
@@ -76,8 +80,7 @@ def timed_sources(metrics: list[str]):
     """The notebooks behind a timing table: the timed trials' cells, not the gate's."""
 
     def paths(analysis, _frame: pd.DataFrame) -> list[str]:
-        rows = _distributed_rows(analysis.meas, metrics)
-        return analysis.sources(timed_rows(rows[rows.status == "ok"]) if len(rows) else rows)
+        return analysis.sources(_timed(analysis.meas, metrics))
 
     return paths
 
