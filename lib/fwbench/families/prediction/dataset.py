@@ -111,16 +111,17 @@ def _median(group: pd.DataFrame, metric: str, only_clean: bool) -> float:
     return float(np.median(rows.value)) if len(rows) else np.nan
 
 
-def measured(con, *, only_clean: bool = False) -> pd.DataFrame:
+def measured(con) -> pd.DataFrame:
     """One row per configuration and run: ``seconds`` (per call, from throughput), ``latency_s``
     and ``latency_p95_s`` (the trials' medians of p50 and p95), ``energy_j_per_img`` where a
     counter measured it, ``n_trials`` and ``trial_img_s`` (trial -> images/s, for pairing by
-    round). ``only_clean``: no shared trial at all (``clean_trials``), so a configuration that
-    ran only on a shared machine has no row."""
-    return _configurations(trial_rows(con), only_clean)
+    round)."""
+    return _configurations(trial_rows(con), only_clean=False)
 
 
 def _configurations(trials: pd.DataFrame, only_clean: bool) -> pd.DataFrame:
+    """``measured``'s rows from ``trials``; ``only_clean``: no shared trial at all
+    (``clean_trials``), so a configuration that ran only on a shared machine has no row."""
     rows = []
     for key, group in trials.groupby(["campaign", "run_id", *CONFIG], sort=True):
         record = dict(zip(["campaign", "run_id", *CONFIG], key, strict=True))
@@ -195,7 +196,7 @@ def with_features(frame: pd.DataFrame, feats: pd.DataFrame, ceiling: pd.DataFram
 def build(db_path: str | Path, exclude: set[str], progress=None) -> tuple[pd.DataFrame, dict]:
     """The training table from the index at ``db_path`` and what was left out of it, by reason.
     The models of ``exclude`` (the frozen test set's, ``frozen.frozen_models``) never enter it,
-    nor does a shared trial (``measured(only_clean=True)``), nor a model this process cannot
+    nor does a shared trial (``_configurations(only_clean=True)``), nor a model this process cannot
     build: one declared in a campaign it was not given."""
     con = fw_db.connect(db_path, read_only=True)
     try:
