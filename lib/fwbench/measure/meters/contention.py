@@ -36,6 +36,9 @@ class Contention:
     other_cpu_frac: float  # busy CPU time of other processes / all CPU time
     steal_frac: float  # time the hypervisor gave our virtual CPUs to someone else / all CPU time
     cpus: int
+    # CPU seconds this process and its tree spent in the interval: what the meter left out of the
+    # other processes' share, kept so that a reader can check it counted the cell's own kernels
+    own_cpu_s: float | None = None
 
     @property
     def shared(self) -> bool:
@@ -148,5 +151,6 @@ class ContentionMeter:
             other_cpu_frac=round(max(busy1 - busy0 - own, 0.0) / total, 4),
             steal_frac=round(max(steal1 - steal0, 0.0) / total, 4),
             cpus=1 if self.cpu is not None else psutil.cpu_count() or 1,
+            own_cpu_s=round(own, 3),
         )
         return False
