@@ -42,7 +42,7 @@ compile_graph = False  # also compile the unplanned traced step, the compiled pl
 compile_backend = "inductor"
 compile_locality = True  # Inductor's reorder_for_locality pass in every compilation (False: off)
 swap_bandwidth_gbs = 12.0  # copy bandwidth the swap plans assume; 0 plans no swap
-exact_check = True  # prove every rewritten graph in float64
+exact_check = True  # prove every rewritten graph in float64, gate every baseline
 replay_random = True  # may recompute dropout masks (generator state restored); False: never
 seed = 0
 

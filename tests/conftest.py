@@ -6,6 +6,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Each of make test's workers gets its share of the cores for torch's OpenMP pool (inherited by
+# the kernels and commands the tests start): two workers each starting a pool as wide as the
+# machine spin against each other, which on two cores cost the suite about a minute of its 19.
+# Set here, before any test module imports torch; a user's own setting wins.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 STANDIN = REPO / "tests" / "standin" / "standin"
 
 # make test runs the suite on two workers (pytest-xdist), each taking a whole file at a time in

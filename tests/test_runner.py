@@ -117,7 +117,7 @@ steps:
     load = nb.metadata["fwbench"]["load_average"]
     assert len(load["before"]) == len(load["after"]) == 3 and load["cpus"] >= 1
     contention = nb.metadata["fwbench"]["contention"]
-    assert set(contention) == {"other_cpu_frac", "steal_frac", "cpus", "shared"}
+    assert set(contention) == {"other_cpu_frac", "steal_frac", "cpus", "own_cpu_s", "shared"}
     assert 0 <= contention["other_cpu_frac"] <= 1 and cell["contention"] == contention
 
 

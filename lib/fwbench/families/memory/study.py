@@ -12,6 +12,7 @@ import torch
 
 from fwbench.families.memory import (
     footprint,
+    gate,
     planner,
     profiler,
     rewriter,
@@ -43,6 +44,7 @@ class BatchResult:
     swap_plans: dict[float, planner.Plan] = field(default_factory=dict)
     swap_bandwidth_gbs: float | None = None
     exact: dict[float, rewriter.Equivalence] = field(default_factory=dict)  # float64 checks
+    gates: dict[str, gate.Gate] = field(default_factory=dict)  # the baselines' float64 gate
     # the unplanned graph and each eager plan, one step each per round, rounds interleaved in
     # this process (``footprint.interleaved_rounds``): method -> ms per round
     round_ms: dict[str, list[float]] = field(default_factory=dict)
@@ -134,7 +136,8 @@ def run_batch(
     pass on (its default) for every compilation, a traced step's, a plan's and the model's under
     ``compile_budgets``; off, a recomputation stays where the rewriter put it, and the baselines
     compile under the same Inductor. ``swap_bandwidth_gbs``: plan with swapping too at that copy
-    bandwidth (simulated only). ``exact_check``: prove every rewritten graph in float64. ``rotation``:
+    bandwidth (simulated only). ``exact_check``: prove every rewritten graph in float64 and gate
+    every baseline's gradients there (``gate.py``). ``rotation``:
     where in the list of methods measuring starts (the trial number; see below).
     ``replay_random``: the planner may recompute dropout masks, replayed with the generator's
     state of the forward pass (False: never, as before this option existed). ``time_rounds``:
@@ -261,6 +264,18 @@ def run_batch(
         every_plan |= {swap_plan_method(f): p for f, p in result.swap_plans.items()}
         result.exact = exact_equivalence(
             model, min(batch_size, EXACT_BATCH), shape, every_plan, replay_random=replay_random
+        )
+    if exact_check:
+        # the baselines' float64 gate, dropout active (gate.py); compiled on the CPU, where
+        # float64 runs at its full rate, whatever the measured device
+        small = build_case(model, min(batch_size, EXACT_BATCH), dtype=torch.float64, **shape)
+        result.gates = gate.gate_baselines(
+            small,
+            checkpoint_every=checkpoint_every,
+            sqrt_n=sqrt_n,
+            compile_budgets=compile_budgets,
+            compile_backend=compile_backend,
+            seed=seed,
         )
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -438,6 +453,10 @@ def summary_frame(results: list[BatchResult]) -> pd.DataFrame:
                 row["met_budget"] = plan.met_budget
                 if m.method in r.exact:
                     row["exact_max_abs_diff"] = max(r.exact[m.method].max_abs_diff.values())
+            if m.method in r.gates:
+                found = r.gates[m.method]
+                row["exact_max_abs_diff"] = found.max_abs_diff
+                row["exact_worst"] = None if found.passed else found.worst
             if sim is not None:
                 row["predicted_peak_bytes"] = sim.peak_bytes
                 row["peak_parts"] = sim.parts_at_peak()
@@ -542,6 +561,8 @@ def add_records(rec, frame: pd.DataFrame, peak_source: str) -> None:
                 extra["peak_source"] = peak_source if row.get("measured", True) else "simulator"
             if metric in ("sim_time_error_pct", "measured_multiple"):
                 extra["timed_by"] = row["time_check_source"]
+            if metric == "exact_max_abs_diff" and isinstance(row.get("exact_worst"), str):
+                extra["worst_tensor"] = row["exact_worst"]  # a gate that failed names it
             if metric in ("measured_multiple", "profile_drift_pct"):
                 diagnosis = row.get("time_diagnosis")
                 extra |= diagnosis if isinstance(diagnosis, dict) else {}

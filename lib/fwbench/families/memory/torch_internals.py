@@ -10,6 +10,8 @@ the family was written against, instead of failing deep inside the tracer or the
   allocation events with their running total, which is how peak memory is read on CPU.
 - ``torch._functorch.config.activation_memory_budget``: the knob of torch.compile's min-cut
   partitioner that the baselines sweep.
+- ``torch._inductor.config.fallback_random``: Inductor draws random numbers from torch's generator,
+  as eager does, so a compiled step's dropout masks can be checked against eager's (``gate.py``).
 - ``torch._inductor.config.reorder_for_locality``: Inductor's pass that moves ops next to their
   consumers; on, it undid a compiled plan's saving (the compiled curve can turn it off).
 - ``OpOverload`` and its ``_schema``: which op outputs alias which inputs, and which ops write
@@ -67,6 +69,11 @@ def _config_patch(module: str, name: str, value):
 def activation_memory_budget(fraction: float):
     """torch.compile's partitioner keeps about ``fraction`` of the activation memory it would save."""
     return _config_patch("torch._functorch.config", "activation_memory_budget", float(fraction))
+
+
+def inductor_fallback_random():
+    """Inductor draws its random numbers as eager torch does, for the compilations in the block."""
+    return _config_patch("torch._inductor.config", "fallback_random", True)
 
 
 def inductor_locality(on: bool):

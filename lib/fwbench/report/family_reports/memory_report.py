@@ -5,7 +5,7 @@ bytes go, and the memory-time curve against the checkpointing baselines.
 from __future__ import annotations
 
 from fwbench.report import charts, sections, tables
-from fwbench.report.family_reports import memory_breakdown, memory_curve
+from fwbench.report.family_reports import memory_breakdown, memory_curve, memory_gate
 from fwbench.report.items import (
     Each,
     Figure,
@@ -38,6 +38,11 @@ def curve(analysis):
     return memory_curve.curve_table(analysis.meas)
 
 
+@per_analysis
+def gates(analysis):
+    return memory_gate.gate_table(analysis.meas)
+
+
 METHODS = Section(
     "Memory-saving methods",
     "Peak memory and iteration time per method of one training step (12_memory): the plain "
@@ -67,6 +72,17 @@ METHODS = Section(
             curve,
             records("memory"),
             when=nonempty(curve),
+        ),
+        Each(lambda a: [Note(literal(t)) for t in memory_gate.gate_sentences(gates(a))]),
+        Table(
+            "memory_gate",
+            "The baselines' float64 gradient gate: per method, the largest difference of any "
+            "parameter's gradient from the eager step's over trials (one step at batch 2, "
+            "dropout active, the same generator state), whether it is within 1e-10, and the "
+            "tensor furthest off where it is not.",
+            gates,
+            records("memory", [memory_gate.METRIC]),
+            when=nonempty(gates),
         ),
         Each(
             lambda a: [Note(literal(t)) for t in memory_breakdown.breakdown_sentences(breakdown(a))]
