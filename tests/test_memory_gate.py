@@ -123,6 +123,7 @@ def test_the_report_names_what_passed_and_the_tensor_of_what_failed():
     assert table.loc["compile_budget_0.5", "worst_tensor"] == "layers.0.ff.weight"
     assert table.loc["checkpoint_every_1", "trials"] == 2
     (sentence,) = memory_gate.gate_sentences(table.reset_index())
+    assert sentence.startswith("BERT (masked LM): the float64 gradient gate")
     assert "passed by checkpoint_every_1 and compile_budget_1.0 (largest difference 3.0e-16)" in (
         sentence
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from fwbench.report.family_reports.memory_curve import MODEL_WORDS
 from fwbench.report.tables import extra_columns
 from fwbench.vocab import and_list
 
@@ -50,7 +51,7 @@ def gate_sentences(table: pd.DataFrame) -> list[str]:
         passed = group[group.passed]
         failed = group[~group.passed].drop_duplicates("method")
         head = (
-            f"{model}: the float64 gradient gate (one training step with dropout active, against "
+            f"{MODEL_WORDS.get(model, model)}: the float64 gradient gate (one training step with dropout active, against "
             "the eager step from the same generator state, tolerance 1e-10)"
         )
         parts = []

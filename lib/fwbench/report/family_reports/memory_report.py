@@ -43,6 +43,15 @@ def gates(analysis):
     return memory_gate.gate_table(analysis.meas)
 
 
+def gate_notes(analysis, failing: bool) -> list:
+    """The gate's sentences where some baseline failed (``failing``: they lead the section, a
+    silently wrong gradient being the first thing to know) or where all passed (after the curve)."""
+    table = gates(analysis)
+    if table.empty or bool((~table.passed).any()) != failing:
+        return []
+    return [Note(literal(t)) for t in memory_gate.gate_sentences(table)]
+
+
 METHODS = Section(
     "Memory-saving methods",
     "Peak memory and iteration time per method of one training step (12_memory): the plain "
@@ -54,6 +63,7 @@ METHODS = Section(
     "activation_saved_pct is the peak a method saves against the eager step as a share of "
     "it. Swap plans (mu_two_swap@f) are simulated only, at the bandwidth named.",
     (
+        Each(lambda a: gate_notes(a, failing=True)),
         Each(lambda a: [Note(literal(t)) for t in memory_curve.sentences(curve(a))]),
         Figure(
             "memory_curve",
@@ -73,7 +83,7 @@ METHODS = Section(
             records("memory"),
             when=nonempty(curve),
         ),
-        Each(lambda a: [Note(literal(t)) for t in memory_gate.gate_sentences(gates(a))]),
+        Each(lambda a: gate_notes(a, failing=False)),
         Table(
             "memory_gate",
             "The baselines' float64 gradient gate: per method, the largest difference of any "
