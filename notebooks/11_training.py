@@ -182,7 +182,11 @@ if measure_speed:
         torch_model, flax_model = build_pair(
             model, seed=seed, num_classes=data.num_classes, image_size=image_size
         )
-        trainer = train_steps.JaxTrainer(flax_model, config, device=kind, precision=precision)
+        trainer = train_steps.JaxTrainer(
+            flax_model, config, device=kind, precision=precision, mode=mode
+        )
+        # what the trainer's convolutions run, read off them: jit-expert's records say so
+        settings["layers"] = trainer.layers
         del torch_model
     speed = measure_training_speed(
         trainer,

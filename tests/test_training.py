@@ -324,6 +324,33 @@ steps:
     assert divergence["steps_compared"] == 3 and divergence["threshold"] == 1e-3
 
 
+def test_the_notebook_trains_the_expert_twin_in_jit_expert(tmp_path):
+    """jit-expert's training records time the expert convolutions: the notebook hands the mode to
+    the trainer, and the records say what its convolutions ran (a run made while it did not
+    trained the stock layers under jit-expert's name)."""
+    campaign = tmp_path / "expert.yaml"
+    campaign.write_text(
+        f"""
+campaign: expert_test
+steps:
+  - notebook: {REPO}/notebooks/11_training
+    params: {{device: cpu, model: mobilenet_v3_small, framework: jax, image_size: 32,
+              batch_size: 2, dataset: synthetic, min_iters: 2, min_seconds: 0.0, warmup: 1,
+              check_parity: false, mode: jit-expert}}
+"""
+    )
+    out = tmp_path / "out"
+    proc = run_cli("run", campaign, "--out", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    con = duckdb.connect(str(out / "fwbench.duckdb"), read_only=True)
+    rows = con.execute(
+        "select mode, extra->'settings'->>'layers' from measurements "
+        "where metric = 'step_time_p50_ms' order by 1"
+    ).fetchall()
+    con.close()
+    assert rows == [("jit-expert", "expert")]
+
+
 def test_batchnorm_recalibration_averages_the_same_statistics_on_both_sides():
     config = optim.OptimConfig("sgd", lr=0.05)
     reference, twin = _twins()

@@ -274,6 +274,17 @@ class JaxTrainer:
         with self.precision_scope():
             self._build(model, config)
 
+    @property
+    def layers(self) -> str:
+        """The form of the twin this trainer trains, read off its convolutions: ``expert`` where
+        they run the expert implementations (models/conv.py), else ``stock``."""
+        from flax import nnx
+
+        from fwbench.models import conv
+
+        found = {m.implementation for _, m in nnx.iter_graph(self.model) if isinstance(m, conv.Conv)}
+        return conv.EXPERT if conv.EXPERT in found else conv.STOCK
+
     def precision_scope(self):
         """x64 enabled for the fp64 path, scoped so the rest of the process keeps 32-bit JAX."""
         import jax
