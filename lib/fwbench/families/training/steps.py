@@ -282,7 +282,9 @@ class JaxTrainer:
 
         from fwbench.models import conv
 
-        found = {m.implementation for _, m in nnx.iter_graph(self.model) if isinstance(m, conv.Conv)}
+        found = {
+            m.implementation for _, m in nnx.iter_graph(self.model) if isinstance(m, conv.Conv)
+        }
         return conv.EXPERT if conv.EXPERT in found else conv.STOCK
 
     def precision_scope(self):
