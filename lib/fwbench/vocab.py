@@ -22,6 +22,9 @@ MEMORY_ACTIVATION_GOAL_PCT = 50.0
 MEMORY_OVERHEAD_GOAL_PCT = 33.0
 # The memory simulator's bar: its predicted peak and time within this error of the measured.
 MEMORY_SIM_ERROR_BAR_PCT = 5.0
+# The memory family's float64 proofs (a μ-TWO rewrite's graph, a baseline's gradients): within
+# this absolute difference the same computation; a changed one shows far above it.
+MEMORY_EXACT_TOLERANCE = 1e-10
 # The prediction family's memory goal: the model's own peak bytes predicted within this error.
 MEMORY_PREDICTION_GOAL_PCT = 10.0
 # The prediction family's goals per hold-out (21_prediction) and for the recommender's queries

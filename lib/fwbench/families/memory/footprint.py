@@ -169,6 +169,17 @@ def checkpoint_segments(blocks: list[torch.nn.Module], size: int):
             del block.forward
 
 
+def checkpoint_sizes(
+    blocks: list[torch.nn.Module], checkpoint_every: list[int], sqrt_n: bool
+) -> list[tuple[int, str]]:
+    """The checkpointing baselines as (blocks per segment, method name): every k of
+    ``checkpoint_every``, then Chen's sqrt(n) segments where ``sqrt_n``."""
+    sizes = [(k, checkpoint_method(k)) for k in checkpoint_every]
+    if sqrt_n:
+        sizes.append((sqrt_n_segment(len(blocks)), checkpoint_method(None)))
+    return sizes
+
+
 def checkpoint_method(size: int | None) -> str:
     """``checkpoint_every_<k>`` for segments of k blocks, ``checkpoint_sqrt_n`` for Chen's."""
     return "checkpoint_sqrt_n" if size is None else f"checkpoint_every_{size}"
@@ -242,9 +253,7 @@ def measure_baselines(
     """The eager step (``none``), each checkpointing baseline and each compiled one, measured in
     that order started at position ``rotation`` (the order wraps around). ``compile_locality``:
     Inductor's ``reorder_for_locality`` pass on or off for the compiled ones."""
-    sizes = [(k, checkpoint_method(k)) for k in checkpoint_every]
-    if sqrt_n:
-        sizes.append((sqrt_n_segment(len(case.blocks)), checkpoint_method(None)))
+    sizes = checkpoint_sizes(case.blocks, checkpoint_every, sqrt_n)
 
     def plain():
         eager = EagerStep(case)

@@ -32,8 +32,9 @@ import torch
 
 from fwbench.families.memory import footprint, torch_internals
 from fwbench.families.memory.cases import ModelCase
+from fwbench.vocab import MEMORY_EXACT_TOLERANCE
 
-TOLERANCE = 1e-10  # as the μ-TWO rewrites' float64 proof (study.EXACT_TOLERANCE)
+TOLERANCE = MEMORY_EXACT_TOLERANCE  # as the μ-TWO rewrites' float64 proof
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,10 @@ def compiled(case: ModelCase, budget: float, backend: str) -> Iterator[torch.nn.
         torch_internals.activation_memory_budget(budget),
         torch_internals.inductor_fallback_random(),
     ):
-        yield torch.compile(case.model, backend=backend)
-    torch.compiler.reset()
+        try:
+            yield torch.compile(case.model, backend=backend)
+        finally:
+            torch.compiler.reset()
 
 
 def gate_baselines(
@@ -132,11 +135,7 @@ def gate_baselines(
     if case.batch.is_floating_point() and case.batch.dtype != torch.float64:
         raise ValueError(f"the gate runs in float64, not {case.batch.dtype}")
     reference = step_gradients(case, seed=seed)
-    sizes = [(k, footprint.checkpoint_method(k)) for k in checkpoint_every]
-    if sqrt_n:
-        sizes.append(
-            (footprint.sqrt_n_segment(len(case.blocks)), footprint.checkpoint_method(None))
-        )
+    sizes = footprint.checkpoint_sizes(case.blocks, checkpoint_every, sqrt_n)
     gates = {
         method: check(case, method, lambda size=size: checkpointed(case, size), reference, seed)
         for size, method in sizes

@@ -24,7 +24,7 @@ from fwbench.families.memory import liveness as graph_analysis
 from fwbench.families.memory.cases import build_case
 from fwbench.measure import device as fw_device
 from fwbench.measure.timing import StopRule
-from fwbench.vocab import MEMORY_COMPILED_KINDS
+from fwbench.vocab import MEMORY_COMPILED_KINDS, MEMORY_EXACT_TOLERANCE
 
 REFERENCE_METHOD = "none"  # every overhead and saving is relative to the plain eager step
 
@@ -282,7 +282,7 @@ def run_batch(
     return result
 
 
-EXACT_TOLERANCE = 1e-10  # float64: a rewrite that changed the arithmetic would show far above
+EXACT_TOLERANCE = MEMORY_EXACT_TOLERANCE
 # The float64 proof runs at batch 2: a plan names graph nodes, and the graph is the same node for
 # node at every batch size (``exact_equivalence`` fails if a planned node is missing), while a
 # float64 step at the measured batch would cost several measured steps.

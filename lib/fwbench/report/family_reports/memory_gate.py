@@ -8,11 +8,11 @@ import pandas as pd
 
 from fwbench.report.family_reports.memory_curve import MODEL_WORDS
 from fwbench.report.tables import extra_columns
-from fwbench.vocab import and_list
+from fwbench.vocab import MEMORY_EXACT_TOLERANCE, and_list
 
 METRIC = "exact_max_abs_diff"
 GATED_KINDS = ("checkpoint", "compile_budget")
-TOLERANCE = 1e-10  # the gate's (families/memory/gate.TOLERANCE); the report does not import torch
+TOLERANCE = MEMORY_EXACT_TOLERANCE  # the gate's
 UPSTREAM = "pytorch#190758"  # the partitioner's fresh masks below a budget of 1.0, reported there
 
 
@@ -52,7 +52,7 @@ def gate_sentences(table: pd.DataFrame) -> list[str]:
         failed = group[~group.passed].drop_duplicates("method")
         head = (
             f"{MODEL_WORDS.get(model, model)}: the float64 gradient gate (one training step with dropout active, against "
-            "the eager step from the same generator state, tolerance 1e-10)"
+            f"the eager step from the same generator state, tolerance {TOLERANCE:g})"
         )
         parts = []
         if not passed.empty:

@@ -88,7 +88,8 @@ METHODS = Section(
             "memory_gate",
             "The baselines' float64 gradient gate: per method, the largest difference of any "
             "parameter's gradient from the eager step's over trials (one step at batch 2, "
-            "dropout active, the same generator state), whether it is within 1e-10, and the "
+            f"dropout active, the same generator state), whether it is within "
+            f"{memory_gate.TOLERANCE:g}, and the "
             "tensor furthest off where it is not.",
             gates,
             records("memory", [memory_gate.METRIC]),
