@@ -341,7 +341,10 @@ def test_webkit_without_shared_memory_is_caught_running_one_thread(tiny_onnx, mo
         files, browser.ort_web_dist(REPO), runs, "model.onnx", 1, 0.0, name="webkit"
     )
     assert caps["sharedArrayBuffer"] is False
-    assert wasm.status == "failed" and wasm.details["num_threads"] == 1
+    assert wasm.status == "failed" and wasm.details.get("num_threads") == 1, (
+        wasm.reason,
+        wasm.details,
+    )
     assert wasm.reason.startswith("asked for 2 WASM thread(s), onnxruntime-web ran 1")
 
 
