@@ -245,6 +245,24 @@ def _in_precision_scope(method: Callable) -> Callable:
     return scoped
 
 
+def _batch_stats(graphdef, params, stats, other, x):
+    """One training-mode forward's BatchNorm statistics (``JaxTrainer.recalibrate_bn``)."""
+    from flax import nnx
+
+    module = nnx.merge(graphdef, params, stats, other, copy=True)
+    module(x)
+    return nnx.split(module, nnx.Param, nnx.BatchStat, ...)[2]
+
+
+@functools.cache
+def _jitted_batch_stats():
+    """Jitted once per process with the graph static, so that an evaluation reuses the program
+    compiled at the last one instead of compiling its own (seconds per evaluation)."""
+    import jax
+
+    return jax.jit(_batch_stats, static_argnums=0)
+
+
 class JaxTrainer:
     framework = "jax"
     flop_counter = "convolutions and dot products of the jitted step's StableHLO"
@@ -461,17 +479,11 @@ class JaxTrainer:
             module.deterministic = True
         try:
             graphdef, params, stats, other = nnx.split(model, nnx.Param, nnx.BatchStat, ...)
-
-            @jax.jit
-            def batch_stats(params, stats, other, x):
-                module = nnx.merge(graphdef, params, stats, other, copy=True)
-                module(x)
-                return nnx.split(module, nnx.Param, nnx.BatchStat, ...)[2]
-
+            batch_stats = _jitted_batch_stats()
             total, count = None, 0
             for batch in images:
                 x, _ = self.put(batch, np.zeros(len(batch), np.int32))
-                new = batch_stats(params, stats, other, x)
+                new = batch_stats(graphdef, params, stats, other, x)
                 total = new if total is None else jax.tree.map(jnp.add, total, new)
                 count += 1
             nnx.update(model, jax.tree.map(lambda a: a / count, total))
