@@ -44,6 +44,11 @@ compile_locality = True  # Inductor's reorder_for_locality pass in every compila
 swap_bandwidth_gbs = 12.0  # copy bandwidth the swap plans assume; 0 plans no swap
 exact_check = True  # prove every rewritten graph in float64, gate every baseline
 replay_random = True  # may recompute dropout masks (generator state restored); False: never
+# JAX's planners on the model's Flax twin (ResNets): jax.checkpoint on the same segments as the
+# checkpointing baselines, and each of jax_policies on every block
+jax_planners = False
+jax_policies = ["dots_saveable", "dots_with_no_batch_dims_saveable", "nothing_saveable"]
+jax_compile_cache = False  # keep XLA's programs on disk so that later trials load them
 seed = 0
 
 # %%
@@ -228,6 +233,70 @@ rec = Recorder(
 )
 study.add_records(rec, summary, peak_source(device))
 rec.emit()
+
+# %% [markdown]
+# ## JAX's planners on the Flax twin (`jax_planners`)
+# The same model as a Flax module (weights ported from torch's), trained by the same step (Adam,
+# softmax cross-entropy, BatchNorm in training mode) under `jax.jit`: `jax_none` recomputes
+# nothing; `jax_remat_every_<k>` and `jax_remat_sqrt_n` put `nnx.remat` (`jax.checkpoint`)
+# around the checkpointing baselines' segments; `jax_policy_<name>` puts it around every block
+# with one of JAX's standard policies. Peak and activation memory are XLA's accounting of the
+# compiled step (`memory_analysis()`: arguments + outputs − donated + temporaries; the
+# temporaries are the activations and working buffers), exact for what XLA allocates; savings
+# and overheads are against `jax_none`. Every plan's gradients are checked against the plain
+# step's in float64 at batch 2, like PyTorch's baselines above.
+
+# %%
+if jax_planners:
+    from fwbench.families.memory import jax_remat
+    from fwbench.vocab import MEMORY_EXACT_TOLERANCE
+
+    if jax_compile_cache:
+        print(f"XLA's compiled programs kept in {jax_remat.use_compile_cache()}")
+    jax_summary = pd.concat(
+        [
+            jax_remat.run_batch(
+                model,
+                bs,
+                image_size=image_size,
+                num_classes=num_classes,
+                rule=rule,
+                checkpoint_every=checkpoint_every,
+                sqrt_n=sqrt_n,
+                policies=jax_policies,
+                exact_check=exact_check,
+                tolerance=MEMORY_EXACT_TOLERANCE,
+                rotation=trial - 1,
+                seed=seed,
+            )  # fmt: skip
+            for bs in tqdm(batch_sizes, desc=f"{model} JAX planners")
+        ],
+        ignore_index=True,
+    )
+    jax_rec = Recorder(
+        "memory", extra={"settings": {"jax_policies": jax_policies}}, model=model,
+        framework="jax", device=device, device_name=device_name, precision="fp32",
+    )  # fmt: skip
+    study.add_records(jax_rec, jax_summary, jax_remat.PEAK_SOURCE)
+    jax_rec.emit()
+    both = pd.concat(
+        [summary[summary.measured].assign(framework="PyTorch"), jax_summary.assign(framework="JAX")]
+    ).assign(peak_MB=lambda d: d.peak_bytes / MB)
+    display(both[["framework", "batch_size", "method", "peak_MB", "iter_time_ms", "overhead_pct",
+                  "memory_saved_pct", "exact_max_abs_diff"]].round(3))  # fmt: skip
+    failed = jax_summary[jax_summary.exact_max_abs_diff > MEMORY_EXACT_TOLERANCE]
+    assert failed.empty, f"a JAX plan changed the gradients: {failed.method.tolist()}"
+    display(
+        alt.Chart(both, title="Peak memory against step time, both frameworks")
+        .mark_point(filled=True, size=70)
+        .encode(
+            x=alt.X("iter_time_ms:Q", title="step time (ms, median)"),
+            y=alt.Y("peak_MB:Q", title="peak memory (MB)"),
+            color="framework:N",
+            shape=alt.Shape("batch_size:N", title="batch"),
+            tooltip=["framework", "method", "batch_size", "peak_MB", "iter_time_ms"],
+        )
+    )
 
 # %% [markdown]
 # ## Memory along the step

@@ -64,3 +64,50 @@ def test_memory_notebook_runs_through_the_runner(tmp_path):
     for mode, peak in predicted.items():
         mine = {r["extra"]["part"]: r["value"] for r in parts if r["mode"] == mode}
         assert len(mine) == 5 and sum(mine.values()) == peak and mine["params"] > 0
+
+
+@pytest.mark.slow
+def test_the_notebook_measures_jax_planners_beside_torch_and_the_report_pairs_them(tmp_path):
+    import pandas as pd
+
+    from fwbench.report.family_reports import memory_curve, memory_frameworks
+
+    campaign = tmp_path / "memory.yaml"
+    campaign.write_text(
+        f"campaign: memory_jax_test\nsteps:\n  - notebook: {REPO}/notebooks/12_memory\n"
+        "    params: {model: resnet18, image_size: 32, batch_sizes: [2], budget_fractions: [0.5],\n"
+        "             checkpoint_every: [1], sqrt_n: false, profile_iters: 1, timing_iters: 2,\n"
+        "             time_rounds: 1, swap_bandwidth_gbs: 0.0, jax_planners: true,\n"
+        "             jax_policies: [dots_saveable, nothing_saveable]}\n"
+        "    trials: 2\n"
+    )
+    out = tmp_path / "out"
+    proc = run_cli("run", campaign, "--out", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = []
+    for executed in (out / "memory_jax_test").glob("*/12_memory/*.ipynb"):
+        trial = int(executed.stem.rsplit("trial=", 1)[1]) if "trial=" in executed.stem else 1
+        records += [
+            {**row, "trial": trial, "cell": executed.stem}
+            for cell in json.loads(executed.read_text())["cells"]
+            for output in cell.get("outputs", [])
+            for row in output.get("data", {}).get(RECORDS_MIME, [])
+        ]
+    jax_rows = [r for r in records if r["framework"] == "jax"]
+    peaks = {r["mode"]: r["value"] for r in jax_rows if r["metric"] == "peak_mem_bytes"}
+    plans = {"jax_remat_every_1", "jax_policy_dots_saveable", "jax_policy_nothing_saveable"}
+    assert set(peaks) == {"jax_none", *plans}
+    # XLA's own accounting of each compiled step: its temporaries, within its peak (on XLA:CPU
+    # a plan does not lower them: docs/upstream/xla_cpu_remat_cse.py)
+    temps = {r["mode"]: r["value"] for r in jax_rows if r["metric"] == "xla_temp_bytes"}
+    assert set(temps) == set(peaks) and all(0 < temps[m] < peaks[m] for m in peaks)
+    exact = {r["mode"]: r["value"] for r in jax_rows if r["metric"] == "exact_max_abs_diff"}
+    assert set(exact) == plans
+    assert max(exact.values()) <= 1e-10
+    meas = pd.DataFrame(records).assign(run_id="r1", device_name="cpu")
+    table = memory_frameworks.frameworks_table(memory_curve.curve_table(meas))
+    assert set(table.framework) == {"PyTorch", "JAX"}
+    jax_plan = table[table.method == "jax_remat_every_1"].iloc[0]
+    assert jax_plan.trials == 2 and pd.notna(jax_plan.overhead_pct)  # against jax_none, paired
+    said = memory_frameworks.sentences(table)
+    assert said and said[0].startswith("resnet18 at batch 2: the plain training step holds")

@@ -121,3 +121,52 @@ def test_the_notebook_tunes_both_frameworks_and_the_report_compares_them(tmp_pat
     assert len(training_tta.best_table(two)) == 4
     assert training_tta.tta_verdicts(two).design.iloc[0] == "2 runs × 2 data orders"
     assert "each run's search in turn" in training_tta.sentences(two)[0]
+
+
+def _records(run_id, target, evals, seconds, compile_s):
+    """Synthetic records of one run: both frameworks' searches and 3 replicates on ResNet-18,
+    each replicate reaching ``target`` at its ``evals``-th evaluation."""
+    design = {"target": target, "evals_per_epoch": 6, "max_epochs": 8, "search_trials": 1,
+              "search_seed": 0}  # fmt: skip
+    rows = []
+    for framework, mode in (("torch", "eager"), ("jax", "jit-expert")):
+        attempt = {"lr": 0.02, "reached": True, "best_top1": target + 1,
+                   "compile_s": compile_s[framework], "evals": [{}] * evals[framework]}  # fmt: skip
+        common = {"run_id": run_id, "family": "training", "model": "resnet18",
+                  "framework": framework, "mode": mode, "status": "ok", "batch_size": 64}  # fmt: skip
+        rows.append({**common, "metric": training_tta.SEARCH, "value": 1.0,
+                     "extra": {**design, **attempt, "search_trial": 0}})  # fmt: skip
+        for order in (1, 2, 3):
+            rows.append({**common, "metric": training_tta.TTA,
+                         "value": seconds[framework] * (1 + 0.01 * order),
+                         "extra": {**design, **attempt, "replicate": order,
+                                   "best": {"lr": 0.02, "batch_size": 64}}})  # fmt: skip
+    return rows
+
+
+def test_only_runs_of_one_design_pool_and_the_compile_is_counted_apart():
+    slow_compile = {"torch": 0.0, "jax": 20.0}
+    new = [
+        _records(rid, 97.0, {"torch": 14, "jax": 12}, {"torch": 10.0, "jax": 5.0}, slow_compile)
+        for rid in ("r2", "r3")
+    ]
+    # an earlier design (target 90, JAX 3x slower): not the same study, so it must not pool
+    old = _records("r1", 90.0, {"torch": 2, "jax": 2}, {"torch": 2.0, "jax": 6.0}, slow_compile)
+    meas = pd.DataFrame([*old, *new[0], *new[1]])
+    mine = training_tta.same_design(meas, "r3")
+    assert set(mine.run_id) == {"r2", "r3"}
+    assert set(training_tta.same_design(meas, "r1").run_id) == {"r1"}
+    found = training_tta.tta_verdicts(mine).iloc[0]
+    assert found.design == "2 runs × 3 data orders"
+    assert found.jax_over_torch_s == pytest.approx(0.5, rel=1e-6)
+    # JAX's 20 s of compile against PyTorch eager's none: (5 + 20) / 10 with it counted
+    assert found.with_compile == pytest.approx(2.5, rel=0.03)
+    best = training_tta.best_table(mine).set_index(["framework", "run"])
+    assert best.evals_median.loc[("jax", "r3")] == 12
+    assert best.tta_with_compile_median_s.loc[("jax", "r3")] == pytest.approx(25.1)
+    said = training_tta.sentences(mine)
+    assert said[1].startswith("ResNet-18 with the compile of the step counted")
+    assert f"{found.with_compile:.2f}×" in said[1] and "JAX 12, PyTorch 14" in said[1]
+    assert "fewer than" not in said[1]
+    # the old design's evaluations were 2: its sentence says the seconds are mostly step speed
+    assert "fewer than 10" in training_tta.sentences(meas[meas.run_id == "r1"])[1]

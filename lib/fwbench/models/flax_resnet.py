@@ -119,12 +119,22 @@ class ResNet(nnx.Module):
         self.fc = nnx.Linear(cin, num_classes, rngs=rngs)
 
     def __call__(self, x):
+        x = self.stem(x)
+        for block in self.blocks():
+            x = block(x)
+        return self.head(x)
+
+    # the three parts a planner of activation memory works with (families/memory/jax_remat.py)
+    def stem(self, x):
         x = jax.nn.relu(self.bn1(self.conv1(x)))
         # max_pool pads with its init value -inf, matching torch's MaxPool2d padding semantics
-        x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
-        for stage in self.stages:
-            for block in stage:
-                x = block(x)
+        return nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+
+    def blocks(self) -> list:
+        """The residual blocks in order, each feeding the next: what checkpointing segments."""
+        return [block for stage in self.stages for block in stage]
+
+    def head(self, x):
         return self.fc(jnp.mean(x, axis=(1, 2)))
 
 

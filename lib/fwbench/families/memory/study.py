@@ -525,6 +525,8 @@ METRICS = (
     ("memory_saved_pct", "memory_saved_pct", "%"),
     ("activation_saved_pct", "activation_saved_pct", "%"),
     ("exact_max_abs_diff", "exact_max_abs_diff", "abs"),
+    # JAX's methods (jax_remat): the temporaries of XLA's buffer assignment, activations included
+    ("xla_temp_bytes", "xla_temp_bytes", "bytes"),
 )
 
 

@@ -36,6 +36,8 @@ from fwbench.vocab import MEMORY_SIM_ERROR_BAR_PCT as SIM_BAR_PCT
 # two cells of one model and batch size apart
 KEYS = ["model", "batch_size", "device_name", "variant"]
 REFERENCE = "none"
+# JAX's methods (12_memory's jax_planners, on the Flax twin) against JAX's plain step
+JAX_REFERENCE = "jax_none"
 BASELINES = {"eager": ("checkpoint",), "compiled": ("compile_budget",)}
 OURS = {"eager": "mu_two", "compiled": "compiled_mu_two"}
 # the traced step without a plan, compiled whole (12_memory's compile_graph)
@@ -80,6 +82,11 @@ def memory_rows(meas: pd.DataFrame) -> pd.DataFrame:
     )
     cells = rows["cell"] if "cell" in rows else pd.Series("", index=rows.index)
     return rows.assign(variant=[slug_without_trial(c) for c in cells.fillna("")])
+
+
+def reference_of(method: str) -> str:
+    """The plain step a method's time and savings are taken against: its own framework's."""
+    return JAX_REFERENCE if method.startswith("jax_") else REFERENCE
 
 
 def shares_a_model(table: pd.DataFrame) -> pd.Series:
@@ -177,8 +184,8 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
     out = []
     for key, group in rows.groupby(KEYS, sort=True):
         times = group[group.metric == "iter_time_ms"]
-        ref = times[times["mode"] == REFERENCE].set_index("trial")
         for mode, part in group.groupby("mode", sort=False):
+            ref = times[times["mode"] == reference_of(mode)].set_index("trial")
             first = part.iloc[0]
             row = {
                 **dict(zip(KEYS, key, strict=True)),
@@ -225,7 +232,7 @@ def curve_table(meas: pd.DataFrame) -> pd.DataFrame:
             # quiet here as in every other count of this table
             found = (
                 None
-                if mode == REFERENCE
+                if mode == reference_of(mode)
                 else paired_rounds(SimpleNamespace(**_trial_arm(ref)), SimpleNamespace(**arm))
             )
             if found is not None:
@@ -289,6 +296,7 @@ def curve_chart(table: pd.DataFrame) -> alt.Chart:
 
 
 GOAL_KINDS = ("mu_two", "checkpoint")  # the eager methods the activation goal is stated for
+JAX_GOAL_KIND = "jax_remat"  # JAX's jax.checkpoint on the same segments as checkpoint's
 
 
 def best_within(table: pd.DataFrame, overhead_pct: float = OVERHEAD_GOAL_PCT) -> dict[str, object]:
@@ -335,15 +343,16 @@ def goal_verdict(row) -> str:
 NONE_WITHIN = f"none within +{OVERHEAD_GOAL_PCT:g}%"
 
 
-def goal_points(group: pd.DataFrame) -> dict[str, tuple[object, str]]:
+def goal_points(group: pd.DataFrame, kinds=GOAL_KINDS) -> dict[str, tuple[object, str]]:
     """Per goal kind, the verdict of its best point and the point: ``meets`` with the point that
     saves the most among those that meet; else ``undecided`` with the most saving undecided
     point; else ``misses`` with the most saving point whose time is not shown beyond the goal;
     None and ``NONE_WITHIN`` where every point's time is shown beyond it, ``not run`` where the
     kind did not run (``no overhead measured`` where no point has an overhead). ``group``: one
-    cell's ``curve_table`` rows."""
+    cell's ``curve_table`` rows; ``kinds``: the kinds to judge (JAX's segmentings too, for the
+    memory index)."""
     points = {}
-    for kind in GOAL_KINDS:
+    for kind in kinds:
         rows = group[group.measured.astype(bool) & (group.kind == kind)]
         if rows.empty:
             points[kind] = (None, "not run")
@@ -501,7 +510,7 @@ def _trial_arm(times: pd.DataFrame) -> dict:
     }
 
 
-def _arm(point) -> SimpleNamespace:
+def point_arm(point) -> SimpleNamespace:
     """A curve point's trial times as the arm ``tables.paired_rounds`` reads."""
     found = point.trial_times_ms
     return (
@@ -516,7 +525,7 @@ def _paired(ours, theirs) -> tuple[str | None, str]:
     so what a trial shared cancels in its ratio): ``below``, ``above`` or ``tied`` where the
     paired interval of ours/theirs excludes 1 or not, and the words for it; None with fewer
     than two trials in common."""
-    found = paired_rounds(_arm(theirs), _arm(ours))
+    found = paired_rounds(point_arm(theirs), point_arm(ours))
     if found is None:
         return None, "one trial in common, no interval"
     paired = paired_ratio_interval(found[0], found[1])

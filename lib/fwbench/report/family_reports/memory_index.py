@@ -35,6 +35,7 @@ COLUMNS = [
     "trials",
     "ours",
     "checkpoint",
+    "jax_remat",
     "peak_error_pct",
     "time_bar",
     "time_worst",
@@ -105,7 +106,9 @@ def cell_rows(table: pd.DataFrame, report: str, run_id: str) -> list[dict]:
         short[same.index] = _short_names(same.variant)
     for (model, batch, device, _), group in table.groupby(memory_curve.KEYS, sort=True):
         bars = memory_curve.simulator_bars(group)
-        points = memory_curve.goal_points(group)
+        points = memory_curve.goal_points(
+            group, (*memory_curve.GOAL_KINDS, memory_curve.JAX_GOAL_KIND)
+        )
         measured = group[group.measured]
         rows.append(
             {
@@ -118,6 +121,7 @@ def cell_rows(table: pd.DataFrame, report: str, run_id: str) -> list[dict]:
                 "trials": int(measured.trials.max()) if not measured.empty else 0,
                 "ours": _goal_words(points["mu_two"]),
                 "checkpoint": _goal_words(points["checkpoint"]),
+                "jax_remat": _goal_words(points[memory_curve.JAX_GOAL_KIND]),
                 "peak_error_pct": bars.get("worst_peak_pct"),
                 "time_bar": bars.get("time_within", "no plan"),
                 "time_worst": _worst_interval(bars["timed"]) if bars else "no plan",
@@ -161,6 +165,7 @@ def markdown(frame: pd.DataFrame, link_root: str = "report") -> str:
         "trials",
         f"μ-TWO plan: activations saved, time, goal (within +{OVERHEAD_GOAL_PCT:g}%)",
         "torch.utils.checkpoint: the same",
+        "jax.checkpoint on the same segments (JAX): the same",
         "peak error",
         f"time within {SIM_BAR_PCT:g}%",
         "time error over trials, reaching farthest",
@@ -181,6 +186,7 @@ def markdown(frame: pd.DataFrame, link_root: str = "report") -> str:
             str(r.trials),
             r.ours,
             r.checkpoint,
+            r.jax_remat,
             peak,
             r.time_bar,
             r.time_worst,

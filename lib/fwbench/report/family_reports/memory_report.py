@@ -5,7 +5,12 @@ bytes go, and the memory-time curve against the checkpointing baselines.
 from __future__ import annotations
 
 from fwbench.report import charts, sections, tables
-from fwbench.report.family_reports import memory_breakdown, memory_curve, memory_gate
+from fwbench.report.family_reports import (
+    memory_breakdown,
+    memory_curve,
+    memory_frameworks,
+    memory_gate,
+)
 from fwbench.report.items import (
     Each,
     Figure,
@@ -36,6 +41,11 @@ def breakdown(analysis):
 @per_analysis
 def curve(analysis):
     return memory_curve.curve_table(analysis.meas)
+
+
+@per_analysis
+def frameworks(analysis):
+    return memory_frameworks.frameworks_table(curve(analysis))
 
 
 @per_analysis
@@ -82,6 +92,27 @@ METHODS = Section(
             curve,
             records("memory"),
             when=nonempty(curve),
+        ),
+        Each(lambda a: [Note(literal(t)) for t in memory_frameworks.sentences(frameworks(a))]),
+        Figure(
+            "memory_frameworks",
+            "Planners in both frameworks",
+            "Peak memory against step time for PyTorch's methods and JAX's on the same model "
+            "and batch size (JAX: the Flax twin under jit, jax.checkpoint on the same segments "
+            "and with JAX's standard policies), one line per framework and kind of plan; the "
+            "horizontal rule is the time's 95% t-interval over trials. Each framework's peak is "
+            "its own accounting: PyTorch's allocator, XLA's buffer assignment.",
+            lambda a: memory_frameworks.pareto_chart(frameworks(a)),
+            when=nonempty(frameworks),
+        ),
+        Table(
+            "memory_frameworks",
+            "Per framework and method: peak memory (MB), the share of the peak and of the "
+            "activations saved and the overhead (paired by trial, with its interval), each "
+            "against its own framework's plain step, and the float64 gradient gate.",
+            lambda a: frameworks(a)[memory_frameworks.COLUMNS],
+            records("memory"),
+            when=nonempty(frameworks),
         ),
         Each(lambda a: gate_notes(a, failing=False)),
         Table(

@@ -1,0 +1,46 @@
+"""The cross-framework memory sentence: each framework's plan that saves the most with its time
+shown within the goal, chosen with Holm's adjustment across the plans it chose among."""
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from fwbench.report.family_reports import memory_frameworks
+
+# five trials' log time ratios around a mean, with a standard deviation of 0.05
+SPREAD = np.array([-1.0, -0.5, 0.0, 0.5, 1.0]) / np.std([-1.0, -0.5, 0.0, 0.5, 1.0], ddof=1)
+
+
+def _row(method: str, saved: float, mean_log: float | None) -> dict:
+    trials = [1, 2, 3, 4, 5]
+    times = 100.0 * np.exp(mean_log + 0.05 * SPREAD) if mean_log is not None else [100.0] * 5
+    arm = {"trials": trials, "samples": [float(t) for t in times], "shared": [False] * 5}
+    return {"model": "resnet152", "batch_size": 4, "framework": "JAX", "method": method,
+            "memory_saved_pct": saved, "overhead_pct": 100 * np.expm1(mean_log or 0.0),
+            "overhead_low": 0.0, "overhead_high": 0.0, "trials": 5,
+            "trial_times_ms": json.dumps(arm)}  # fmt: skip
+
+
+def test_the_best_plan_within_the_goal_is_chosen_after_holm_across_the_plans():
+    group = pd.DataFrame([
+        _row("jax_none", 0.0, None),
+        _row("jax_remat_every_2", 30.0, 0.05),  # p about 0.0002: within, after any adjustment
+        _row("jax_remat_every_1", 60.0, 0.235),  # p about 0.044: within alone, not after Holm
+        _row("jax_policy_nothing_saveable", 70.0, 0.5),  # clearly beyond +33%
+    ])  # fmt: skip
+    raw = {
+        r.method: memory_frameworks.within_goal_p(memory_frameworks._log_ratios(r, group.iloc[0]))
+        for r in group.iloc[1:].itertuples()
+    }
+    assert raw["jax_remat_every_1"] < 0.05 < raw["jax_policy_nothing_saveable"]
+    # without the adjustment the largest saving under 5% would be every_1; with it, every_2
+    found = memory_frameworks.best_within(group, "JAX")
+    assert found["plans"] == 3
+    assert found["row"].method == "jax_remat_every_2"
+    assert np.isclose(found["p_holm"], raw["jax_remat_every_2"] * 3)
+    # no plan within: the sentence's words say so
+    beyond = group[group.method.isin(["jax_none", "jax_policy_nothing_saveable"])]
+    nothing = memory_frameworks.best_within(beyond, "JAX")
+    assert nothing["row"] is None
+    assert "none of its 1 plans" in memory_frameworks._plan_words(nothing, "JAX")
