@@ -170,3 +170,6 @@ def test_only_runs_of_one_design_pool_and_the_compile_is_counted_apart():
     assert "fewer than" not in said[1]
     # the old design's evaluations were 2: its sentence says the seconds are mostly step speed
     assert "fewer than 10" in training_tta.sentences(meas[meas.run_id == "r1"])[1]
+    # two runs that disagree far more than their data orders do leave no bounded interval
+    assert training_tta._interval(0.0, float("inf")).startswith("(no bounded interval")
+    assert training_tta._interval(0.21, 0.34) == "[0.21, 0.34]"

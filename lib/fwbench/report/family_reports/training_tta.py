@@ -163,6 +163,14 @@ def tta_verdicts(meas: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _interval(low: float, high: float) -> str:
+    """``[low, high]``, or why there is no bound: with two runs whose ratios differ much more
+    than their data orders do, the estimator's degrees of freedom fall below 1."""
+    if np.isfinite(low) and np.isfinite(high) and low > 0:
+        return f"[{low:.2f}, {high:.2f}]"
+    return "(no bounded interval: the runs disagree more than two runs can bound)"
+
+
 def _faster(v) -> str:
     return {verdicts.FASTER_B: "PyTorch", verdicts.FASTER_A: "JAX"}.get(v.verdict, "")
 
@@ -186,8 +194,8 @@ def sentences(meas: pd.DataFrame) -> list[str]:
         per_run = " (each run's search in turn)" if rows.run.nunique() > 1 else ""
         lines.append(
             f"{model_label(r.model)} to {rows.target_top1.iloc[0]:g}% validation top-1: JAX "
-            f"takes {r.jax_over_torch_s:.2f}× PyTorch's seconds [{r.ci_low:.2f}, "
-            f"{r.ci_high:.2f}] ({r.design}), {words}; best learning rates{per_run} "
+            f"takes {r.jax_over_torch_s:.2f}× PyTorch's seconds {_interval(r.ci_low, r.ci_high)} "
+            f"({r.design}), {words}; best learning rates{per_run} "
             + "; ".join(_best_words(rows, f) for f in sorted(set(rows.framework)))
             + f" (JAX ÷ PyTorch {r.best_lr_jax_over_torch:.2f}"
             + (", the median over runs)." if per_run else ").")
@@ -216,7 +224,7 @@ def _compile_and_evals(r, rows: pd.DataFrame) -> str:
     return (
         f"{model_label(r.model)} with the compile of the step counted (JAX's before the clock; "
         f"PyTorch eager compiles nothing): JAX takes {r.with_compile:.2f}× PyTorch's seconds "
-        f"[{r.with_compile_low:.2f}, {r.with_compile_high:.2f}], {words}. Evaluations to the "
+        f"{_interval(r.with_compile_low, r.with_compile_high)}, {words}. Evaluations to the "
         f"target (median over data orders and runs): {counted}{caveat}."
     )
 
