@@ -17,6 +17,7 @@ def _row(method: str, saved: float, mean_log: float | None) -> dict:
     times = 100.0 * np.exp(mean_log + 0.05 * SPREAD) if mean_log is not None else [100.0] * 5
     arm = {"trials": trials, "samples": [float(t) for t in times], "shared": [False] * 5}
     return {"model": "resnet152", "batch_size": 4, "framework": "JAX", "method": method,
+            "kind": method.rsplit("_", 1)[0] if method != "jax_none" else method,
             "memory_saved_pct": saved, "overhead_pct": 100 * np.expm1(mean_log or 0.0),
             "overhead_low": 0.0, "overhead_high": 0.0, "trials": 5,
             "trial_times_ms": json.dumps(arm)}  # fmt: skip
@@ -44,3 +45,17 @@ def test_the_best_plan_within_the_goal_is_chosen_after_holm_across_the_plans():
     nothing = memory_frameworks.best_within(beyond, "JAX")
     assert nothing["row"] is None
     assert "none of its 1 plans" in memory_frameworks._plan_words(nothing, "JAX")
+
+    # a plan that saves next to nothing is no saving, and one that adds memory is named
+    found["row"] = found["row"].copy()
+    found["row"]["memory_saved_pct"] = 0.1
+    assert "lowers the peak by 1% or more" in memory_frameworks._plan_words(found, "JAX")
+    grown = pd.DataFrame([
+        _row("jax_none", 0.0, None) | {"peak_MB": 100.0, "iter_time_ms": 100.0},
+        _row("jax_policy_dots_saveable", -20.0, 0.01) | {"peak_MB": 120.0, "iter_time_ms": 101.0},
+    ])  # fmt: skip
+    torch_plain = grown.iloc[[0]].assign(framework="PyTorch", method="none", kind="none")
+    said = memory_frameworks.sentences(pd.concat([torch_plain, grown], ignore_index=True))
+    assert said[-1] == (
+        "ResNet-152 at batch 4: JAX's jax_policy_dots_saveable raises the peak by 20.0%."
+    )

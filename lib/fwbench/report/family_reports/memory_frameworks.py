@@ -31,6 +31,10 @@ COLUMNS = [
     "overhead_low", "overhead_high", "trials", "exact_max_abs_diff",
 ]  # fmt: skip
 ALPHA = 0.05
+# rows that plan nothing: the traced step as it is, and compiled whole
+NOT_PLANS = ("graph", "compiled_graph")
+# a saving below this share of the peak is no saving (XLA's plans move by a few buffers)
+NO_SAVING_PCT = 1.0
 
 
 def framework_of(method: str) -> str:
@@ -74,7 +78,9 @@ def best_within(group: pd.DataFrame, framework: str) -> dict:
     after Holm's adjustment across all of that framework's plans in ``group``: the row (None
     where no plan is shown within), how many plans it chose among, and its adjusted p."""
     mine = group[group.framework == framework]
-    plans = mine[mine.method != mine.method.map(memory_curve.reference_of)]
+    plans = mine[
+        (mine.method != mine.method.map(memory_curve.reference_of)) & ~mine.kind.isin(NOT_PLANS)
+    ]
     if plans.empty:
         return {"row": None, "plans": 0, "p_holm": np.nan}
     reference = mine[mine.method == memory_curve.reference_of(plans.method.iloc[0])]
@@ -96,6 +102,11 @@ def _plan_words(found: dict, framework: str) -> str:
     row = found["row"]
     if row is None:
         return f"{framework}: none of its {found['plans']} plans is shown within the goal"
+    if row.memory_saved_pct < NO_SAVING_PCT:
+        return (
+            f"{framework}: none of its {found['plans']} plans lowers the peak by "
+            f"{NO_SAVING_PCT:g}% or more (the most, {row.method}, {row.memory_saved_pct:.1f}%)"
+        )
     return (
         f"{framework}: {row.method}, saving {row.memory_saved_pct:.1f}% of the peak at "
         f"{row.overhead_pct:+.1f}% [{row.overhead_low:+.1f}, {row.overhead_high:+.1f}] step time "
@@ -119,11 +130,22 @@ def sentences(table: pd.DataFrame) -> list[str]:
         out.append(
             f"{name} at batch {int(batch)}: the plain training step holds {pt.peak_MB:.0f} MB at "
             f"its peak in PyTorch (its allocator) and {jx.peak_MB:.0f} MB in JAX (XLA's plan), "
-            f"and takes {pt.iter_time_ms:.0f} and {jx.iter_time_ms:.0f} ms. The most memory "
+            f"and takes {pt.iter_time_ms:.0f} and {jx.iter_time_ms:.0f} ms (each framework's "
+            "reference for its own plans, not a verdict between them). The most memory "
             f"saved with the step time shown within +{OVERHEAD_GOAL_PCT:g}%: "
             + "; ".join(_plan_words(best_within(group, f), f) for f in ("PyTorch", "JAX"))
             + f" ({int(group.trials.min())} paired trials)."
         )
+        raised = group[(group.memory_saved_pct <= -NO_SAVING_PCT) & ~group.kind.isin(NOT_PLANS)]
+        if not raised.empty:
+            out.append(
+                f"{name} at batch {int(batch)}: "
+                + "; ".join(
+                    f"{r.framework}'s {r.method} raises the peak by {-r.memory_saved_pct:.1f}%"
+                    for r in raised.itertuples()
+                )
+                + "."
+            )
     return out
 
 

@@ -51,8 +51,9 @@ def gate_sentences(table: pd.DataFrame) -> list[str]:
         passed = group[group.passed]
         failed = group[~group.passed].drop_duplicates("method")
         head = (
-            f"{MODEL_WORDS.get(model, model)}: the float64 gradient gate (one training step with dropout active, against "
-            f"the eager step from the same generator state, tolerance {TOLERANCE:g})"
+            f"{MODEL_WORDS.get(model, model)}: the float64 gradient gate (one training step, "
+            "dropout active where the model has it, against its framework's unplanned step from "
+            f"the same generator state, tolerance {TOLERANCE:g})"
         )
         parts = []
         if not passed.empty:
