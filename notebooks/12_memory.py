@@ -11,7 +11,9 @@
 # a memory-time curve per method. With a copy bandwidth the planner also swaps activations to
 # host memory: on a GPU the rewriter emits the copies on two side streams and the swap plan is
 # measured like the others; on a CPU, which has no separate device memory, it is simulated only
-# (and its rewrite proved in float64 with clones for copies).
+# (and its rewrite proved in float64 with clones for copies). With `jax_planners`, JAX's planners
+# run on the model's Flax twin beside them (`jax.checkpoint` on the same segments and with JAX's
+# policies, memory as XLA plans it): `fwbench run params/memory_planners.yaml`.
 #
 # **Run it:** `fwbench run params/memory_seed.yaml` (ResNet-152 and BERT-base, the
 # reference scale) or `fwbench run params/memory_cpu.yaml`; Run-All in JupyterLab runs the defaults below.
