@@ -13,6 +13,7 @@ from flax import nnx
 
 from fwbench.families.memory import footprint, jax_remat
 from fwbench.measure.timing import StopRule
+from fwbench.models import equivalence
 from fwbench.vocab import MEMORY_EXACT_TOLERANCE
 
 RULE = StopRule(min_iters=2, min_seconds=0.0)
@@ -118,8 +119,8 @@ def test_the_gate_fails_a_recompute_with_fresh_randomness(fresh):
     def plain(x):  # autodiff keeps the mask it drew
         return x * _mask(jax.random.key(0), x.shape)
 
-    with jax.enable_x64(True):
-        model = jax_remat.in_float64(Chain(nnx.Rngs(0)))
+    with equivalence.float64_on_cpu():
+        model = equivalence.flax_float64(Chain(nnx.Rngs(0)))
         x = jnp.asarray(np.random.default_rng(0).standard_normal((8, WIDTH)))
         y = jnp.asarray(np.arange(8), jnp.int32)
         gated = jax_remat.gate(

@@ -36,6 +36,7 @@ from flax import nnx
 
 from fwbench.families.memory.footprint import checkpoint_sizes
 from fwbench.measure.timing import StopRule, measure_latency
+from fwbench.models import equivalence
 
 PEAK_SOURCE = (
     "XLA memory_analysis of the compiled step (arguments + outputs - donated + temporaries)"
@@ -178,7 +179,7 @@ def gate(
     ``run(model, x)``) against the plain step's (``plain``: its forward, or its gradients
     already computed): the largest absolute difference, the tensor it is on, and whether it is
     within ``tolerance``. Run it on a float64 model and batch (inside
-    ``jax.enable_x64(True)``)."""
+    ``equivalence.float64_on_cpu()``)."""
     planned = gradients(model, x, y, run or functools.partial(forward, size=size, policy=policy))
     worst, where = 0.0, ""
     reference = plain if isinstance(plain, dict) else gradients(model, x, y, plain)
@@ -235,8 +236,8 @@ def run_batch(
     }
     gates = {}
     if exact_check:
-        with jax.enable_x64(True):
-            model64 = in_float64(flax_model)
+        with equivalence.float64_on_cpu():
+            model64 = equivalence.flax_float64(flax_model)
             x64, y64 = (jnp.asarray(a) for a in batch(2, image_size, num_classes, seed, np.float64))
             plain = gradients(model64, x64, y64)  # once, for every plan
             for name, size, policy in found[1:]:
@@ -274,12 +275,6 @@ def use_compile_cache() -> str:
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return folder
-
-
-def in_float64(model):
-    """A copy of ``model`` with every array in float64 (inside ``enable_x64``)."""
-    graphdef, state = nnx.split(model)
-    return nnx.merge(graphdef, jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), state))
 
 
 def _kind(name: str) -> str:
