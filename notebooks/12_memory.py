@@ -61,7 +61,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from fwbench.families.memory import memory_charts, study
+from fwbench.families.memory import memory_charts, memory_records, study
 from fwbench.families.memory.footprint import peak_source
 from fwbench.families.memory.memory_charts import MB
 from fwbench.measure import device as fw_device
@@ -118,7 +118,7 @@ results = [
     )
     for bs in tqdm(batch_sizes, desc=f"{model} batch sizes")
 ]
-summary = study.summary_frame(results)
+summary = memory_records.summary_frame(results)
 last = results[-1]
 masks = "replayed from the forward pass's generator state" if replay_random else "kept"
 print(
@@ -233,7 +233,7 @@ rec = Recorder(
     device_name=device_name,
     precision="fp32",
 )
-study.add_records(rec, summary, peak_source(device))
+memory_records.add_records(rec, summary, peak_source(device))
 rec.emit()
 
 # %% [markdown]
@@ -279,7 +279,7 @@ if jax_planners:
         "memory", extra={"settings": {"jax_policies": jax_policies}}, model=model,
         framework="jax", device=device, device_name=device_name, precision="fp32",
     )  # fmt: skip
-    study.add_records(jax_rec, jax_summary, jax_remat.PEAK_SOURCE)
+    memory_records.add_records(jax_rec, jax_summary, jax_remat.PEAK_SOURCE)
     jax_rec.emit()
     both = pd.concat(
         [summary[summary.measured].assign(framework="PyTorch"), jax_summary.assign(framework="JAX")]

@@ -3,7 +3,7 @@ report's own sentences give, read from the reports' memory_curve.csv."""
 
 import json
 
-from fwbench.report.family_reports import memory_curve, memory_index
+from fwbench.report.family_reports import memory_curve, memory_curve_words, memory_index
 from tests.conftest import run_cli
 from tests.test_memory_seed import _timed_meas
 
@@ -36,7 +36,7 @@ def test_the_index_gives_each_report_its_own_verdicts(tmp_path):
     rows = index.set_index("report")
     # the same verdict as the report's own sentence over the same table
     for name, table in tables.items():
-        text = " ".join(memory_curve.sentences(table))
+        text = " ".join(memory_curve_words.sentences(table))
         assert f"each within 5%: {rows.loc[name, 'time_bar']}." in text
     assert rows.loc["b_rounds", "time_bar"] == "no"
     # +10% in each of its two quiet trials: the interval over trials has no width
@@ -46,7 +46,8 @@ def test_the_index_gives_each_report_its_own_verdicts(tmp_path):
     assert rows.loc["a_spread", "time_bar"] == "not shown"
     # within +33%: our plan at 0.5 (+10%, 60% saved); every checkpointing point costs more
     assert rows.loc["a_spread", "ours"].startswith("60.0% at +10.0%")
-    assert rows.loc["a_spread", "ours"].endswith("(mu_two@0.5; meets)")
+    # chosen among the cell's two μ-TWO points, after Holm (trials that agree exactly: p 0)
+    assert rows.loc["a_spread", "ours"].endswith("(mu_two@0.5; meets, Holm p 0 of 2)")
     assert rows.loc["a_spread", "checkpoint"] == "none within +33%"
     assert rows.loc["a_spread", "trials"] == 3
 

@@ -14,6 +14,7 @@ from torch import nn
 from fwbench.families.memory import (
     footprint,
     liveness,
+    memory_records,
     planner,
     profiler,
     rewriter,
@@ -312,7 +313,7 @@ def _record(mode, trial, metric, value, extra, shared=False):
 
 
 def test_curve_table_pairs_trials_and_states_the_goal_and_the_curves():
-    from fwbench.report.family_reports import memory_curve
+    from fwbench.report.family_reports import memory_curve, memory_curve_words
 
     table = memory_curve.curve_table(_curve_meas()).set_index("method")
     # the shared trial noise cancels in the paired overhead: exactly +10%, a zero-width interval
@@ -321,7 +322,7 @@ def test_curve_table_pairs_trials_and_states_the_goal_and_the_curves():
     assert table.loc["mu_two@0.5", "rounds"] == 3
     # the time itself keeps the spread between trials
     assert table.loc["none", "time_low"] < 100.0 < table.loc["none", "time_high"]
-    text = " ".join(memory_curve.sentences(table.reset_index()))
+    text = " ".join(memory_curve_words.sentences(table.reset_index()))
     assert "the μ-TWO plan saves 60.0% of the activation memory at +10.0%" in text
     assert "meets the 50% goal" in text
     # +40% and +35%, each with a zero-width interval over the trials: both shown beyond +33%
@@ -343,7 +344,7 @@ def test_curve_table_pairs_trials_and_states_the_goal_and_the_curves():
 
 
 def test_the_curves_meet_where_the_paired_trials_cannot_tell_them_apart():
-    from fwbench.report.family_reports import memory_curve
+    from fwbench.report.family_reports import memory_curve, memory_curve_words
 
     meas = _curve_meas()
     # checkpoint_every_4 takes 135 ms a trial; our 110 ms point now swings about it, trial by
@@ -352,7 +353,7 @@ def test_the_curves_meet_where_the_paired_trials_cannot_tell_them_apart():
     hit = (meas["mode"] == "mu_two@0.5") & (meas.metric == "iter_time_ms")
     meas.loc[hit, "value"] = [swing[t] for t in meas[hit].trial]
     table = memory_curve.curve_table(meas)
-    text = " ".join(memory_curve.sentences(table))
+    text = " ".join(memory_curve_words.sentences(table))
     assert (
         "at checkpoint_every_4's peak of 800 MiB the μ-TWO plan takes 119 ms against its 135 ms "
         "(ours/its 0." in text
@@ -360,7 +361,7 @@ def test_the_curves_meet_where_the_paired_trials_cannot_tell_them_apart():
     assert "over 3 paired trials): the trials do not tell the two apart, so the curves" in text
     # one trial: no interval, and two point estimates of one process decide nothing
     one = memory_curve.curve_table(_curve_meas().query("trial == 1"))
-    text = " ".join(memory_curve.sentences(one))
+    text = " ".join(memory_curve_words.sentences(one))
     assert (
         "the μ-TWO plan takes 110 ms against its 135 ms (one trial in common, no interval): one trial "
         "does not place the μ-TWO curve against it" in text
@@ -371,12 +372,12 @@ def test_the_curves_meet_where_the_paired_trials_cannot_tell_them_apart():
     alone = _curve_meas().query("trial == 1 and not mode.str.startswith('checkpoint')")
     extra = {"method": "mu_two", "budget": 0.5}
     alone.loc[len(alone)] = _record("mu_two@0.5", 1, "overhead_pct", 10.0, extra)
-    text = " ".join(memory_curve.sentences(memory_curve.curve_table(alone)))
+    text = " ".join(memory_curve_words.sentences(memory_curve.curve_table(alone)))
     assert "torch.utils.checkpoint: not run." in text and "lies above +33%" not in text
     # +10% in one trial, 60% saved: without an interval the goal stays undecided
     assert (
         "at +10.0% time (one trial: no interval) (mu_two@0.5; the 50% goal undecided: no "
-        "interval on its time)" in text
+        "interval on its time; its budget sets the saving, so only the time is tested)" in text
     )
 
 
@@ -560,7 +561,9 @@ def test_time_check_compares_predicted_and_measured_multiples_of_the_graph():
     )
     block = {"p50": 1.0}
     graph = SimpleNamespace(method="graph", summary=block)
-    found = study._time_check(r, SimpleNamespace(method="mu_two@0.5", summary=block), graph, plan)
+    found = memory_records._time_check(
+        r, SimpleNamespace(method="mu_two@0.5", summary=block), graph, plan
+    )
     assert found["predicted_multiple"] == pytest.approx(1.25)
     assert found["measured_multiple"] == pytest.approx(1.25)
     assert found["sim_time_error_pct"] == pytest.approx(0.0, abs=1e-9)
@@ -570,13 +573,13 @@ def test_time_check_compares_predicted_and_measured_multiples_of_the_graph():
     assert found["time_diagnosis"]["graph_round_ms"] == graph_ms
     assert found["time_diagnosis"]["round_shared"] == [False, True, False]
     assert found["time_diagnosis"]["round_steal"] == [None, 0.3, 0.0]
-    on_graph = study._time_check(r, graph, graph, baseline)
+    on_graph = memory_records._time_check(r, graph, graph, baseline)
     assert on_graph["profile_drift_pct"] == pytest.approx(100 * (200 / 310 - 1))
     assert "sim_time_error_pct" not in on_graph
     # without rounds, the methods' own timings stand in, and the record says so
     r.round_ms = {}
     graph.summary = {"p50": 200.0}
-    own = study._time_check(
+    own = memory_records._time_check(
         r, SimpleNamespace(method="mu_two@0.5", summary={"p50": 260.0}), graph, plan
     )
     assert own["measured_multiple"] == pytest.approx(1.3)
@@ -584,7 +587,7 @@ def test_time_check_compares_predicted_and_measured_multiples_of_the_graph():
 
 
 def test_curve_table_checks_the_time_model_on_quiet_trials_only():
-    from fwbench.report.family_reports import memory_curve
+    from fwbench.report.family_reports import memory_curve, memory_curve_words
 
     meas = _curve_meas()
     extra = {"method": "mu_two", "budget": 0.5, "timed_by": "interleaved rounds"}
@@ -614,14 +617,14 @@ def test_curve_table_checks_the_time_model_on_quiet_trials_only():
     assert row.time_error_mean_pct == pytest.approx(-0.5)
     assert row.time_error_high_pct == pytest.approx(-0.5 + 12.7062 * 2.5, abs=1e-3)
     assert json.loads(row.time_trial_errors_pct) == [2.0, -3.0]
-    text = " ".join(memory_curve.sentences(table.reset_index()))
+    text = " ".join(memory_curve_words.sentences(table.reset_index()))
     assert "multiple of the unplanned graph's" in text
     assert "-0.5% [-32.3%, +31.3%] at mu_two@0.5 over 2 trials (+2.0%, -3.0%)" in text
     assert "0 of 1 graphs have their interval inside ±5%; each within 5%: not shown" in text
 
 
 def test_one_trial_without_rounds_leaves_the_time_bar_undecided():
-    from fwbench.report.family_reports import memory_curve
+    from fwbench.report.family_reports import memory_curve, memory_curve_words
 
     # memory_breakdown's shape: one trial, one timed step a method, no interleaved rounds
     extra = {"method": "mu_two", "budget": 0.5, "timed_by": "each method's own timing"}
@@ -630,14 +633,14 @@ def test_one_trial_without_rounds_leaves_the_time_bar_undecided():
         for metric, value in (("sim_time_error_pct", 17.0), ("sim_peak_error_pct", 0.01))
     ]
     meas = pd.concat([_curve_meas(), pd.DataFrame(rows)], ignore_index=True)
-    text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
+    text = " ".join(memory_curve_words.sentences(memory_curve.curve_table(meas)))
     assert "17.0% in the worst single trial)" in text
     assert "1 of 1 graphs have one quiet trial: no interval" in text
     assert "each within 5%: not shown" in text and "each within 5%: no." not in text
 
 
 def test_an_unchecked_time_leaves_the_verdict_to_the_peak_and_says_so():
-    from fwbench.report.family_reports import memory_curve
+    from fwbench.report.family_reports import memory_curve, memory_curve_words
 
     # every trial that timed the plan ran on a shared machine: only the peak was checked
     extra = {"method": "mu_two", "budget": 0.5, "timed_by": "interleaved rounds"}
@@ -647,7 +650,7 @@ def test_an_unchecked_time_leaves_the_verdict_to_the_peak_and_says_so():
         for metric, value in (("sim_time_error_pct", 2.0), ("sim_peak_error_pct", 0.5))
     ]
     meas = pd.concat([_curve_meas(), pd.DataFrame(rows)], ignore_index=True)
-    text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
+    text = " ".join(memory_curve_words.sentences(memory_curve.curve_table(meas)))
     assert "no quiet trial checked the time; the peak within 5%: yes." in text
     assert "each within 5%" not in text
 
@@ -731,7 +734,7 @@ def _timed_meas(predicted: float, plan_rounds: dict[int, list[float]]):
 
 
 def test_the_time_error_takes_one_value_per_quiet_trial_with_an_interval_over_trials():
-    from fwbench.report.family_reports import memory_curve
+    from fwbench.report.family_reports import memory_curve, memory_curve_words
 
     # every round 100 ms against the graph's 100: measured 1.0, predicted 1.1, +10% in each of
     # the two quiet trials, so the interval over trials has no width and lies beyond the bar;
@@ -742,7 +745,7 @@ def test_the_time_error_takes_one_value_per_quiet_trial_with_an_interval_over_tr
     assert row.time_error_low_pct == pytest.approx(10.0)
     assert row.time_error_trials == 2
     assert "time_error_pooled_pct" not in row.index and "time_rounds_pooled" not in row.index
-    text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
+    text = " ".join(memory_curve_words.sentences(memory_curve.curve_table(meas)))
     assert "the interval reaching farthest is +10.0% [+10.0%, +10.0%] at mu_two@0.5" in text
     assert "each within 5%: no" in text
     assert "the steps' malloc: jemalloc" in text
@@ -754,24 +757,24 @@ def test_the_time_error_takes_one_value_per_quiet_trial_with_an_interval_over_tr
     assert json.loads(row.time_trial_errors_pct) == pytest.approx([0.0, -0.9901], abs=1e-4)
     assert row.time_error_low_pct == pytest.approx(-6.785, abs=1e-3)
     assert row.time_error_high_pct == pytest.approx(5.795, abs=1e-3)
-    text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
+    text = " ".join(memory_curve_words.sentences(memory_curve.curve_table(meas)))
     assert "0 of 1 graphs have their interval inside ±5%; each within 5%: not shown" in text
 
 
 def test_trials_on_two_allocators_name_each_allocator_once():
-    from fwbench.report.family_reports import memory_curve
+    from fwbench.report.family_reports import memory_curve, memory_curve_words
 
     meas = _timed_meas(1.1, {1: [100.0] * 3, 2: [100.0] * 3})
     first = meas.trial.eq(1) & meas["mode"].eq("mu_two@0.5")
     meas.loc[first, "extra"] = [{**e, "allocator": "glibc"} for e in meas.loc[first, "extra"]]
     table = memory_curve.curve_table(meas).set_index("method")
     assert table.loc["mu_two@0.5", "allocator"] == "glibc, jemalloc"
-    text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
+    text = " ".join(memory_curve_words.sentences(memory_curve.curve_table(meas)))
     assert "the steps' malloc: glibc and jemalloc." in text
 
 
 def test_a_round_the_machine_was_shared_in_is_left_out_of_its_trials_error():
-    from fwbench.report.family_reports import memory_curve
+    from fwbench.report.family_reports import memory_curve, memory_curve_words
 
     # two rounds of the quiet trial 1 ran beside a burst of stolen time: 300 ms against 100, so
     # the trial's median round reads the plan three times the graph
@@ -783,7 +786,7 @@ def test_a_round_the_machine_was_shared_in_is_left_out_of_its_trials_error():
     row = memory_curve.curve_table(meas).set_index("method").loc["mu_two@0.5"]
     assert json.loads(row.time_trial_errors_pct) == pytest.approx([10.0, 10.0])
     assert (row.time_error_trials, row.time_rounds_shared) == (2, 2)
-    text = " ".join(memory_curve.sentences(memory_curve.curve_table(meas)))
+    text = " ".join(memory_curve_words.sentences(memory_curve.curve_table(meas)))
     assert (
         "(each quiet trial's error from its own rounds, 2 rounds on a shared machine left out;"
         in text
@@ -791,7 +794,7 @@ def test_a_round_the_machine_was_shared_in_is_left_out_of_its_trials_error():
 
 
 def test_a_baseline_below_our_whole_curve_is_called_above_it_with_the_plans_reasons():
-    from fwbench.report.family_reports import memory_curve
+    from fwbench.report.family_reports import memory_curve, memory_curve_words
 
     rows = []
     methods = {
@@ -819,7 +822,7 @@ def test_a_baseline_below_our_whole_curve_is_called_above_it_with_the_plans_reas
         for row in rows:
             if row["metric"] == "sim_time_error_pct":
                 row["value"] = errors[row["trial"] - 1]
-        return " ".join(memory_curve.sentences(memory_curve.curve_table(pd.DataFrame(rows))))
+        return " ".join(memory_curve_words.sentences(memory_curve.curve_table(pd.DataFrame(rows))))
 
     for trial, noise in ((1, 1.00), (2, 1.05), (3, 1 / 1.05)):
         for mode, (kind, budget, peak, ms, metrics) in methods.items():
@@ -853,7 +856,7 @@ def test_a_baseline_below_our_whole_curve_is_called_above_it_with_the_plans_reas
 
 
 def test_a_compiled_plan_is_read_against_the_traced_step_compiled_whole():
-    from fwbench.report.family_reports import memory_curve
+    from fwbench.report.family_reports import memory_curve, memory_curve_words
 
     rows = []
     methods = {
@@ -885,7 +888,7 @@ def test_a_compiled_plan_is_read_against_the_traced_step_compiled_whole():
         "compile_budget_1.0",
         "compile_budget_0.5",
     }
-    text = " ".join(memory_curve.sentences(table))
+    text = " ".join(memory_curve_words.sentences(table))
     assert (
         "the μ-TWO plan at budget 0.5 peaks at 700 MiB run eagerly and 1260 MiB compiled; the same "
         "traced step without a plan, compiled, peaks at 1400 MiB, so compiled the plan changes "
@@ -898,7 +901,7 @@ def test_a_compiled_plan_is_read_against_the_traced_step_compiled_whole():
         e | {"inductor_locality": False} if e["method"] in MEMORY_COMPILED_KINDS else e
         for e in off.extra
     ]
-    without = " ".join(memory_curve.sentences(memory_curve.curve_table(off)))
+    without = " ".join(memory_curve_words.sentences(memory_curve.curve_table(off)))
     assert "every compilation ran with Inductor's reorder_for_locality pass off" in without
     # the compiled curve starts at the unplanned compiled step: at 1300 MiB the plan's 1260 MiB
     # point is reached in 85 ms, faster than the baseline's 90
@@ -963,6 +966,6 @@ def test_compile_locality_reaches_every_compilation_the_baselines_included():
     }
     assert seen and not any(seen)
     assert inductor_config.reorder_for_locality  # put back afterwards
-    summary = study.summary_frame([result]).set_index("method")
+    summary = memory_records.summary_frame([result]).set_index("method")
     assert summary.inductor_locality["compile_budget_1.0"] is False
     assert summary.inductor_locality["none"] is None

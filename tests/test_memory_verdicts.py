@@ -7,8 +7,14 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as scipy_stats
 
-from fwbench.report.family_reports import memory_breakdown, memory_curve, memory_index
+from fwbench.report.family_reports import (
+    memory_breakdown,
+    memory_curve,
+    memory_curve_words,
+    memory_index,
+)
 from tests.test_memory_seed import _curve_meas, _record, _timed_meas
 
 # memory_timecheck's BERT-base batch 4 at budget 0.4 (run 20261127T194716Z): the three trials'
@@ -39,8 +45,8 @@ def test_the_time_error_interval_is_over_trials_not_rounds():
     assert (row.time_error_low_pct, row.time_error_high_pct) == pytest.approx(
         (-11.32, 8.18), abs=0.01
     )
-    assert memory_curve.time_bar(row) == "undecided"
-    text = " ".join(memory_curve.sentences(table))
+    assert memory_curve_words.time_bar(row) == "undecided"
+    text = " ".join(memory_curve_words.sentences(table))
     assert "-1.6% [-11.3%, +8.2%] at mu_two@0.5 over 3 trials (-5.9%, +1.6%, -0.4%)" in text
     assert "each within 5%: not shown" in text
     # pooling the nine rounds as independent would have put a zero-width interval inside ±5%
@@ -53,8 +59,8 @@ def test_the_time_bar_is_met_or_missed_only_by_the_whole_interval():
     for meas, bar, verdict in ((inside, "inside", "yes"), (beyond, "beyond", "no")):
         table = memory_curve.curve_table(meas)
         row = table.set_index("method").loc["mu_two@0.5"]
-        assert memory_curve.time_bar(row) == bar
-        assert memory_curve.simulator_bars(table)["time_within"] == verdict
+        assert memory_curve_words.time_bar(row) == bar
+        assert memory_curve_words.simulator_bars(table)["time_within"] == verdict
 
 
 def test_one_trial_gives_no_interval_and_no_verdict_however_far_off():
@@ -63,20 +69,34 @@ def test_one_trial_gives_no_interval_and_no_verdict_however_far_off():
     table = memory_curve.curve_table(meas)
     row = table.set_index("method").loc["mu_two@0.5"]
     assert row.time_error_trials == 1 and np.isnan(row.time_error_low_pct)
-    bars = memory_curve.simulator_bars(table)
+    bars = memory_curve_words.simulator_bars(table)
     assert bars["time_within"] == "not shown"
     assert "1 of 1 graphs have one quiet trial: no interval" in bars["time_words"]
     index = memory_index.cell_rows(table, "one", "run")[0]
     assert index["time_worst"] == "20.0% in its one trial: no interval"
 
 
+def _arm(times) -> str:
+    trials = list(range(1, len(times) + 1))
+    return json.dumps({"trials": trials, "samples": list(times), "shared": [False] * len(times)})
+
+
 def _goal_rows(*points):
-    """One cell's curve rows: per point its kind, method, activation saved and overhead interval
-    over trials (low, high), or no interval (None)."""
-    rows = []
+    """One cell's curve rows: the plain step (``none``, 100 ms in each of 3 trials) and per
+    point its kind, method, activation saved and overhead interval over trials (low, high), its
+    3 trials' times placed so that their 95% t-interval is that one, or no interval (None: one
+    trial)."""
+    rows = [{"kind": "none", "method": "none", "measured": True, "activation_saved_pct": 0.0,
+             "overhead_pct": np.nan, "overhead_low": np.nan, "overhead_high": np.nan,
+             "on_floor": False, "trial_times_ms": _arm([100.0, 100.0, 100.0])}]  # fmt: skip
     for kind, method, saved, interval in points:
         low, high = interval if interval else (np.nan, np.nan)
         point = (low + high) / 2 if interval else 20.0
+        times = [100.0 * (1 + point / 100)]
+        if interval:
+            lo, hi = np.log1p(low / 100), np.log1p(high / 100)
+            spread = (hi - lo) / 2 / (scipy_stats.t.ppf(0.975, 2) / np.sqrt(3))
+            times = list(100.0 * np.exp((lo + hi) / 2 + spread * np.array([-1.0, 0.0, 1.0])))
         rows.append(
             {
                 "kind": kind,
@@ -87,6 +107,7 @@ def _goal_rows(*points):
                 "overhead_low": low,
                 "overhead_high": high,
                 "on_floor": False,
+                "trial_times_ms": _arm(times),
             }
         )
     return pd.DataFrame(rows)
@@ -107,7 +128,7 @@ def _goal_rows(*points):
     ],
 )
 def test_the_activation_goal_is_decided_by_the_overhead_interval(saved, interval, verdict):
-    row = _goal_rows(("mu_two", "mu_two@0.3", saved, interval)).iloc[0]
+    row = _goal_rows(("mu_two", "mu_two@0.3", saved, interval)).iloc[-1]
     assert memory_curve.goal_verdict(row) == verdict
 
 
@@ -124,7 +145,7 @@ def test_each_kind_takes_its_best_decided_point_and_says_what_is_left_open():
         "checkpoint_sqrt_n",
         "undecided",
     )
-    assert memory_curve._saves_more_undecided(group, points["mu_two"][0]) == (
+    assert memory_curve_words._saves_more_undecided(group, points["mu_two"][0]) == (
         "; mu_two@0.3 saves more, 70.0%, at +28.4% [+23.6%, +33.3%] time: undecided"
     )
     # every point shown beyond the goal: no point is within
@@ -165,10 +186,11 @@ def test_a_saving_on_adams_floor_is_labelled_as_such():
     assert floor.loc["mu_two@0.5", "on_floor"] and floor.loc["checkpoint_every_1", "on_floor"]
     assert not floor.loc["checkpoint_every_4", "on_floor"] and not floor.loc["none", "on_floor"]
     assert floor.loc["none", "optimizer_floor_bytes"] == 500 * 2**20
-    text = " ".join(memory_curve.sentences(table))
+    text = " ".join(memory_curve_words.sentences(table))
     assert (
-        "(mu_two@0.5; meets the 50% goal; on Adam's floor: every method that reaches it saves "
-        "the same)" in text
+        "(mu_two@0.5; meets the 50% goal (Holm-adjusted p 0 across its 2 points); its budget "
+        "sets the saving, so only the time is tested; on Adam's floor: every method that reaches "
+        "it saves the same)" in text
     )
     assert (
         "checkpoint_every_1, mu_two@0.1, mu_two@0.5 end on Adam's floor, a peak of 500 MiB in "
@@ -176,7 +198,7 @@ def test_a_saving_on_adams_floor_is_labelled_as_such():
     )
     assert "no method can save more than the floor's 100.0% of the activation memory" in text
     index = memory_index.cell_rows(table, "floor", "run")[0]
-    assert index["ours"].endswith("(mu_two@0.5; meets; on Adam's floor)")
+    assert index["ours"].endswith("(mu_two@0.5; meets, Holm p 0 of 2; on Adam's floor)")
 
 
 def test_the_floor_needs_an_empty_peak_or_two_methods_at_one_lowest_peak():
@@ -190,7 +212,7 @@ def test_the_floor_needs_an_empty_peak_or_two_methods_at_one_lowest_peak():
     meas.loc[hit, "value"] = 40.0 * 2**20
     table = memory_curve.curve_table(meas)
     assert not table.on_floor.any()
-    text = " ".join(memory_curve.sentences(table))
+    text = " ".join(memory_curve_words.sentences(table))
     assert "Adam's floor" not in text
     # one method alone at the lowest peak, without parts, shows nothing
     assert not memory_curve.curve_table(_curve_meas()).on_floor.any()

@@ -445,10 +445,15 @@ def test_21_and_22_score_hold_outs_and_recommendations(tmp_path, write_campaign)
     con = fw_db.connect(tmp_path / "out.duckdb", read_only=True)
     rows = con.execute(
         "select notebook, metric, status, json_extract_string(extra, '$.holdout') as holdout, "
-        "json_extract_string(extra, '$.test') as test, value from measurements "
+        "json_extract_string(extra, '$.test') as test, value, "
+        "json_extract_string(extra, '$.predictor') as predictor from measurements "
         "where family = 'prediction'"
     ).df()
     con.close()
+    # each score has its baseline beside it, on the same rows; the predictor's own rows first
+    ruled = rows[rows.predictor == "baseline"]
+    assert set(ruled.holdout.dropna()) == {"lineage"} and "regret_within_5pct" in set(ruled.metric)
+    rows = rows[rows.predictor.isna() | (rows.predictor != "baseline")]
     # the repository's frozen test score, where one is committed, is recorded as it stands
     tested = rows[rows.test.notna()]
     score = REPO / "params" / "frozen_test.score.json"

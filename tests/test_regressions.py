@@ -175,8 +175,9 @@ STEADY = [100.0, 101.0, 99.5, 100.5, 99.0, 100.2, 100.8, 99.4]
 STEP = [100.0, 101.0, 99.5, 100.5, 120.0, 121.5, 119.0, 120.6]
 
 
-def write_run(root, index, values):
-    """One run of campaign ``demo`` holding one latency point per configuration in ``values``."""
+def write_run(root, index, values, settings=None):
+    """One run of campaign ``demo`` holding one latency point per configuration in ``values``;
+    ``settings``: more of its cells' parameters (a design of the campaign)."""
     run_id = f"2026010{index}T000000Z"
     run_dir = root / "demo" / run_id
     (run_dir / "10_inference").mkdir(parents=True)
@@ -218,7 +219,7 @@ def write_run(root, index, values):
             "trial": 0,
             "status": "ok",
             "error": None,
-            "parameters": {"model": "resnet50", "framework": framework},
+            "parameters": {"model": "resnet50", "framework": framework, **(settings or {})},
         }
         nbformat.write(nb, str(run_dir / "10_inference" / f"framework={framework}.ipynb"))
     return run_id
@@ -231,6 +232,27 @@ def index(tmp_path):
     dbp = tmp_path / "x.duckdb"
     db.ingest(runs, dbp)
     return dbp, ids
+
+
+def test_a_change_of_design_is_two_histories_not_a_regression(tmp_path):
+    # the same step as the fixture's, where the campaign's design changed: half the runs at one
+    # target, half at another (an A/A copy's flag is no design: it measures the same cell)
+    runs = tmp_path / "runs"
+    for i in range(len(STEP)):
+        design = {"target": 97.0 if i < 4 else 98.0, "aa_copy": i % 2}
+        write_run(runs, i + 1, {"jax": STEADY[i], "torch": STEP[i]}, design)
+    dbp = tmp_path / "x.duckdb"
+    db.ingest(runs, dbp)
+    histories = regressions.load_histories(dbp, "demo")
+    assert (histories.groupby("framework").design.nunique() == 2).all()
+    assert regressions.find_regressions(histories).empty
+    # one design throughout: the step is found, as in the fixture's index
+    runs = tmp_path / "same"
+    for i in range(len(STEP)):
+        write_run(runs, i + 1, {"jax": STEADY[i], "torch": STEP[i]}, {"aa_copy": i % 2})
+    db.ingest(runs, tmp_path / "y.duckdb")
+    found = regressions.find_regressions(regressions.load_histories(tmp_path / "y.duckdb", "demo"))
+    assert found.run_id.tolist() == ["20260105T000000Z"]
 
 
 def test_histories_hold_one_point_per_run_in_run_order(index):

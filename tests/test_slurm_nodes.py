@@ -44,9 +44,13 @@ def test_a_world_of_two_puts_one_rank_on_each_node_and_passes_the_float64_gate(
         "             batch_per_worker: 2, steps: 2, warmup: 1, parity_steps: 2,\n"
         "             allreduce_max_bytes: 4096"
     )
+    # the float64 gate once, in JAX's cell (its two ranks across the network against one process
+    # of each framework); PyTorch's cell trains over the network without it, since the gate of
+    # DDP itself is tests/test_distributed.py's and three more launches here cost about a minute
     path = write_campaign(
         "campaign: nodes\nsteps:\n"
-        f"  - notebook: 13_distributed\n    params: {{framework: torch, strategy: ddp, {small}}}\n"
+        f"  - notebook: 13_distributed\n    params: {{framework: torch, strategy: ddp, {small},\n"
+        "             check_parity: false}\n"
         f"  - notebook: 13_distributed\n    params: {{framework: jax, strategy: dp, {small}}}\n"
     )
     proc = run_cli("run", path, "--out", out, "--executor", "slurm")
@@ -57,8 +61,7 @@ def test_a_world_of_two_puts_one_rank_on_each_node_and_passes_the_float64_gate(
         "where metric like 'dist_fp64_%' order by 1, 2",
     )
     assert [(f, m, s) for f, m, _, s in gate] == [
-        (f, m, "ok")
-        for f in ("jax", "torch")
+        ("jax", m, "ok")
         for m in ("dist_fp64_cross_framework_max_rel", "dist_fp64_loss_parity_max_rel")
     ]
     assert all(value <= 1e-9 for _, _, value, _ in gate)

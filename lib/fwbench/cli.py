@@ -27,7 +27,7 @@ from fwbench.commands import (
 )
 
 # in the order `fwbench --help` lists them
-COMMANDS = (
+_COMMANDS = (
     run_cmd,
     ingest_cmd,
     query_cmd,
@@ -44,7 +44,7 @@ COMMANDS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fwbench",
         description="How JAX and PyTorch compare, per model and hardware, and why.",
@@ -52,13 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
         "meets the limits of `fwbench recommend`.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in COMMANDS:
+    for command in _COMMANDS:
         command.add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _build_parser().parse_args(argv)
     return args.func(args)
 
 

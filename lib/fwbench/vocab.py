@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 
 FRAMEWORKS = ("torch", "jax")
-FRAMEWORK_LABELS = {"jax": "JAX", "torch": "PyTorch"}
-KIND_LABELS = {"cnn": "CNN", "transformer": "Transformer"}
+_FRAMEWORK_LABELS = {"jax": "JAX", "torch": "PyTorch"}
+_KIND_LABELS = {"cnn": "CNN", "transformer": "Transformer"}
 
 # The memory family's goal at its reference scale (ResNet-152 at 224 px, BERT-base at
 # sequence 128), stated on activations: at least this share of
@@ -26,7 +26,7 @@ MEMORY_SIM_ERROR_BAR_PCT = 5.0
 # this absolute difference the same computation; a changed one shows far above it.
 MEMORY_EXACT_TOLERANCE = 1e-10
 # The prediction family's memory goal: the model's own peak bytes predicted within this error.
-MEMORY_PREDICTION_GOAL_PCT = 10.0
+_MEMORY_PREDICTION_GOAL_PCT = 10.0
 # The prediction family's goals per hold-out (21_prediction) and for the recommender's queries
 # (22_recommend, its parameters' defaults): (metric, bound). An error is held to at most its
 # bound (``PREDICTION_ERROR_METRICS``), a share to at least.
@@ -37,8 +37,8 @@ PREDICTION_GOALS = {
     "family": ("mape_pct", 15.0),
     "threads": ("within_15pct", 90.0),
     "cpu": ("within_15pct", 90.0),
-    "memory_inference": ("memory_error_pct", MEMORY_PREDICTION_GOAL_PCT),
-    "memory_training": ("memory_error_pct", MEMORY_PREDICTION_GOAL_PCT),
+    "memory_inference": ("memory_error_pct", _MEMORY_PREDICTION_GOAL_PCT),
+    "memory_training": ("memory_error_pct", _MEMORY_PREDICTION_GOAL_PCT),
     # a forecast epoch is one more prediction, held to the goal for all of them
     "epoch": ("within_15pct", 90.0),
     "query": ("regret_within_5pct", 90.0),
@@ -46,6 +46,9 @@ PREDICTION_GOALS = {
     "frozen set": ("mape_pct", 15.0),
 }
 PREDICTION_ERROR_METRICS = ("mape_pct", "memory_error_pct")
+# A prediction score's baseline (families/prediction/baselines.py): its records' ``predictor``, and
+# the suffix of its row in the prediction report (``hold-out: lineage · baseline``)
+PREDICTION_BASELINE = "baseline"
 # The memory methods measured compiled: compilation also fuses kernels, so their times are only
 # ever compared with each other, never with eager ones.
 MEMORY_COMPILED_KINDS = ("compile_budget", "compiled_mu_two", "compiled_graph")
@@ -229,7 +232,7 @@ METRIC_DIRECTIONS = {
     "dist_fp64_loss_parity_max_rel": LOWER_IS_BETTER,
     "dist_fp64_cross_framework_max_rel": LOWER_IS_BETTER,
 }
-UNIT_DIRECTIONS = {
+_UNIT_DIRECTIONS = {
     "img/s": HIGHER_IS_BETTER,
     "TFLOP/s": HIGHER_IS_BETTER,
     "GB/s": HIGHER_IS_BETTER,
@@ -244,11 +247,11 @@ ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def framework_label(name: str) -> str:
-    return FRAMEWORK_LABELS.get(name, name)
+    return _FRAMEWORK_LABELS.get(name, name)
 
 
 def kind_label(kind: str) -> str:
-    return KIND_LABELS.get(kind, kind)
+    return _KIND_LABELS.get(kind, kind)
 
 
 def model_label(name: str) -> str:
@@ -272,14 +275,14 @@ def threads_words(threads) -> str:
 
 # A precision a sentence names in words: ``default`` is no type of its own but each library's
 # settings as they come (measure/precision.py), the reference study's setting.
-PRECISION_WORDS = {"default": "each library's default precision"}
+_PRECISION_WORDS = {"default": "each library's default precision"}
 
 
 def setting_words(precision: str, threads) -> str:
     """ "fp32" or "fp32 with 2 threads": how a sentence names a configuration's precision and,
     for a CPU one, its threads."""
     words = threads_words(threads)
-    named = PRECISION_WORDS.get(precision, str(precision))
+    named = _PRECISION_WORDS.get(precision, str(precision))
     return f"{named} with {words}" if words else named
 
 
@@ -293,7 +296,7 @@ def metric_direction(metric: str, unit: str | None = None) -> str | None:
     """``HIGHER_IS_BETTER`` or ``LOWER_IS_BETTER`` for ``metric`` (by its name, else by its
     ``unit``), or None where neither says which way is better: the caller says "no known
     direction" rather than pick one."""
-    return METRIC_DIRECTIONS.get(metric) or UNIT_DIRECTIONS.get(unit)
+    return METRIC_DIRECTIONS.get(metric) or _UNIT_DIRECTIONS.get(unit)
 
 
 def family_of(notebook: str) -> str:

@@ -48,7 +48,7 @@ steps:
     grid:
       model: [{models}]
 """
-MIN_LINEAGES = 4
+_MIN_LINEAGES = 4
 
 
 def add_parser(sub) -> None:
@@ -95,7 +95,7 @@ def add_parser(sub) -> None:
     parser.set_defaults(func=handle)
 
 
-def measured_models(db_path: Path) -> list[str]:
+def _measured_models(db_path: Path) -> list[str]:
     """Every model any campaign in the index measured in the inference family, on any setting."""
     frame = db.query(
         "select distinct model from measurements where family = 'inference' and model is not null",
@@ -139,14 +139,14 @@ def draw(args) -> int:
     draw_path = out.with_suffix(".draw.json")
     if args.seed is None:
         return fail("--seed is needed to draw a set")
-    if args.size < MIN_LINEAGES:
-        return fail(f"--size must be at least {MIN_LINEAGES}, got {args.size}")
+    if args.size < _MIN_LINEAGES:
+        return fail(f"--size must be at least {_MIN_LINEAGES}, got {args.size}")
     if not args.dry_run and (out.exists() or draw_path.exists()):
         return fail(f"{out} exists: a frozen set is never replaced; write a new one elsewhere")
     db_path = db.index_path(args.db)
     if not db_path.exists():
         return fail(f"no index at {db_path} (fwbench ingest builds it)")
-    measured = measured_models(db_path)
+    measured = _measured_models(db_path)
     unmeasured = frozen.candidates(buildable_models(), measured)
     costs = {m: gflops(m) for m in tqdm(unmeasured, desc="GFLOPs", file=sys.stderr)}
     pool = [m for m in unmeasured if costs[m] <= args.max_gflops]
@@ -156,8 +156,8 @@ def draw(args) -> int:
     except ValueError as exc:
         return fail(str(exc))
     lineages = sorted({lineage(m) for m in found.models})
-    if len(lineages) < MIN_LINEAGES:
-        return fail(f"the draw spans {len(lineages)} lineages, fewer than {MIN_LINEAGES}")
+    if len(lineages) < _MIN_LINEAGES:
+        return fail(f"the draw spans {len(lineages)} lineages, fewer than {_MIN_LINEAGES}")
     for model in found.models:
         print(f"{model}\t{lineage(model)}\t{costs[model]:.2f} GFLOPs")
     if args.dry_run:
@@ -199,7 +199,7 @@ def predict(args) -> int:
     executed, db_path, problem = indexed(argparse.Namespace(out=args.executed, db=args.db))
     if problem:
         return fail(problem)
-    seen = sorted(set(configs.model) & set(measured_models(db_path)))
+    seen = sorted(set(configs.model) & set(_measured_models(db_path)))
     if seen:
         return fail(
             f"the index already holds measurements of {', '.join(seen)}: too late to predict"

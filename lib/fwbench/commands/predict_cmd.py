@@ -20,7 +20,7 @@ from fwbench.commands.common import (
     load_training_table,
 )
 
-QUICK_CALIBRATION = "params/calibrate_quick.yaml"
+_QUICK_CALIBRATION = "params/calibrate_quick.yaml"
 
 
 def add_parser(sub) -> None:
@@ -89,7 +89,7 @@ def handle(args) -> int:
     if ceiling is None:
         return fail(
             f"no {request.precision} ceilings with {request.threads} threads for "
-            f"{request.device_name}, and {QUICK_CALIBRATION} has no such cell"
+            f"{request.device_name}, and {_QUICK_CALIBRATION} has no such cell"
         )
     answer = answers.predict(table, db_path, request, ceiling)
     if args.epoch_images is not None:
@@ -123,7 +123,7 @@ def machine_ceiling(db_path: Path, out: Path, request):
     )
     only = f"*precision={request.precision}__threads={request.threads}*"
     try:
-        campaign = load_campaign(find_repo_root(Path.cwd()) / QUICK_CALIBRATION)
+        campaign = load_campaign(find_repo_root(Path.cwd()) / _QUICK_CALIBRATION)
         if not campaign.select(only):
             return None
         Lab(out, db_path).run_once(campaign, only=only)

@@ -12,7 +12,7 @@ from pathlib import Path
 from fwbench.commands.common import EXIT_CELL_FAILED, EXIT_OK, fail
 
 
-def modes_epilog() -> str:
+def _modes_epilog() -> str:
     """What `fwbench run --help` says of 10_inference's modes and JAX's XLA option sets, one line
     each, from the vocabulary and the declared sets (both import nothing heavy)."""
     from fwbench import vocab
@@ -42,7 +42,7 @@ def _subparser(sub):
             "execute each cell in a fresh kernel into "
             "OUT/<campaign>/<run_id>/<notebook>/<slug>.ipynb and ingest the results."
         ),
-        epilog=modes_epilog(),
+        epilog=_modes_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 

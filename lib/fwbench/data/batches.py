@@ -14,23 +14,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DATASETS = ("synthetic", "digits", "imagenet100")
-NUM_CLASSES = {"synthetic": 1000, "digits": 10, "imagenet100": 100}
+_DATASETS = ("synthetic", "digits", "imagenet100")
+_NUM_CLASSES = {"synthetic": 1000, "digits": 10, "imagenet100": 100}
 SYNTHETIC_BATCHES_PER_EPOCH = 50  # an "epoch" of noise only sets how often the sampler reseeds
 
 Batch = tuple[np.ndarray, np.ndarray]
 
 
-def epoch_seed(seed: int, epoch: int) -> int:
+def _epoch_seed(seed: int, epoch: int) -> int:
     """A seed per (run seed, epoch) so every epoch has its own order and runs can be repeated."""
     return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
 
 
-def array_batches(
+def _array_batches(
     images: np.ndarray, labels: np.ndarray, batch_size: int, seed: int, epoch: int
 ) -> Iterator[Batch]:
     """One shuffled pass over in-memory arrays, full batches only."""
-    order = np.random.default_rng(epoch_seed(seed, epoch)).permutation(len(labels))
+    order = np.random.default_rng(_epoch_seed(seed, epoch)).permutation(len(labels))
     for start in range(0, len(order) - batch_size + 1, batch_size):
         index = np.sort(order[start : start + batch_size])  # sorted: contiguous-ish reads
         yield images[index], labels[index]
@@ -58,14 +58,14 @@ class TrainingData:
                 SYNTHETIC_BATCHES_PER_EPOCH,
                 batch_size,
                 self.image_size,
-                epoch_seed(seed, epoch),
+                _epoch_seed(seed, epoch),
                 self.num_classes,
             )
         elif self.name == "digits":
-            yield from array_batches(*self.train_source, batch_size, seed, epoch)
+            yield from _array_batches(*self.train_source, batch_size, seed, epoch)
         else:
             yield from self.train_source.batches(
-                batch_size, seed=epoch_seed(seed, epoch), shuffle=True, drop_last=True
+                batch_size, seed=_epoch_seed(seed, epoch), shuffle=True, drop_last=True
             )
 
     def val_batches(self, batch_size: int) -> Iterator[Batch]:
@@ -86,10 +86,10 @@ class TrainingData:
 
 def load(dataset: str, image_size: int, *, path: str = "") -> TrainingData:
     """The named dataset at ``image_size``; imagenet100 reads the parquet shards under ``path``."""
-    if dataset not in DATASETS:
-        raise ValueError(f"dataset must be one of {DATASETS}, got {dataset!r}")
+    if dataset not in _DATASETS:
+        raise ValueError(f"dataset must be one of {_DATASETS}, got {dataset!r}")
     if dataset == "synthetic":
-        return TrainingData(dataset, image_size, NUM_CLASSES[dataset])
+        return TrainingData(dataset, image_size, _NUM_CLASSES[dataset])
     if dataset == "digits":
         from fwbench.data import digits_dataset
 
@@ -97,7 +97,7 @@ def load(dataset: str, image_size: int, *, path: str = "") -> TrainingData:
         return TrainingData(
             dataset,
             image_size,
-            NUM_CLASSES[dataset],
+            _NUM_CLASSES[dataset],
             digits_dataset(image_size, "train"),
             digits_dataset(image_size, "val"),
         )
@@ -111,7 +111,7 @@ def load(dataset: str, image_size: int, *, path: str = "") -> TrainingData:
     return TrainingData(
         dataset,
         image_size,
-        NUM_CLASSES[dataset],
+        _NUM_CLASSES[dataset],
         ImageNet100(path, "train", image_size),
         ImageNet100(path, "validation", image_size),
     )

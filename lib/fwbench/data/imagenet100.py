@@ -22,8 +22,8 @@ import numpy as np
 
 from fwbench.data.preprocess import preprocess
 
-SPLITS = ("train", "validation")
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+_SPLITS = ("train", "validation")
+_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
 
 def _batched(samples, batch_size: int, image_size: int, drop_last: bool):
@@ -51,8 +51,8 @@ class ImageNet100:
     ):
         import pyarrow.parquet as pq
 
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if split not in _SPLITS:
+            raise ValueError(f"split must be one of {_SPLITS}, got {split!r}")
         self.root, self.split, self.image_size = Path(root), split, image_size
         self.shuffle_buffer = shuffle_buffer
         self.shards = self._find_shards()
@@ -128,7 +128,7 @@ class ImageFolder:
             (path, label)
             for label, name in enumerate(self.classes)
             for path in sorted((self.root / name).iterdir())
-            if path.suffix.lower() in IMAGE_SUFFIXES
+            if path.suffix.lower() in _IMAGE_SUFFIXES
         ]
         if not self.samples:
             raise FileNotFoundError(f"no images in {self.root}; expected {expected}")

@@ -22,7 +22,7 @@ from PIL import Image
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-ImageSource = Image.Image | bytes | str | PathLike
+_ImageSource = Image.Image | bytes | str | PathLike
 
 
 def resize_size_for(crop_size: int) -> int:
@@ -30,7 +30,7 @@ def resize_size_for(crop_size: int) -> int:
     return round(crop_size * 256 / 224)
 
 
-def decode(source: ImageSource) -> Image.Image:
+def decode(source: _ImageSource) -> Image.Image:
     """An RGB PIL image from encoded bytes, a file path or an image (grey/CMYK/alpha converted)."""
     if isinstance(source, Image.Image):
         image = source
@@ -74,7 +74,7 @@ def normalize(pixels: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray((scaled - mean) / std)
 
 
-def preprocess(sources: Iterable[ImageSource], image_size: int = 224) -> np.ndarray:
+def preprocess(sources: Iterable[_ImageSource], image_size: int = 224) -> np.ndarray:
     """Decoded, resized, centre-cropped and normalised images as one float32 NCHW batch."""
     crops = [resize_center_crop(decode(source), image_size) for source in sources]
     if not crops:

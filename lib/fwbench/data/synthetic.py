@@ -23,8 +23,8 @@ def synthetic_batch(
 
 
 # token ids are drawn below this: a valid id in any text model's vocabulary (BERT's has 30,522)
-TOKEN_IDS = 1000
-INPUT_KINDS = ("image", "tokens", "audio")
+_TOKEN_IDS = 1000
+_INPUT_KINDS = ("image", "tokens", "audio")
 
 
 def synthetic_input(inputs: str, batch_size: int, size: int, seed: int) -> np.ndarray:
@@ -34,10 +34,10 @@ def synthetic_input(inputs: str, batch_size: int, size: int, seed: int) -> np.nd
         return synthetic_batch(batch_size, size, seed)[0]
     rng = np.random.default_rng(seed)
     if inputs == "tokens":
-        return rng.integers(0, TOKEN_IDS, size=(batch_size, size), dtype=np.int64)
+        return rng.integers(0, _TOKEN_IDS, size=(batch_size, size), dtype=np.int64)
     if inputs == "audio":
         return rng.standard_normal((batch_size, size), dtype=np.float32)
-    raise ValueError(f"inputs must be one of {INPUT_KINDS}, got {inputs!r}")
+    raise ValueError(f"inputs must be one of {_INPUT_KINDS}, got {inputs!r}")
 
 
 def rotating_batches(

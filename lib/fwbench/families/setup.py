@@ -17,7 +17,7 @@ OPTIONAL = ("duckdb",)
 
 
 @dataclass
-class Check:
+class _Check:
     name: str
     framework: str
     device: str
@@ -26,19 +26,19 @@ class Check:
     seconds: float = 0.0
 
 
-def check_imports() -> list[Check]:
+def check_imports() -> list[_Check]:
     checks = []
     for name in REQUIRED + OPTIONAL:
         try:
             module = importlib.import_module(name)
             checks.append(
-                Check(f"import {name}", "-", "-", True, getattr(module, "__version__", "?"))
+                _Check(f"import {name}", "-", "-", True, getattr(module, "__version__", "?"))
             )
         except Exception as exc:  # an import can fail with any error (e.g. torchvision's nms op)
             why = f"{type(exc).__name__}: {exc}"
             if name in OPTIONAL:
                 why = f"absent ({why}); index this machine's runs elsewhere: fwbench ingest"
-            checks.append(Check(f"import {name}", "-", "-", name in OPTIONAL, why))
+            checks.append(_Check(f"import {name}", "-", "-", name in OPTIONAL, why))
     return checks
 
 
@@ -52,7 +52,7 @@ def _reference_matmul(size: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.
 def _matmul_check(framework: str, device: str, result: np.ndarray, ref: np.ndarray, secs: float):
     rel = float(np.abs(result - ref).max() / np.abs(ref).max())
     # fp32 with TF32 off accumulates to ~1e-6 relative at these sizes; TF32 would give ~1e-3
-    return Check(
+    return _Check(
         "fp32 matmul vs float64 numpy",
         framework,
         device,
@@ -62,7 +62,7 @@ def _matmul_check(framework: str, device: str, result: np.ndarray, ref: np.ndarr
     )
 
 
-def check_torch_matmul(device: str, size: int = 256, seed: int = 0) -> Check:
+def check_torch_matmul(device: str, size: int = 256, seed: int = 0) -> _Check:
     import torch
 
     precision.configure("torch", "fp32")
@@ -72,7 +72,7 @@ def check_torch_matmul(device: str, size: int = 256, seed: int = 0) -> Check:
     return _matmul_check("torch", device, out, ref, time.perf_counter() - t0)
 
 
-def check_jax_matmul(jax_device, device: str, size: int = 256, seed: int = 0) -> Check:
+def check_jax_matmul(jax_device, device: str, size: int = 256, seed: int = 0) -> _Check:
     import jax
     import jax.numpy as jnp
 
@@ -84,7 +84,7 @@ def check_jax_matmul(jax_device, device: str, size: int = 256, seed: int = 0) ->
     return _matmul_check("jax", device, out, ref, time.perf_counter() - t0)
 
 
-def check_xla_compile(jax_device, device: str) -> Check:
+def check_xla_compile(jax_device, device: str) -> _Check:
     import jax
     import jax.numpy as jnp
 
@@ -104,10 +104,10 @@ def check_xla_compile(jax_device, device: str) -> Check:
         detail = f"AOT lower+compile ok, result {value:.4f}" + ("" if ok else f", not {want:.4f}")
     except Exception as exc:
         ok, detail = False, f"{type(exc).__name__}: {exc}"
-    return Check("XLA jit compile", "jax", device, bool(ok), detail, time.perf_counter() - t0)
+    return _Check("XLA jit compile", "jax", device, bool(ok), detail, time.perf_counter() - t0)
 
 
-def check_torch_compile(device: str) -> Check:
+def check_torch_compile(device: str) -> _Check:
     import torch
 
     def f(x):
@@ -122,4 +122,4 @@ def check_torch_compile(device: str) -> Check:
         detail = f"inductor compile ok, result {value:.4f}"
     except Exception as exc:
         ok, detail = False, f"{type(exc).__name__}: {str(exc)[:300]}"
-    return Check("torch.compile", "torch", device, bool(ok), detail, time.perf_counter() - t0)
+    return _Check("torch.compile", "torch", device, bool(ok), detail, time.perf_counter() - t0)

@@ -22,7 +22,7 @@ from fwbench import vocab
 
 # the columns a choice is made per (one configuration, one framework)
 KEY = ("device_name", "precision", "threads", "model", "image_size", "batch_size", "framework")
-FORMAT = 1
+_FORMAT = 1
 
 
 class NoChoice(LookupError):
@@ -108,7 +108,7 @@ def select(meas: pd.DataFrame, *, campaign: str, run_id: str) -> dict:
                 "candidates": int(len(ranked)),
             }
         )
-    return {"format": FORMAT, "tuning": [{"campaign": campaign, "run_id": run_id}], "picks": picks}
+    return {"format": _FORMAT, "tuning": [{"campaign": campaign, "run_id": run_id}], "picks": picks}
 
 
 def merge(existing: dict | None, new: dict) -> dict:
@@ -120,10 +120,10 @@ def merge(existing: dict | None, new: dict) -> dict:
     keyed.update({_key_of(p): p for p in new["picks"]})
     runs = [r for r in existing.get("tuning", []) if r not in new["tuning"]] + new["tuning"]
     picks = [keyed[k] for k in sorted(keyed, key=lambda k: tuple(map(str, k)))]
-    return {"format": FORMAT, "tuning": runs, "picks": picks}
+    return {"format": _FORMAT, "tuning": runs, "picks": picks}
 
 
-def locate(path: str | Path) -> Path:
+def _locate(path: str | Path) -> Path:
     """The selection file ``path`` names: as given, else relative to a folder above this one (a
     campaign names it from the repository's root, while its kernels run in ``notebooks/``)."""
     given = Path(path).expanduser()
@@ -136,10 +136,10 @@ def locate(path: str | Path) -> Path:
 
 
 def read(path: str | Path) -> dict:
-    path = locate(path)
+    path = _locate(path)
     data = json.loads(path.read_text())
-    if data.get("format") != FORMAT or "picks" not in data:
-        raise ValueError(f"{path} is not a best-modes selection file (format {FORMAT})")
+    if data.get("format") != _FORMAT or "picks" not in data:
+        raise ValueError(f"{path} is not a best-modes selection file (format {_FORMAT})")
     return data
 
 

@@ -12,11 +12,11 @@ import pandas as pd
 
 from fwbench.measure.stats import paired_ratio_interval
 
-Select = Callable[[pd.DataFrame], pd.Series]
+_Select = Callable[[pd.DataFrame], pd.Series]
 
 
 def pair_rows(
-    table: pd.DataFrame, key: list[str], jax: Select, torch: Select, keep_missing: bool = False
+    table: pd.DataFrame, key: list[str], jax: _Select, torch: _Select, keep_missing: bool = False
 ) -> pd.DataFrame:
     """Each row ``jax`` selects beside the first row ``torch`` selects with the same ``key``
     values: the key's columns, ``jax_index`` and ``torch_index`` (``table``'s index), in key
@@ -34,7 +34,7 @@ def pair_rows(
     return pairs[columns].reset_index(drop=True)
 
 
-def framework_is(framework: str, modes=None) -> Select:
+def framework_is(framework: str, modes=None) -> _Select:
     """A selector of one framework's rows, in ``modes`` where given."""
 
     def select(frame: pd.DataFrame) -> pd.Series:

@@ -70,10 +70,6 @@ XLA_OPTION_SETS: dict[str, dict[str, tuple[dict, str]]] = {
 }
 
 
-def option_set_names(device_kind: str) -> tuple[str, ...]:
-    return tuple(XLA_OPTION_SETS.get(_family(device_kind), {DEFAULT: None}))
-
-
 def xla_options(name: str, device_kind: str) -> dict:
     """The compiler options of the declared set ``name`` on ``device_kind`` ("cpu", "cuda");
     an unknown name is a ValueError naming the sets there are."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 @dataclass(frozen=True)
-class DeviceInfo:
+class _DeviceInfo:
     framework: str
     kind: str  # cpu / cuda / mps / tpu
     name: str  # marketing name, e.g. "NVIDIA H100 80GB HBM3", or the CPU model
@@ -65,7 +65,7 @@ def parse_cpuinfo(text: str) -> dict:
 
 
 # Allocators a process may have preloaded, by the name their shared library starts with
-ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
+_ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
 
 
 def heap_allocator(maps: str | os.PathLike = "/proc/self/maps") -> str:
@@ -80,7 +80,7 @@ def heap_allocator(maps: str | os.PathLike = "/proc/self/maps") -> str:
     for line in text.splitlines():
         fields = line.split()
         name = Path(fields[-1]).name if fields else ""
-        for allocator in ALLOCATORS:
+        for allocator in _ALLOCATORS:
             if name.startswith(f"lib{allocator}"):
                 return allocator
     return "glibc"
@@ -165,21 +165,21 @@ def cpu_device_name() -> str:
     return f"{ident['name']} (family {ident['family']}, model {ident['model']})"
 
 
-def torch_devices() -> list[DeviceInfo]:
+def torch_devices() -> list[_DeviceInfo]:
     import torch
 
-    found = [DeviceInfo("torch", "cpu", cpu_device_name())]
+    found = [_DeviceInfo("torch", "cpu", cpu_device_name())]
     if torch.cuda.is_available():
         found += [
-            DeviceInfo("torch", "cuda", torch.cuda.get_device_name(i), i)
+            _DeviceInfo("torch", "cuda", torch.cuda.get_device_name(i), i)
             for i in range(torch.cuda.device_count())
         ]
     if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-        found.append(DeviceInfo("torch", "mps", "Apple MPS"))
+        found.append(_DeviceInfo("torch", "mps", "Apple MPS"))
     return found
 
 
-def jax_devices() -> list[DeviceInfo]:
+def jax_devices() -> list[_DeviceInfo]:
     import jax
 
     found = []
@@ -194,11 +194,11 @@ def jax_devices() -> list[DeviceInfo]:
     for dev in listed:
         kind = {"gpu": "cuda"}.get(dev.platform, dev.platform)
         name = cpu_device_name() if kind == "cpu" else getattr(dev, "device_kind", str(dev))
-        found.append(DeviceInfo("jax", kind, name, dev.id))
+        found.append(_DeviceInfo("jax", kind, name, dev.id))
     return found
 
 
-def best_device(framework: str) -> str:
+def _best_device(framework: str) -> str:
     """The accelerator a framework would use by default: cuda, tpu, mps, else cpu."""
     devices = torch_devices() if framework == "torch" else jax_devices()
     kinds = {d.kind for d in devices}
@@ -211,7 +211,7 @@ def best_device(framework: str) -> str:
 def resolve_device(framework: str, device: str) -> str:
     """Turn the notebooks' ``device="auto"`` into a concrete kind; reject kinds that are absent."""
     if device == "auto":
-        return best_device(framework)
+        return _best_device(framework)
     devices = torch_devices() if framework == "torch" else jax_devices()
     if device not in {d.kind for d in devices}:
         raise RuntimeError(

@@ -39,8 +39,8 @@ SIZE_FILE = "size"  # how many kernels the group has
 SLICE_S = 0.25
 SETTLE_S = 0.02
 # a partner that has not joined by then (its kernel failed to start) is passed over
-JOIN_TIMEOUT_S = 180.0
-POLL_S = 0.001
+_JOIN_TIMEOUT_S = 180.0
+_POLL_S = 0.001
 
 
 class Relay:
@@ -82,7 +82,7 @@ class Relay:
     def _nobody_to_wait_for(self) -> bool:
         joined, alive = self._partners()
         still_joining = joined + 1 < self._expected()
-        if still_joining and time.perf_counter() - self.joined_at < JOIN_TIMEOUT_S:
+        if still_joining and time.perf_counter() - self.joined_at < _JOIN_TIMEOUT_S:
             return False
         return alive == 0
 
@@ -96,7 +96,7 @@ class Relay:
         while True:
             turn.write_text(self.place)
             fcntl.flock(self._lock, fcntl.LOCK_UN)
-            time.sleep(POLL_S)
+            time.sleep(_POLL_S)
             fcntl.flock(self._lock, fcntl.LOCK_EX)
             if turn.read_text() != self.place:
                 break  # a partner ran in between

@@ -11,7 +11,7 @@ from fwbench import vocab
 from fwbench.vocab import CONFIDENCE
 
 # IQR/median above this marks a measurement as noisy (torch.utils.benchmark warns at the same level).
-NOISY_IQR_OVER_MEDIAN = 0.10
+_NOISY_IQR_OVER_MEDIAN = 0.10
 # The bootstrap settings live in the vocabulary, where the report's methodology reads them too.
 # Above BOOTSTRAP_MAX_SAMPLES a seeded random subset is resampled: resampling half a million
 # sub-microsecond timings costs minutes, and the subset's interval is, if anything, slightly wider.
@@ -55,7 +55,7 @@ def summarize(samples) -> dict:
         "std": float(data.std(ddof=1)) if data.size > 1 else 0.0,
         "min": float(data.min()),
         "iqr_over_median": iqr_over_median,
-        "noisy": bool(iqr_over_median > NOISY_IQR_OVER_MEDIAN),
+        "noisy": bool(iqr_over_median > _NOISY_IQR_OVER_MEDIAN),
         "median_ci_low": ci_low,
         "median_ci_high": ci_high,
     }
@@ -81,7 +81,7 @@ def ratio_ci(numerator, denominator, *, confidence: float = CONFIDENCE, seed: in
     return point, float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
-class PairedRatio(NamedTuple):
+class _PairedRatio(NamedTuple):
     # B/A over the rounds: their geometric mean for the t-interval (its centre, so the point
     # always lies inside the interval), their median for the bootstrap of medians
     ratio: float
@@ -91,7 +91,7 @@ class PairedRatio(NamedTuple):
     method: str
 
 
-PAIRED_METHODS = ("t", "bootstrap")
+_PAIRED_METHODS = ("t", "bootstrap")
 # The default is the method whose A/A false-winner rate stays at its nominal 5% with few rounds
 # (see aa_false_winner_rate): the percentile bootstrap calls a winner in a quarter of A/A
 # comparisons at 3 rounds.
@@ -105,7 +105,7 @@ def paired_ratio_interval(
     method: str = DEFAULT_PAIRED_METHOD,
     confidence: float = CONFIDENCE,
     seed: int = 0,
-) -> PairedRatio:
+) -> _PairedRatio:
     """B/A from per-round values paired by round, with an interval from the between-round spread.
 
     Each round's ratio cancels what the round shared (the machine's state while both arms ran), so
@@ -121,8 +121,8 @@ def paired_ratio_interval(
     A round missing on either arm (NaN, e.g. a failed trial) is dropped with its pair. With fewer
     than two rounds left the interval is NaN: one round says nothing about the spread.
     """
-    if method not in PAIRED_METHODS:
-        raise ValueError(f"method must be one of {PAIRED_METHODS}, got {method!r}")
+    if method not in _PAIRED_METHODS:
+        raise ValueError(f"method must be one of {_PAIRED_METHODS}, got {method!r}")
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
     if a.shape != b.shape or a.ndim != 1:
@@ -133,13 +133,13 @@ def paired_ratio_interval(
     logs = np.log(b[keep] / a[keep])
     k = int(logs.size)
     if k == 0:
-        return PairedRatio(float("nan"), float("nan"), float("nan"), 0, method)
+        return _PairedRatio(float("nan"), float("nan"), float("nan"), 0, method)
     # the t-interval's own centre: the median of 6-8 rounds has about two thirds of the mean's
     # efficiency, and on the four trust runs of 2026-11-23 it moved ratios between runs by up to
     # 38% where the geometric mean moved them by up to 21%
     point = float(np.exp(logs.mean() if method == "t" else np.median(logs)))
     if k < 2:
-        return PairedRatio(point, float("nan"), float("nan"), k, method)
+        return _PairedRatio(point, float("nan"), float("nan"), k, method)
     alpha = 1 - confidence
     if method == "t":
         half = scipy_stats.t.ppf(1 - alpha / 2, k - 1) * logs.std(ddof=1) / np.sqrt(k)
@@ -149,7 +149,7 @@ def paired_ratio_interval(
         picks = rng.integers(0, k, size=(vocab.BOOTSTRAP_RESAMPLES, k))
         medians = np.median(logs[picks], axis=1)
         low, high = np.percentile(medians, [100 * alpha / 2, 100 * (1 - alpha / 2)])
-    return PairedRatio(point, float(np.exp(low)), float(np.exp(high)), k, method)
+    return _PairedRatio(point, float(np.exp(low)), float(np.exp(high)), k, method)
 
 
 def aa_false_winner_rate(

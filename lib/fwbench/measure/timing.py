@@ -27,10 +27,10 @@ from fwbench.measure.stats import summarize
 # A kernel in a relay group joins it here, holding the machine before any model is built.
 relay.current()
 
-# Warm-up is over when the median of the last STABLE_WINDOW calls is within STABLE_TOLERANCE of the
+# Warm-up is over when the median of the last _STABLE_WINDOW calls is within _STABLE_TOLERANCE of the
 # window before it; a first XLA compile or cudnn.benchmark autotune makes the early calls far slower.
-STABLE_WINDOW = 5
-STABLE_TOLERANCE = 0.10
+_STABLE_WINDOW = 5
+_STABLE_TOLERANCE = 0.10
 # On a noisy machine times may never settle; past this much warm-up, measure anyway and say so.
 MAX_WARMUP_SECONDS = 30.0
 
@@ -48,7 +48,7 @@ class StopRule:
 
 
 # the entries of ``fwbench.measure.stats.summarize`` that are times (the others are counts and ratios)
-TIME_KEYS = ("p50", "p90", "p95", "p99", "mean", "std", "min", "median_ci_low", "median_ci_high")
+_TIME_KEYS = ("p50", "p90", "p95", "p99", "mean", "std", "min", "median_ci_low", "median_ci_high")
 
 
 @dataclass
@@ -70,10 +70,10 @@ class Timing:
 
     def summary_ms(self) -> dict:
         """``summary`` with its times in milliseconds."""
-        return {k: (v * 1e3 if k in TIME_KEYS else v) for k, v in self.summary.items()}
+        return {k: (v * 1e3 if k in _TIME_KEYS else v) for k, v in self.summary.items()}
 
 
-def steal_ticks() -> tuple[int, int] | None:
+def _steal_ticks() -> tuple[int, int] | None:
     """(stolen, all) CPU ticks since boot from /proc/stat's first line; None where absent."""
     try:
         with open("/proc/stat") as f:
@@ -105,7 +105,7 @@ def first_call_overhead(call: Callable[[], object], sync: Callable[[object], Non
     return max(first - float(np.median(steady)), 0.0)
 
 
-def warm_up(
+def _warm_up(
     call: Callable[[int], object],
     sync: Callable[[object], None],
     min_warmup: int,
@@ -134,11 +134,11 @@ def warm_up(
 
 
 def _stable(times: Sequence[float]) -> bool:
-    if len(times) < 2 * STABLE_WINDOW:
+    if len(times) < 2 * _STABLE_WINDOW:
         return False
-    recent = np.median(times[-STABLE_WINDOW:])
-    before = np.median(times[-2 * STABLE_WINDOW : -STABLE_WINDOW])
-    return abs(recent - before) <= STABLE_TOLERANCE * before
+    recent = np.median(times[-_STABLE_WINDOW:])
+    before = np.median(times[-2 * _STABLE_WINDOW : -_STABLE_WINDOW])
+    return abs(recent - before) <= _STABLE_TOLERANCE * before
 
 
 def measure_latency(
@@ -155,10 +155,10 @@ def measure_latency(
     def call(i: int):
         return fn(inputs[i % len(inputs)])
 
-    warm_iters, warm_s, stable = warm_up(call, sync, warmup, max_warmup)
+    warm_iters, warm_s, stable = _warm_up(call, sync, warmup, max_warmup)
     samples, cpu = [], []
     start = time.perf_counter()
-    ticks = steal_ticks()
+    ticks = _steal_ticks()
     waited = 0.0
     i = 0
     while not rule.done(i, time.perf_counter() - start - waited):
@@ -172,7 +172,7 @@ def measure_latency(
     data = np.asarray(samples)
     return Timing(
         data, warm_iters, warm_s, summarize(data), stable,
-        np.asarray(cpu) / data, _steal_between(ticks, steal_ticks()),
+        np.asarray(cpu) / data, _steal_between(ticks, _steal_ticks()),
     )  # fmt: skip
 
 
@@ -195,10 +195,10 @@ def measure_throughput(
     def call(i: int):
         return fn(inputs[i % len(inputs)])
 
-    warm_iters, warm_s, stable = warm_up(call, sync, warmup, max_warmup)
+    warm_iters, warm_s, stable = _warm_up(call, sync, warmup, max_warmup)
     samples, cpu = [], []
     start = time.perf_counter()
-    ticks = steal_ticks()
+    ticks = _steal_ticks()
     waited = 0.0
     calls = 0
     while not rule.done(calls, time.perf_counter() - start - waited) or len(samples) < 2:
@@ -214,5 +214,5 @@ def measure_throughput(
     data = np.asarray(samples)
     return Timing(
         data, warm_iters, warm_s, summarize(data), stable,
-        np.asarray(cpu) / data, _steal_between(ticks, steal_ticks()),
+        np.asarray(cpu) / data, _steal_between(ticks, _steal_ticks()),
     )  # fmt: skip

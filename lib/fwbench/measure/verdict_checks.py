@@ -173,7 +173,7 @@ def _decided(frame: pd.DataFrame):
     return found, verdicts.decide(found)
 
 
-def calibration_passes(table: pd.DataFrame, allowed_outside: int | None = None) -> bool:
+def _calibration_passes(table: pd.DataFrame, allowed_outside: int | None = None) -> bool:
     """The old counting rule, kept to show what the joint test replaces: no decided verdict
     reversed, and at most ``allowed_outside`` comparisons outside their prediction intervals
     (None: the ``CALIBRATION_INSIDE`` share)."""
@@ -212,13 +212,13 @@ def calibration_pass_rate(
     (0: a stable machine, which should pass; log(1.1): one framework 10% slower, which should
     fail). True ratios are spread over ±20%, so some verdicts are decided."""
     checks = _simulated_checks(design, simulations, seed, shift)
-    return float(np.mean([calibration_passes(t, allowed_outside) for t in checks]))
+    return float(np.mean([_calibration_passes(t, allowed_outside) for t in checks]))
 
 
 # a margin under 5%: the threshold is itself a quantile of a finite simulation
 CALIBRATION_ALPHA = 0.04
-CALIBRATION_SHIFT = math.log(1.10)  # the shifts the test must catch: 10% on a framework
-NULL_SIMULATIONS = 400
+_CALIBRATION_SHIFT = math.log(1.10)  # the shifts the test must catch: 10% on a framework
+_NULL_SIMULATIONS = 400
 
 
 def shift_statistic(past: pd.DataFrame, new: pd.DataFrame, floor=None) -> tuple:
@@ -295,7 +295,7 @@ def _simulated_statistics(
 
 
 def null_threshold(
-    design: Design, simulations: int = NULL_SIMULATIONS, seed: int = 0, floor=None
+    design: Design, simulations: int = _NULL_SIMULATIONS, seed: int = 0, floor=None
 ) -> tuple[float, float]:
     """Thresholds of (common, rest): each the (1 - ``CALIBRATION_ALPHA`` / 2) quantile over
     stable runs simulated at ``design``, each judged as the real run is (with the same
@@ -315,9 +315,9 @@ def calibration_power(
 ) -> dict:
     """How often the joint test passes a stable machine and fails each shifted one, at
     ``design`` (seeds apart from the threshold's)."""
-    half = np.where(np.arange(design.comparisons) % 2 == 0, CALIBRATION_SHIFT, 0.0)
+    half = np.where(np.arange(design.comparisons) % 2 == 0, _CALIBRATION_SHIFT, 0.0)
     rates = {}
-    for name, shift in (("stable_passes", 0.0), ("uniform_fails", CALIBRATION_SHIFT),
+    for name, shift in (("stable_passes", 0.0), ("uniform_fails", _CALIBRATION_SHIFT),
                         ("half_fails", half)):  # fmt: skip
         t = _simulated_statistics(design, simulations, seed, shift, floor)
         passes = float(np.mean(_passes(t, threshold)))
@@ -326,7 +326,7 @@ def calibration_power(
 
 
 def joint_calibration(
-    past: pd.DataFrame, new: pd.DataFrame, floor=None, simulations: int = NULL_SIMULATIONS
+    past: pd.DataFrame, new: pd.DataFrame, floor=None, simulations: int = _NULL_SIMULATIONS
 ) -> dict:
     """The joint test of run k+1 against runs 1..k: its statistic, the threshold simulated at
     the fitted design, whether it passes, and the test's simulated power at that design."""

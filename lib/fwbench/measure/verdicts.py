@@ -43,15 +43,15 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 CONFIDENCE = 0.95
-EQUIVALENCE_CONFIDENCE = 0.90
-EQUIVALENCE_MARGIN = 1.05  # equivalent within ±5%: the 90% interval inside [1/1.05, 1.05]
+_EQUIVALENCE_CONFIDENCE = 0.90
+_EQUIVALENCE_MARGIN = 1.05  # equivalent within ±5%: the 90% interval inside [1/1.05, 1.05]
 # A single run imports a CPU's between-run variance at this upper confidence bound, so that the
 # interval it lends is, if anything, too wide.
-IMPORT_BOUND = 0.80
-MIN_RUNS_TO_LEND = 3
+_IMPORT_BOUND = 0.80
+_MIN_RUNS_TO_LEND = 3
 # a comparison whose run means scatter beyond the pooled model at this level gets its own interval
 OUT_OF_LINE_ALPHA = 0.05
-OWN_RUNS_NOTE = ", t over its own run means (its runs scatter beyond the pooled model's)"
+_OWN_RUNS_NOTE = ", t over its own run means (its runs scatter beyond the pooled model's)"
 
 FASTER_A, FASTER_B = "a", "b"
 EQUIVALENT = "equivalent"
@@ -61,10 +61,10 @@ WITHIN_ONE_RUN = "within one run"
 # rounds it would judge: the pick favours that arm (the winner's curse), so no verdict is called.
 # A tuned mode (vocab.TUNED_MODES), chosen on a tuning run apart, never is.
 PICKED_ON_ROUNDS = "mode picked on these rounds"
-VERDICTS = (FASTER_A, FASTER_B, EQUIVALENT, INCONCLUSIVE, WITHIN_ONE_RUN, PICKED_ON_ROUNDS)
+_VERDICTS = (FASTER_A, FASTER_B, EQUIVALENT, INCONCLUSIVE, WITHIN_ONE_RUN, PICKED_ON_ROUNDS)
 # The words every report, README block and sentence says for a verdict that names no faster side;
 # spelled here once, so a margin or a word changed here changes everywhere.
-EQUIVALENT_WORDS = f"equivalent within ±{round(100 * (EQUIVALENCE_MARGIN - 1))}%"
+EQUIVALENT_WORDS = f"equivalent within ±{round(100 * (_EQUIVALENCE_MARGIN - 1))}%"
 WORDS = {
     EQUIVALENT: EQUIVALENT_WORDS,
     INCONCLUSIVE: "inconclusive",
@@ -95,7 +95,7 @@ class Between:
     # the term from above where its point estimate is truncated to 0 (and its df undefined)
     ceiling: tuple | None = None
 
-    def upper(self, bound: float = IMPORT_BOUND) -> Between:
+    def upper(self, bound: float = _IMPORT_BOUND) -> Between:
         """The one-sided upper ``bound`` of the variance (chi-square), to lend to other runs.
 
         A term fitted as 0 has no chi-square bound of its own; its ceiling (the run means' whole
@@ -110,12 +110,12 @@ class Between:
             var, df = self.ceiling
             bounds.append((df * var / scipy_stats.chi2.ppf(1 - bound, df), df))
         if not bounds:
-            return NO_BETWEEN
+            return _NO_BETWEEN
         var, df = min(bounds)
         return Between(float(var), float(df), source, self.runs)
 
 
-NO_BETWEEN = Between(float("nan"), 0.0, "none")
+_NO_BETWEEN = Between(float("nan"), 0.0, "none")
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ class Components:
         if self.imported is not None:
             return self.imported
         if self.runs < 2:
-            return NO_BETWEEN
+            return _NO_BETWEEN
         terms = self._between_terms()
         var = self.between_var
         return Between(var, _satterthwaite(var, terms), "fitted", self.runs, self._ceiling())
@@ -255,7 +255,7 @@ def pooled_between(frames: list[pd.DataFrame]) -> Between:
             continue
         parts.append((float(c.runs - 1), c, ceiling))
     if not parts:
-        return NO_BETWEEN
+        return _NO_BETWEEN
     total = sum(w for w, *_ in parts)
     point_terms, ceiling_terms = [], []
     for w, c, ceiling in parts:
@@ -410,7 +410,7 @@ def estimate(frame: pd.DataFrame, components: Components | None = None) -> list[
         else:
             p = float(2 * scipy_stats.t.sf(abs(mean) / se, df))
             half = scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, df) * se
-            half90 = scipy_stats.t.ppf(0.5 + EQUIVALENCE_CONFIDENCE / 2, df) * se
+            half90 = scipy_stats.t.ppf(0.5 + _EQUIVALENCE_CONFIDENCE / 2, df) * se
             lo, hi, lo90, hi90 = mean - half, mean + half, mean - half90, mean + half90
         out.append(
             Estimate(
@@ -426,7 +426,7 @@ def estimate(frame: pd.DataFrame, components: Components | None = None) -> list[
                 rounds,
                 between.source,
                 p,
-                design_label(runs, rounds) + (OWN_RUNS_NOTE if basis == "own runs" else ""),
+                design_label(runs, rounds) + (_OWN_RUNS_NOTE if basis == "own runs" else ""),
                 basis,
             )  # fmt: skip
         )
@@ -445,7 +445,7 @@ def _out_of_line(run_means: pd.Series, expected: float, df: float) -> bool:
 
 @dataclass(frozen=True)
 class Verdict:
-    verdict: str  # one of VERDICTS
+    verdict: str  # one of _VERDICTS
     p_holm: float
     more_runs: float  # roughly how many runs in all would decide an inconclusive one (nan: none)
 
@@ -458,13 +458,13 @@ def _runs_to_decide(e: Estimate) -> float:
         return float("nan")
     var_run = e.se**2 * e.runs
     m = abs(e.log_ratio)
-    margin = math.log(EQUIVALENCE_MARGIN)
+    margin = math.log(_EQUIVALENCE_MARGIN)
     needs = []
     if m > 0:
         needs.append(var_run * (scipy_stats.norm.ppf(0.5 + CONFIDENCE / 2) / m) ** 2)
     if m < margin:
         needs.append(
-            var_run * (scipy_stats.norm.ppf(0.5 + EQUIVALENCE_CONFIDENCE / 2) / (margin - m)) ** 2
+            var_run * (scipy_stats.norm.ppf(0.5 + _EQUIVALENCE_CONFIDENCE / 2) / (margin - m)) ** 2
         )
     # the normal-quantile count ignores Holm's adjustment and the t's few degrees of freedom, so
     # it can fall below the runs already made; an undecided verdict needs one more at the least
@@ -503,7 +503,7 @@ def decide(estimates: list[Estimate]) -> list[Verdict]:
         p = float(adjusted[i])
         if p < 1 - CONFIDENCE:
             out.append(Verdict(FASTER_B if e.ratio > 1 else FASTER_A, p, float("nan")))
-        elif e.low90 >= 1 / EQUIVALENCE_MARGIN and e.high90 <= EQUIVALENCE_MARGIN:
+        elif e.low90 >= 1 / _EQUIVALENCE_MARGIN and e.high90 <= _EQUIVALENCE_MARGIN:
             out.append(Verdict(EQUIVALENT, p, float("nan")))
         else:
             out.append(Verdict(INCONCLUSIVE, p, _runs_to_decide(e)))

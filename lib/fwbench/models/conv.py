@@ -87,7 +87,7 @@ class Conv(nnx.Conv):
         if picked == DEPTHWISE:
             y = depthwise(x, kernel, strides, pads)
         elif picked == RESHAPE_MATMUL:
-            y = reshape_matmul(x, kernel, precision=self.precision)
+            y = _reshape_matmul(x, kernel, precision=self.precision)
         else:
             y = im2col(x, kernel, strides, pads, self.precision)
         return y if bias is None else y + bias
@@ -117,7 +117,7 @@ def im2col(x, kernel, strides: tuple, pads: tuple, precision=None):
     return jnp.dot(patches, kernel.reshape(kh * kw * cin, cout), precision=precision)
 
 
-def reshape_matmul(x, kernel, precision=None):
+def _reshape_matmul(x, kernel, precision=None):
     """A convolution whose kernel tiles the input (stride = kernel, no padding) as one matmul."""
     kh, kw, cin, cout = kernel.shape
     b, h, w, _ = x.shape

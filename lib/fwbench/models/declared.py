@@ -38,13 +38,13 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ENV_MODELS = "FWBENCH_MODELS"
-ENTRY_POINT_GROUP = "fwbench.models"
+_ENV_MODELS = "FWBENCH_MODELS"
+_ENTRY_POINT_GROUP = "fwbench.models"
 KEYS = {"torch", "flax", "path", "image_size", "kind", "label", "lineage"}
 KINDS = ("cnn", "transformer")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-MODULE_RE = re.compile(r"^[A-Za-z_][\w.]*$")
+_TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_MODULE_RE = re.compile(r"^[A-Za-z_][\w.]*$")
 
 
 class DeclarationError(ValueError):
@@ -94,13 +94,13 @@ def parse(name: str, mapping, *, base: Path | None = None, where: str = "") -> D
             f"{where}: unknown keys {sorted(unknown)}; allowed {sorted(KEYS)}{extra}"
         )
     torch_target = mapping.get("torch")
-    if not isinstance(torch_target, str) or not TARGET_RE.match(torch_target):
+    if not isinstance(torch_target, str) or not _TARGET_RE.match(torch_target):
         raise DeclarationError(
             f"{where}: 'torch' must name a builder as 'module:function', got {torch_target!r}"
         )
     flax_module = mapping.get("flax")
     if flax_module is not None and not (
-        isinstance(flax_module, str) and MODULE_RE.match(flax_module)
+        isinstance(flax_module, str) and _MODULE_RE.match(flax_module)
     ):
         raise DeclarationError(f"{where}: 'flax' must name a module, got {flax_module!r}")
     image_size = mapping.get("image_size", 224)
@@ -205,27 +205,27 @@ def to_environment(declarations: dict[str, Declaration]) -> dict[str, str]:
     """The kernel environment that carries ``declarations`` to a notebook (empty when none)."""
     if not declarations:
         return {}
-    return {ENV_MODELS: json.dumps({n: d.as_dict() for n, d in sorted(declarations.items())})}
+    return {_ENV_MODELS: json.dumps({n: d.as_dict() for n, d in sorted(declarations.items())})}
 
 
 def from_environment(environ=None) -> dict[str, Declaration]:
-    text = (os.environ if environ is None else environ).get(ENV_MODELS)
+    text = (os.environ if environ is None else environ).get(_ENV_MODELS)
     if not text:
         return {}
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DeclarationError(f"{ENV_MODELS} is not JSON: {exc}") from None
+        raise DeclarationError(f"{_ENV_MODELS} is not JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise DeclarationError(f"{ENV_MODELS} must map model names to declarations")
-    return {name: parse(name, mapping, where=ENV_MODELS) for name, mapping in data.items()}
+        raise DeclarationError(f"{_ENV_MODELS} must map model names to declarations")
+    return {name: parse(name, mapping, where=_ENV_MODELS) for name, mapping in data.items()}
 
 
 def from_entry_point(name: str) -> Declaration | None:
     """The declaration an installed package ships under ``name``, or None."""
     from importlib.metadata import entry_points
 
-    for point in entry_points(group=ENTRY_POINT_GROUP):
+    for point in entry_points(group=_ENTRY_POINT_GROUP):
         if point.name == name:
             try:
                 mapping = point.load()
@@ -236,9 +236,3 @@ def from_entry_point(name: str) -> Declaration | None:
                 ) from None
             return parse(name, mapping, where=f"entry point {point.value}")
     return None
-
-
-def entry_point_names() -> list[str]:
-    from importlib.metadata import entry_points
-
-    return sorted(point.name for point in entry_points(group=ENTRY_POINT_GROUP))

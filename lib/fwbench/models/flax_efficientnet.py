@@ -28,7 +28,7 @@ from fwbench.models.flax_mobilenet_v3 import ConvNormActivation, SqueezeExcitati
 BN_EPS, BN_MOMENTUM = 1e-5, 0.1
 
 
-class StageConfig(NamedTuple):
+class _StageConfig(NamedTuple):
     expand_ratio: int
     kernel: int
     stride: int  # of the stage's first block; the others use 1
@@ -39,33 +39,33 @@ class StageConfig(NamedTuple):
 
 # torchvision's ``_efficientnet_conf("efficientnet_b*")`` table before scaling, which is B0's
 # (width and depth multipliers 1.0 change nothing in it).
-B0_SETTING = (
-    StageConfig(1, 3, 1, 32, 16, 1),
-    StageConfig(6, 3, 2, 16, 24, 2),
-    StageConfig(6, 5, 2, 24, 40, 2),
-    StageConfig(6, 3, 2, 40, 80, 3),
-    StageConfig(6, 5, 1, 80, 112, 3),
-    StageConfig(6, 5, 2, 112, 192, 4),
-    StageConfig(6, 3, 1, 192, 320, 1),
+_B0_SETTING = (
+    _StageConfig(1, 3, 1, 32, 16, 1),
+    _StageConfig(6, 3, 2, 16, 24, 2),
+    _StageConfig(6, 5, 2, 24, 40, 2),
+    _StageConfig(6, 3, 2, 40, 80, 3),
+    _StageConfig(6, 5, 1, 80, 112, 3),
+    _StageConfig(6, 5, 2, 112, 192, 4),
+    _StageConfig(6, 3, 1, 192, 320, 1),
 )
 
 
-class Variant(NamedTuple):
+class _Variant(NamedTuple):
     width_mult: float
     depth_mult: float
     dropout: float  # the classifier's; torchvision's builders set it per variant
 
 
 # torchvision's ``efficientnet_b0`` .. ``efficientnet_b3`` builders.
-VARIANTS = {
-    0: Variant(1.0, 1.0, 0.2),
-    1: Variant(1.0, 1.1, 0.2),
-    2: Variant(1.1, 1.2, 0.3),
-    3: Variant(1.2, 1.4, 0.3),
+_VARIANTS = {
+    0: _Variant(1.0, 1.0, 0.2),
+    1: _Variant(1.0, 1.1, 0.2),
+    2: _Variant(1.1, 1.2, 0.3),
+    3: _Variant(1.2, 1.4, 0.3),
 }
 
 
-def scaled_setting(width_mult: float, depth_mult: float) -> tuple[StageConfig, ...]:
+def _scaled_setting(width_mult: float, depth_mult: float) -> tuple[_StageConfig, ...]:
     """B0's table scaled as torchvision's ``MBConvConfig`` scales it.
 
     Written as torchvision's own float expressions rather than from a table of results, so a
@@ -77,7 +77,7 @@ def scaled_setting(width_mult: float, depth_mult: float) -> tuple[StageConfig, .
             out_channels=make_divisible(cfg.out_channels * width_mult, 8),
             num_layers=int(math.ceil(cfg.num_layers * depth_mult)),
         )
-        for cfg in B0_SETTING
+        for cfg in _B0_SETTING
     )
 
 
@@ -169,13 +169,13 @@ class EfficientNet(nnx.Module):
         rngs: nnx.Rngs,
     ):
         """``dropout`` None takes the variant's, as torchvision's builders do."""
-        if variant not in VARIANTS:
+        if variant not in _VARIANTS:
             raise ValueError(
-                f"unknown EfficientNet variant {variant!r}: one of {', '.join(map(str, VARIANTS))}"
+                f"unknown EfficientNet variant {variant!r}: one of {', '.join(map(str, _VARIANTS))}"
             )
-        width_mult, depth_mult, default_dropout = VARIANTS[variant]
+        width_mult, depth_mult, default_dropout = _VARIANTS[variant]
         dropout = default_dropout if dropout is None else dropout
-        setting = scaled_setting(width_mult, depth_mult)
+        setting = _scaled_setting(width_mult, depth_mult)
         bn = dict(bn_eps=BN_EPS, bn_momentum=BN_MOMENTUM, rngs=rngs)
         stem = ConvNormActivation(
             3, setting[0].in_channels, 3, stride=2, activation=jax.nn.silu, **bn
@@ -239,7 +239,7 @@ class EfficientNet(nnx.Module):
 
 
 # The default variant is B0, so the name that predates B1 to B3 still builds what it always built.
-EfficientNetB0 = EfficientNet
+_EfficientNetB0 = EfficientNet
 
 
 def build_flax(

@@ -112,7 +112,7 @@ class SqueezeExcitation(nnx.Module):
         )
 
 
-class BlockConfig(NamedTuple):
+class _BlockConfig(NamedTuple):
     in_channels: int
     kernel: int
     expanded_channels: int
@@ -125,50 +125,50 @@ class BlockConfig(NamedTuple):
 # torchvision's ``_mobilenet_v3_conf(arch)`` tables at width 1.0. Every channel count in them is
 # already a multiple of 8, so ``adjust_channels`` (``_make_divisible(c * 1.0, 8)``) changes
 # nothing; the tests hold both tables to torchvision's through the parameter counts and logits.
-SMALL_SETTING = (
-    BlockConfig(16, 3, 16, 16, True, False, 2),
-    BlockConfig(16, 3, 72, 24, False, False, 2),
-    BlockConfig(24, 3, 88, 24, False, False, 1),
-    BlockConfig(24, 5, 96, 40, True, True, 2),
-    BlockConfig(40, 5, 240, 40, True, True, 1),
-    BlockConfig(40, 5, 240, 40, True, True, 1),
-    BlockConfig(40, 5, 120, 48, True, True, 1),
-    BlockConfig(48, 5, 144, 48, True, True, 1),
-    BlockConfig(48, 5, 288, 96, True, True, 2),
-    BlockConfig(96, 5, 576, 96, True, True, 1),
-    BlockConfig(96, 5, 576, 96, True, True, 1),
+_SMALL_SETTING = (
+    _BlockConfig(16, 3, 16, 16, True, False, 2),
+    _BlockConfig(16, 3, 72, 24, False, False, 2),
+    _BlockConfig(24, 3, 88, 24, False, False, 1),
+    _BlockConfig(24, 5, 96, 40, True, True, 2),
+    _BlockConfig(40, 5, 240, 40, True, True, 1),
+    _BlockConfig(40, 5, 240, 40, True, True, 1),
+    _BlockConfig(40, 5, 120, 48, True, True, 1),
+    _BlockConfig(48, 5, 144, 48, True, True, 1),
+    _BlockConfig(48, 5, 288, 96, True, True, 2),
+    _BlockConfig(96, 5, 576, 96, True, True, 1),
+    _BlockConfig(96, 5, 576, 96, True, True, 1),
 )
-LARGE_SETTING = (
-    BlockConfig(16, 3, 16, 16, False, False, 1),
-    BlockConfig(16, 3, 64, 24, False, False, 2),
-    BlockConfig(24, 3, 72, 24, False, False, 1),
-    BlockConfig(24, 5, 72, 40, True, False, 2),
-    BlockConfig(40, 5, 120, 40, True, False, 1),
-    BlockConfig(40, 5, 120, 40, True, False, 1),
-    BlockConfig(40, 3, 240, 80, False, True, 2),
-    BlockConfig(80, 3, 200, 80, False, True, 1),
-    BlockConfig(80, 3, 184, 80, False, True, 1),
-    BlockConfig(80, 3, 184, 80, False, True, 1),
-    BlockConfig(80, 3, 480, 112, True, True, 1),
-    BlockConfig(112, 3, 672, 112, True, True, 1),
-    BlockConfig(112, 5, 672, 160, True, True, 2),
-    BlockConfig(160, 5, 960, 160, True, True, 1),
-    BlockConfig(160, 5, 960, 160, True, True, 1),
+_LARGE_SETTING = (
+    _BlockConfig(16, 3, 16, 16, False, False, 1),
+    _BlockConfig(16, 3, 64, 24, False, False, 2),
+    _BlockConfig(24, 3, 72, 24, False, False, 1),
+    _BlockConfig(24, 5, 72, 40, True, False, 2),
+    _BlockConfig(40, 5, 120, 40, True, False, 1),
+    _BlockConfig(40, 5, 120, 40, True, False, 1),
+    _BlockConfig(40, 3, 240, 80, False, True, 2),
+    _BlockConfig(80, 3, 200, 80, False, True, 1),
+    _BlockConfig(80, 3, 184, 80, False, True, 1),
+    _BlockConfig(80, 3, 184, 80, False, True, 1),
+    _BlockConfig(80, 3, 480, 112, True, True, 1),
+    _BlockConfig(112, 3, 672, 112, True, True, 1),
+    _BlockConfig(112, 5, 672, 160, True, True, 2),
+    _BlockConfig(160, 5, 960, 160, True, True, 1),
+    _BlockConfig(160, 5, 960, 160, True, True, 1),
 )
 
 
-class Arch(NamedTuple):
-    setting: tuple[BlockConfig, ...]
+class _Arch(NamedTuple):
+    setting: tuple[_BlockConfig, ...]
     last_channel: int  # the classifier's hidden width, torchvision's ``last_channel``
 
 
-ARCHS = {"small": Arch(SMALL_SETTING, 1024), "large": Arch(LARGE_SETTING, 1280)}
-LAST_CHANNEL = ARCHS["small"].last_channel  # Small's, the name's meaning before Large existed
+_ARCHS = {"small": _Arch(_SMALL_SETTING, 1024), "large": _Arch(_LARGE_SETTING, 1280)}
+_LAST_CHANNEL = _ARCHS["small"].last_channel  # Small's, the name's meaning before Large existed
 BN_EPS, BN_MOMENTUM = 1e-3, 0.01
 
 
-class InvertedResidual(nnx.Module):
-    def __init__(self, cfg: BlockConfig, *, rngs: nnx.Rngs):
+class _InvertedResidual(nnx.Module):
+    def __init__(self, cfg: _BlockConfig, *, rngs: nnx.Rngs):
         act = jax.nn.hard_swish if cfg.use_hardswish else jax.nn.relu
         bn = dict(bn_eps=BN_EPS, bn_momentum=BN_MOMENTUM, rngs=rngs)
         layers = []
@@ -227,13 +227,13 @@ class MobileNetV3(nnx.Module):
         dropout: float = 0.2,
         rngs: nnx.Rngs,
     ):
-        if arch not in ARCHS:
-            raise ValueError(f"unknown MobileNetV3 arch {arch!r}: one of {', '.join(ARCHS)}")
-        setting, last_channel = ARCHS[arch]
+        if arch not in _ARCHS:
+            raise ValueError(f"unknown MobileNetV3 arch {arch!r}: one of {', '.join(_ARCHS)}")
+        setting, last_channel = _ARCHS[arch]
         bn = dict(bn_eps=BN_EPS, bn_momentum=BN_MOMENTUM, rngs=rngs)
         first, last = setting[0].in_channels, setting[-1].out_channels
         features = [ConvNormActivation(3, first, 3, stride=2, activation=jax.nn.hard_swish, **bn)]
-        features += [InvertedResidual(cfg, rngs=rngs) for cfg in setting]
+        features += [_InvertedResidual(cfg, rngs=rngs) for cfg in setting]
         features.append(ConvNormActivation(last, 6 * last, 1, activation=jax.nn.hard_swish, **bn))
         self.features = nnx.List(features)
         linear_init = dict(
@@ -265,7 +265,7 @@ class MobileNetV3(nnx.Module):
 
 
 # The default arch is Small, so the name that predates Large still builds what it always built.
-MobileNetV3Small = MobileNetV3
+_MobileNetV3Small = MobileNetV3
 
 
 def build_flax(

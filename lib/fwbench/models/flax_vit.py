@@ -65,7 +65,7 @@ def _normed(norm: nnx.LayerNorm, x):
         return norm(x)
 
 
-class MLPBlock(nnx.Module):
+class _MLPBlock(nnx.Module):
     def __init__(self, dim: int, mlp_dim: int, dropout: float, *, rngs: nnx.Rngs):
         self.fc1 = nnx.Linear(dim, mlp_dim, rngs=rngs)  # torch key mlp.0
         self.dropout1 = _dropout(dropout, rngs)
@@ -77,13 +77,13 @@ class MLPBlock(nnx.Module):
         return self.dropout2(self.fc2(x))
 
 
-class EncoderBlock(nnx.Module):
+class _EncoderBlock(nnx.Module):
     def __init__(self, dropout: float, attention_dropout: float, *, rngs: nnx.Rngs):
         self.ln_1 = _layer_norm(HIDDEN, rngs)
         self.self_attention = MultiheadAttention(HIDDEN, HEADS, attention_dropout, rngs=rngs)
         self.dropout = _dropout(dropout, rngs)
         self.ln_2 = _layer_norm(HIDDEN, rngs)
-        self.mlp = MLPBlock(HIDDEN, MLP_DIM, dropout, rngs=rngs)
+        self.mlp = _MLPBlock(HIDDEN, MLP_DIM, dropout, rngs=rngs)
 
     def __call__(self, x):
         x = x + self.dropout(self.self_attention(_normed(self.ln_1, x)))
@@ -97,7 +97,7 @@ class Encoder(nnx.Module):
         )
         self.dropout = _dropout(dropout, rngs)
         self.layers = nnx.List(
-            [EncoderBlock(dropout, attention_dropout, rngs=rngs) for _ in range(LAYERS)]
+            [_EncoderBlock(dropout, attention_dropout, rngs=rngs) for _ in range(LAYERS)]
         )
         self.ln = _layer_norm(HIDDEN, rngs)
 

@@ -30,7 +30,7 @@ LN_EPS = 1e-5  # transformers' Wav2Vec2Config.layer_norm_eps
 
 
 @dataclass(frozen=True)
-class SpeechConfig:
+class _SpeechConfig:
     conv_dim: tuple[int, ...] = (512,) * 7
     conv_kernel: tuple[int, ...] = (10, 3, 3, 3, 3, 2, 2)
     conv_stride: tuple[int, ...] = (5, 2, 2, 2, 2, 2, 2)
@@ -51,8 +51,8 @@ class SpeechConfig:
 # ``base`` is wav2vec2-base's encoder (about 94 M parameters); ``tiny`` keeps its shape at a width
 # of 256 and four layers (about 4.7 M), for tests and the browser's software WebGPU.
 SIZES = {
-    "base": SpeechConfig(),
-    "tiny": SpeechConfig(
+    "base": _SpeechConfig(),
+    "tiny": _SpeechConfig(
         conv_dim=(256,) * 7,
         hidden_size=256,
         num_hidden_layers=4,
@@ -70,7 +70,7 @@ def _layer_norm(dim: int, rngs: nnx.Rngs) -> nnx.LayerNorm:
     return nnx.LayerNorm(dim, epsilon=LN_EPS, use_fast_variance=False, rngs=rngs)
 
 
-class ChannelGroupNorm(nnx.Module):
+class _ChannelGroupNorm(nnx.Module):
     """GroupNorm with one group per channel, over time: the first feature layer's norm."""
 
     def __init__(self, channels: int):
@@ -83,7 +83,7 @@ class ChannelGroupNorm(nnx.Module):
         return (x - mean) / jnp.sqrt(var + LN_EPS) * self.weight[...] + self.bias[...]
 
 
-class FeatureLayer(nnx.Module):
+class _FeatureLayer(nnx.Module):
     def __init__(self, c_in: int, c_out: int, kernel: int, stride: int, norm: bool, rngs):
         self.conv = nnx.Conv(
             c_in,
@@ -94,7 +94,7 @@ class FeatureLayer(nnx.Module):
             use_bias=False,
             rngs=rngs,
         )
-        self.layer_norm = ChannelGroupNorm(c_out) if norm else None
+        self.layer_norm = _ChannelGroupNorm(c_out) if norm else None
 
     def __call__(self, x):
         x = self.conv(x)
@@ -103,12 +103,12 @@ class FeatureLayer(nnx.Module):
         return _gelu(x)
 
 
-class FeatureEncoder(nnx.Module):
-    def __init__(self, config: SpeechConfig, rngs: nnx.Rngs):
+class _FeatureEncoder(nnx.Module):
+    def __init__(self, config: _SpeechConfig, rngs: nnx.Rngs):
         widths = (1, *config.conv_dim)
         self.conv_layers = nnx.List(
             [
-                FeatureLayer(widths[i], widths[i + 1], k, s, i == 0, rngs)
+                _FeatureLayer(widths[i], widths[i + 1], k, s, i == 0, rngs)
                 for i, (k, s) in enumerate(zip(config.conv_kernel, config.conv_stride, strict=True))
             ]
         )
@@ -120,8 +120,8 @@ class FeatureEncoder(nnx.Module):
         return x
 
 
-class FeatureProjection(nnx.Module):
-    def __init__(self, config: SpeechConfig, rngs: nnx.Rngs):
+class _FeatureProjection(nnx.Module):
+    def __init__(self, config: _SpeechConfig, rngs: nnx.Rngs):
         self.layer_norm = _layer_norm(config.conv_dim[-1], rngs)
         self.projection = nnx.Linear(config.conv_dim[-1], config.hidden_size, rngs=rngs)
 
@@ -129,8 +129,8 @@ class FeatureProjection(nnx.Module):
         return self.projection(self.layer_norm(x))
 
 
-class PositionalConvEmbedding(nnx.Module):
-    def __init__(self, config: SpeechConfig):
+class _PositionalConvEmbedding(nnx.Module):
+    def __init__(self, config: _SpeechConfig):
         dim, k, groups = (
             config.hidden_size,
             config.num_conv_pos_embeddings,
@@ -185,7 +185,7 @@ class Attention(nnx.Module):
         return self.out_proj(out.reshape(n, t, dim))
 
 
-class FeedForward(nnx.Module):
+class _FeedForward(nnx.Module):
     def __init__(self, dim: int, inner: int, rngs: nnx.Rngs):
         self.intermediate_dense = nnx.Linear(dim, inner, rngs=rngs)
         self.output_dense = nnx.Linear(inner, dim, rngs=rngs)
@@ -194,12 +194,12 @@ class FeedForward(nnx.Module):
         return self.output_dense(_gelu(self.intermediate_dense(x)))
 
 
-class EncoderLayer(nnx.Module):
-    def __init__(self, config: SpeechConfig, rngs: nnx.Rngs):
+class _EncoderLayer(nnx.Module):
+    def __init__(self, config: _SpeechConfig, rngs: nnx.Rngs):
         dim = config.hidden_size
         self.attention = Attention(dim, config.num_attention_heads, rngs)
         self.layer_norm = _layer_norm(dim, rngs)
-        self.feed_forward = FeedForward(dim, config.intermediate_size, rngs)
+        self.feed_forward = _FeedForward(dim, config.intermediate_size, rngs)
         self.final_layer_norm = _layer_norm(dim, rngs)
 
     def __call__(self, x):
@@ -208,11 +208,11 @@ class EncoderLayer(nnx.Module):
 
 
 class Encoder(nnx.Module):
-    def __init__(self, config: SpeechConfig, rngs: nnx.Rngs):
-        self.pos_conv_embed = PositionalConvEmbedding(config)
+    def __init__(self, config: _SpeechConfig, rngs: nnx.Rngs):
+        self.pos_conv_embed = _PositionalConvEmbedding(config)
         self.layer_norm = _layer_norm(config.hidden_size, rngs)
         self.layers = nnx.List(
-            [EncoderLayer(config, rngs) for _ in range(config.num_hidden_layers)]
+            [_EncoderLayer(config, rngs) for _ in range(config.num_hidden_layers)]
         )
 
     def __call__(self, x):
@@ -223,10 +223,10 @@ class Encoder(nnx.Module):
 
 
 class Wav2Vec2(nnx.Module):
-    def __init__(self, config: SpeechConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: _SpeechConfig, *, rngs: nnx.Rngs):
         self.config = config
-        self.feature_extractor = FeatureEncoder(config, rngs)
-        self.feature_projection = FeatureProjection(config, rngs)
+        self.feature_extractor = _FeatureEncoder(config, rngs)
+        self.feature_projection = _FeatureProjection(config, rngs)
         self.encoder = Encoder(config, rngs)
         # the learned vector that training's time masking writes over masked frames: ported so the
         # port stays one-to-one with torch's state_dict, unused by inference

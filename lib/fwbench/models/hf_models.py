@@ -18,7 +18,7 @@ from torch import nn
 
 
 @dataclass(frozen=True)
-class Entry:
+class _Entry:
     builder: str  # "module:function", called with num_classes (which an encoder ignores)
     inputs: str  # "tokens", "image" or "audio"
     native_size: int  # tokens, pixels per side, or audio samples
@@ -27,18 +27,18 @@ class Entry:
 
 
 MODELS = {
-    "hf_bert_base": Entry(f"{__name__}:bert_base", "tokens", 128, "transformer", "BERT-base (HF)"),
-    "hf_vit_base": Entry(f"{__name__}:vit_base", "image", 224, "transformer", "ViT-base (HF)"),
-    "hf_wav2vec2_base": Entry(
+    "hf_bert_base": _Entry(f"{__name__}:bert_base", "tokens", 128, "transformer", "BERT-base (HF)"),
+    "hf_vit_base": _Entry(f"{__name__}:vit_base", "image", 224, "transformer", "ViT-base (HF)"),
+    "hf_wav2vec2_base": _Entry(
         f"{__name__}:wav2vec2_base", "audio", 16_000, "transformer", "wav2vec2-base (HF)"
     ),
     # MetaFormers without attention: a block's token mixer is average pooling (PoolFormer) or
     # focal modulation, depthwise convolutions gating the tokens (FocalNet); no torchvision model
     # is built from these blocks
-    "hf_poolformer_s12": Entry(
+    "hf_poolformer_s12": _Entry(
         f"{__name__}:poolformer_s12", "image", 224, "cnn", "PoolFormer-S12 (HF)"
     ),
-    "hf_focalnet_tiny": Entry(
+    "hf_focalnet_tiny": _Entry(
         f"{__name__}:focalnet_tiny", "image", 224, "transformer", "FocalNet-T (HF)"
     ),
 }

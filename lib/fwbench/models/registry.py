@@ -227,7 +227,7 @@ def _find(name: str) -> ModelSpec | None:
         return MODELS[name]
     if name in DECLARED:
         return DECLARED[name]
-    if name in torchvision_models():
+    if name in _torchvision_models():
         return _torchvision_spec(name)
     if name in _hf_names():
         return _hf_spec(name)
@@ -249,7 +249,7 @@ def declare(declaration: declared.Declaration) -> ModelSpec:
     """Register a declared model in this process: its builder and twin imported, its size counted
     on the model. Raises ``declared.DeclarationError`` with one line on any problem."""
     name = declaration.name
-    if name in MODELS or name in torchvision_models() or name in _hf_names():
+    if name in MODELS or name in _torchvision_models() or name in _hf_names():
         raise declared.DeclarationError(
             f"model {name!r}: the registry already has a model of that name; choose another"
         )
@@ -287,14 +287,14 @@ def require_twin(name: str) -> None:
 
 
 @functools.cache
-def torchvision_models() -> frozenset[str]:
+def _torchvision_models() -> frozenset[str]:
     """torchvision's classification models (its detection, video and quantized ones excluded)."""
     import torchvision
 
     return frozenset(torchvision.models.list_models(module=torchvision.models))
 
 
-TRANSFORMER_PREFIXES = ("vit_", "swin_", "maxvit_")
+_TRANSFORMER_PREFIXES = ("vit_", "swin_", "maxvit_")
 
 
 @functools.cache
@@ -307,7 +307,7 @@ def _torchvision_spec(name: str) -> ModelSpec:
     crop = weights.transforms().crop_size
     return ModelSpec(
         name=name,
-        kind="transformer" if name.startswith(TRANSFORMER_PREFIXES) else "cnn",
+        kind="transformer" if name.startswith(_TRANSFORMER_PREFIXES) else "cnn",
         param_count=int(weights.meta["num_params"]),
         gmacs=float(weights.meta["_ops"]),
         image_size=int(crop[0] if isinstance(crop, (list, tuple)) else crop),

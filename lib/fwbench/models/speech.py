@@ -24,30 +24,30 @@ import numpy as np
 from fwbench.models.flax_wav2vec2 import SIZES
 
 SAMPLE_RATE = 16_000
-SPEECH_MODELS = ("wav2vec2", "whisper")
+_SPEECH_MODELS = ("wav2vec2", "whisper")
 # what each encoder's one input is called, in PyTorch and in the ONNX file
 INPUT_NAMES = {"wav2vec2": "input_values", "whisper": "input_features"}
 
 
 @dataclass(frozen=True)
-class WhisperSize:
+class _WhisperSize:
     d_model: int
     layers: int
     heads: int
     ffn: int
 
 
-WHISPER_SIZES = {"tiny": WhisperSize(384, 4, 6, 1536), "base": WhisperSize(512, 6, 8, 2048)}
-WHISPER_MELS = 80
+_WHISPER_SIZES = {"tiny": _WhisperSize(384, 4, 6, 1536), "base": _WhisperSize(512, 6, 8, 2048)}
+_WHISPER_MELS = 80
 WHISPER_WINDOW_S = 30  # Whisper's own: every input is this long, padded with silence
-ENCODER_FRAMES_PER_S = 50  # the second convolution halves the frame rate
+_ENCODER_FRAMES_PER_S = 50  # the second convolution halves the frame rate
 
 
 def check_size(size: str, model: str = "wav2vec2"):
     """The size's config; a ValueError names the choices for an unknown model or size."""
-    if model not in SPEECH_MODELS:
-        raise ValueError(f"speech model must be one of {SPEECH_MODELS}, got {model!r}")
-    sizes = SIZES if model == "wav2vec2" else WHISPER_SIZES
+    if model not in _SPEECH_MODELS:
+        raise ValueError(f"speech model must be one of {_SPEECH_MODELS}, got {model!r}")
+    sizes = SIZES if model == "wav2vec2" else _WHISPER_SIZES
     if size not in sizes:
         raise ValueError(f"{model} size must be one of {tuple(sizes)}, got {size!r}")
     return sizes[size]
@@ -84,7 +84,7 @@ def hf_config(size: str):
     )
 
 
-def build_speech_torch(size: str, *, seed: int = 0):
+def _build_speech_torch(size: str, *, seed: int = 0):
     """``Wav2Vec2Model`` of ``size`` with ``transformers``' own initialisation under
     ``torch.manual_seed(seed)``, in eval mode, eager attention."""
     import torch
@@ -102,7 +102,7 @@ def build_speech_pair(size: str, *, seed: int = 0):
 
     from fwbench.models import flax_wav2vec2, porting
 
-    torch_model = build_speech_torch(size, seed=seed)
+    torch_model = _build_speech_torch(size, seed=seed)
     config = check_size(size)
     # shapes only: Flax's own initialisation would compile once per weight shape, and the port
     # overwrites every weight anyway
@@ -120,12 +120,12 @@ def whisper_config(size: str, window_s: int = WHISPER_WINDOW_S):
     if int(window_s) != window_s or window_s < 1:
         raise ValueError(f"Whisper's window is whole seconds, got {window_s}")
     return WhisperConfig(
-        num_mel_bins=WHISPER_MELS,
+        num_mel_bins=_WHISPER_MELS,
         d_model=c.d_model,
         encoder_layers=c.layers,
         encoder_attention_heads=c.heads,
         encoder_ffn_dim=c.ffn,
-        max_source_positions=int(window_s) * ENCODER_FRAMES_PER_S,
+        max_source_positions=int(window_s) * _ENCODER_FRAMES_PER_S,
         activation_function="gelu",
         dropout=0.0,
         attention_dropout=0.0,
@@ -165,7 +165,7 @@ def log_mel(audio, window_s: int = WHISPER_WINDOW_S):
             f"{len(audio) / SAMPLE_RATE:g} s of audio is longer than Whisper's {window_s} s window"
         )
     extractor = WhisperFeatureExtractor(
-        feature_size=WHISPER_MELS, sampling_rate=SAMPLE_RATE, chunk_length=int(window_s)
+        feature_size=_WHISPER_MELS, sampling_rate=SAMPLE_RATE, chunk_length=int(window_s)
     )
     found = extractor(np.asarray(audio, np.float32), sampling_rate=SAMPLE_RATE, return_tensors="np")
     return np.asarray(found.input_features[0], np.float32)

@@ -26,7 +26,7 @@ import sys
 import numpy as np
 
 # torchax's modules that name aten ops but are imported only when its environment is first built
-LATE_MODULES = (
+_LATE_MODULES = (
     "decompositions",
     "ops.jaten",
     "ops.jtorch",
@@ -114,7 +114,7 @@ def load():
     found: list[str] = []
     with _absent_aten_names(found):
         torchax = importlib.import_module("torchax")
-        for name in LATE_MODULES:
+        for name in _LATE_MODULES:
             importlib.import_module(f"torchax.{name}")
     SHIMMED[:] = sorted(set(found))
     VIEW_WRITES[:] = _keep_view_writes(torchax.default_env())  # the env extract_jax uses

@@ -65,7 +65,7 @@ from fwbench.pipeline.cell_checks import (
 from fwbench.pipeline.notebook_params import NotebookParameter, read_parameters
 from fwbench.results.layout import AA_COPY, find_repo_root, make_slug
 
-STEP_KEYS = {
+_STEP_KEYS = {
     "notebook",
     "params",
     "grid",
@@ -77,7 +77,7 @@ STEP_KEYS = {
     "order",
     "aa_copy",
 }
-CAMPAIGN_KEYS = {
+_CAMPAIGN_KEYS = {
     "campaign",
     "description",
     "steps",
@@ -90,14 +90,14 @@ CAMPAIGN_KEYS = {
 }
 # AA_COPY (results.layout) is the parameter and record field that marks an A/A copy; the runner
 # owns it, so a campaign never sets it by hand and the slug and the records always agree.
-ORDERS = ("sequential", "interleaved", "duet", "relay")
+_ORDERS = ("sequential", "interleaved", "duet", "relay")
 # a duet or a relay spans steps, so only a campaign has them
-STEP_ORDERS = ("sequential", "interleaved")
-ROUND_ORDERS = ("interleaved", "duet", "relay")  # the orders whose trials run in rounds
+_STEP_ORDERS = ("sequential", "interleaved")
+_ROUND_ORDERS = ("interleaved", "duet", "relay")  # the orders whose trials run in rounds
 # Each re-run costs a whole trial; two bound a burst of stolen time without doubling a campaign.
 DEFAULT_RERUN_SHARED = 2
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass
@@ -235,7 +235,7 @@ class RunOrder:
         return cls(data["order"], data["seed"], list(data["before_rounds"]), data["rounds"])
 
 
-def resolve_notebook(name: str, campaign_path: Path) -> Path:
+def _resolve_notebook(name: str, campaign_path: Path) -> Path:
     if "/" in name:
         path = (campaign_path.parent / name).resolve()
         if path.suffix == "":
@@ -265,10 +265,10 @@ def _check_step(path: Path, i: int, step) -> None:
     where = f"{path}: step {i + 1}"
     if not isinstance(step, dict) or "notebook" not in step:
         raise CampaignError(f"{where}: each step needs a 'notebook' key")
-    unknown = set(step) - STEP_KEYS
+    unknown = set(step) - _STEP_KEYS
     if unknown:
         raise CampaignError(
-            f"{where}: unknown step keys {sorted(unknown)}; allowed {sorted(STEP_KEYS)}"
+            f"{where}: unknown step keys {sorted(unknown)}; allowed {sorted(_STEP_KEYS)}"
         )
     for key in ("params", "grid", "retry_env", "kernel_env"):
         if key in step and not isinstance(step[key] or {}, dict):
@@ -292,14 +292,14 @@ def _check_step(path: Path, i: int, step) -> None:
                 "the runner adds each cell's copy"
             )
     when_env = step.get("when_env")
-    if when_env is not None and not (isinstance(when_env, str) and ENV_NAME_RE.match(when_env)):
+    if when_env is not None and not (isinstance(when_env, str) and _ENV_NAME_RE.match(when_env)):
         raise CampaignError(f"{where}: 'when_env' must name one environment variable")
-    _check_order(where, step, STEP_ORDERS)
+    _check_order(where, step, _STEP_ORDERS)
     for key in ("retry_env", "kernel_env"):
         check_preload(where, key, step.get(key) or {})
 
 
-def _check_order(where: str, data: dict, allowed: tuple = ORDERS) -> None:
+def _check_order(where: str, data: dict, allowed: tuple = _ORDERS) -> None:
     if "order" in data and data["order"] not in allowed:
         raise CampaignError(f"{where}: 'order' must be one of {', '.join(allowed)}")
 
@@ -344,28 +344,8 @@ def load_campaign(path: str | Path) -> Campaign:
     """Parse, expand and validate a campaign file; raise ``CampaignError`` on any bad input."""
     path = Path(path)
     data = _load_yaml(path)
-    unknown = set(data) - CAMPAIGN_KEYS
-    if unknown:
-        raise CampaignError(f"{path}: unknown top-level keys {sorted(unknown)}")
-    name = data.get("campaign")
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise CampaignError(f"{path}: 'campaign' must be a name of letters, digits, '_', '.', '-'")
-    steps = data.get("steps")
-    if not isinstance(steps, list) or not steps:
-        raise CampaignError(f"{path}: 'steps' must be a non-empty list")
-    _check_order(str(path), data)
+    name, steps, seed, rerun_shared, invocations = _check_top_level(path, data)
     default_order = data.get("order", "sequential")
-    seed = data.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise CampaignError(f"{path}: 'seed' must be a non-negative integer")
-    rerun_shared = data.get("rerun_shared", DEFAULT_RERUN_SHARED)
-    if not isinstance(rerun_shared, int) or isinstance(rerun_shared, bool) or rerun_shared < 0:
-        raise CampaignError(f"{path}: 'rerun_shared' must be a non-negative integer")
-    invocations = data.get("invocations", 1)
-    if not valid_invocations(invocations):
-        raise CampaignError(
-            f"{path}: 'invocations' must be a positive integer, got {invocations!r}"
-        )
     for i, step in enumerate(steps):
         _check_step(path, i, step)
     models = declare_models(path, data.get("models"))
@@ -381,62 +361,126 @@ def load_campaign(path: str | Path) -> Campaign:
         if when_env and not os.environ.get(when_env):
             skipped.append(f"step {i + 1} ({nb_name}): {when_env} is not set")
             continue
-        nb_path = resolve_notebook(nb_name, path)
+        nb_path = _resolve_notebook(nb_name, path)
         if nb_path not in declared_cache:
             try:
                 declared_cache[nb_path] = read_parameters(nb_path)
             except ValueError as exc:
                 raise CampaignError(str(exc)) from None
-        declared = declared_cache[nb_path]
-        copies = [False, True] if step.get(AA_COPY) else [False]
-        if step.get(AA_COPY) and AA_COPY not in declared:
-            raise CampaignError(
-                f"{path}: step {i + 1}: '{AA_COPY}: true' needs a notebook with an {AA_COPY} "
-                f"parameter (0 or 1) that it records; {Path(nb_name).stem} has none"
-            )
-        params = _expand_env(path, i, dict(step.get("params") or {}))
-        grid = _expand_env(path, i, dict(step.get("grid") or {}))
-        clash = set(params) & set(grid)
-        if clash:
-            raise CampaignError(f"{path}: step {i + 1}: {sorted(clash)} both in params and grid")
-        trials = step.get("trials", 1)
-        interleaved = trials > 1 and step.get("order", default_order) in ROUND_ORDERS
-        keys = sorted(grid)
-        slug_keys = keys + sorted(varying[nb_name] - set(keys))
-        short_name = Path(nb_name).stem
-        for combo in itertools.product(*(grid[k] for k in keys)):
-            cell_params = {**params, **dict(zip(keys, combo, strict=True))}
-            validate(path, short_name, declared, cell_params)
-            check_mode(path, short_name, {k: p.default for k, p in declared.items()} | cell_params)
-            check_twin(path, short_name, declared, cell_params)
-            for trial, copy in itertools.product(range(1, trials + 1), copies):
-                cells.append(
-                    Cell(
-                        notebook=short_name,
-                        notebook_path=nb_path,
-                        slug=make_slug(
-                            {k: p.default for k, p in declared.items()} | cell_params,
-                            slug_keys,
-                            trial,
-                            trials,
-                            aa_copy=copy,
-                        ),
-                        # the original keeps the notebook's default (0), so its parameters, and
-                        # the estimate's history, are those of the same cell without a copy
-                        parameters=cell_params | ({AA_COPY: 1} if copy else {}),
-                        trial=trial if trials > 1 else 0,
-                        retry_env={k: str(v) for k, v in (step.get("retry_env") or {}).items()},
-                        kernel_env={
-                            **{k: str(v) for k, v in (step.get("kernel_env") or {}).items()},
-                            **models_env,
-                        },
-                        timeout=step.get("timeout"),
-                        step=i + 1,
-                        interleaved=interleaved,
-                        grid_point=tuple(zip(keys, combo, strict=True)),
-                        aa_copy=copy,
-                    )
+        cells += _step_cells(
+            path, i, step, nb_path, declared_cache[nb_path], varying[nb_name], default_order,
+            models_env,
+        )  # fmt: skip
+    _check_cells(path, steps, cells, skipped, default_order)
+    return Campaign(
+        name=name,
+        path=path,
+        cells=cells,
+        report=bool(data.get("report")),
+        raw=data,
+        skipped=skipped,
+        seed=seed,
+        rerun_shared=rerun_shared,
+        order=default_order,
+        invocations=invocations,
+        models=models,
+    )
+
+
+def _check_top_level(path: Path, data: dict) -> tuple[str, list, int, int, int]:
+    """The campaign's top-level settings, checked: its name, steps, seed, ``rerun_shared`` and
+    invocations (the order is checked here and read by the caller)."""
+    unknown = set(data) - _CAMPAIGN_KEYS
+    if unknown:
+        raise CampaignError(f"{path}: unknown top-level keys {sorted(unknown)}")
+    name = data.get("campaign")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise CampaignError(f"{path}: 'campaign' must be a name of letters, digits, '_', '.', '-'")
+    steps = data.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise CampaignError(f"{path}: 'steps' must be a non-empty list")
+    _check_order(str(path), data)
+    seed = data.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise CampaignError(f"{path}: 'seed' must be a non-negative integer")
+    rerun_shared = data.get("rerun_shared", DEFAULT_RERUN_SHARED)
+    if not isinstance(rerun_shared, int) or isinstance(rerun_shared, bool) or rerun_shared < 0:
+        raise CampaignError(f"{path}: 'rerun_shared' must be a non-negative integer")
+    invocations = data.get("invocations", 1)
+    if not valid_invocations(invocations):
+        raise CampaignError(
+            f"{path}: 'invocations' must be a positive integer, got {invocations!r}"
+        )
+    return name, steps, seed, rerun_shared, invocations
+
+
+def _step_cells(
+    path: Path,
+    i: int,
+    step: dict,
+    nb_path: Path,
+    declared: dict[str, NotebookParameter],
+    varying: set[str],
+    default_order: str,
+    models_env: dict[str, str],
+) -> list[Cell]:
+    """Step ``i``'s cells: its grid expanded, each point checked against the notebook's declared
+    parameters, times its trials and A/A copies; ``varying``: the notebook's parameters that
+    differ between steps, which go into the slug."""
+    nb_name = str(step["notebook"])
+    copies = [False, True] if step.get(AA_COPY) else [False]
+    if step.get(AA_COPY) and AA_COPY not in declared:
+        raise CampaignError(
+            f"{path}: step {i + 1}: '{AA_COPY}: true' needs a notebook with an {AA_COPY} "
+            f"parameter (0 or 1) that it records; {Path(nb_name).stem} has none"
+        )
+    params = _expand_env(path, i, dict(step.get("params") or {}))
+    grid = _expand_env(path, i, dict(step.get("grid") or {}))
+    clash = set(params) & set(grid)
+    if clash:
+        raise CampaignError(f"{path}: step {i + 1}: {sorted(clash)} both in params and grid")
+    trials = step.get("trials", 1)
+    interleaved = trials > 1 and step.get("order", default_order) in _ROUND_ORDERS
+    keys = sorted(grid)
+    slug_keys = keys + sorted(varying - set(keys))
+    short_name = Path(nb_name).stem
+    defaults = {k: p.default for k, p in declared.items()}
+    cells = []
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        cell_params = {**params, **dict(zip(keys, combo, strict=True))}
+        validate(path, short_name, declared, cell_params)
+        check_mode(path, short_name, defaults | cell_params)
+        check_twin(path, short_name, declared, cell_params)
+        for trial, copy in itertools.product(range(1, trials + 1), copies):
+            cells.append(
+                Cell(
+                    notebook=short_name,
+                    notebook_path=nb_path,
+                    slug=make_slug(defaults | cell_params, slug_keys, trial, trials, aa_copy=copy),
+                    # the original keeps the notebook's default (0), so its parameters, and
+                    # the estimate's history, are those of the same cell without a copy
+                    parameters=cell_params | ({AA_COPY: 1} if copy else {}),
+                    trial=trial if trials > 1 else 0,
+                    retry_env={k: str(v) for k, v in (step.get("retry_env") or {}).items()},
+                    kernel_env={
+                        **{k: str(v) for k, v in (step.get("kernel_env") or {}).items()},
+                        **models_env,
+                    },
+                    timeout=step.get("timeout"),
+                    step=i + 1,
+                    interleaved=interleaved,
+                    grid_point=tuple(zip(keys, combo, strict=True)),
+                    aa_copy=copy,
                 )
+            )
+    return cells
+
+
+def _check_cells(
+    path: Path, steps: list, cells: list[Cell], skipped: list[str], default_order: str
+) -> None:
+    """Checks over the whole campaign's cells: no two written as one, at least one cell, and
+    what the relay and duet orders need."""
     seen: set[str] = set()
     for cell in cells:
         if cell.key in seen:
@@ -453,19 +497,6 @@ def load_campaign(path: str | Path) -> Campaign:
                 f"{path}: order 'duet' pairs the two steps' cells of one grid point, and an "
                 f"{AA_COPY} step has two of them; use order 'interleaved' for A/A copies"
             )
-    return Campaign(
-        name=name,
-        path=path,
-        cells=cells,
-        report=bool(data.get("report")),
-        raw=data,
-        skipped=skipped,
-        seed=seed,
-        rerun_shared=rerun_shared,
-        order=default_order,
-        invocations=invocations,
-        models=models,
-    )
 
 
 def declared_models(path: str | Path) -> dict:

@@ -14,7 +14,7 @@ from fwbench.measure.device import cpu_identity, cpu_model_name, heap_allocator
 from fwbench.results.layout import machine_words, now_iso
 from fwbench.vocab import ENV_COMMIT, named_commit
 
-PACKAGES = (
+_PACKAGES = (
     "torch",
     "torchvision",
     "jax",
@@ -25,7 +25,7 @@ PACKAGES = (
     "papermill",
     "duckdb",
 )
-ENV_VARS = (
+_ENV_VARS = (
     "XLA_FLAGS",
     "XLA_PYTHON_CLIENT_PREALLOCATE",
     "CUDA_VISIBLE_DEVICES",
@@ -60,9 +60,9 @@ def git_sha(cwd: str | os.PathLike | None = None) -> str | None:
         return None
 
 
-def package_versions() -> dict:
+def _package_versions() -> dict:
     versions = {}
-    for name in PACKAGES:
+    for name in _PACKAGES:
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -193,9 +193,9 @@ def capture(
         "cpu": cpu_identity(),
         "cpu_count": os.cpu_count(),
         "git_sha": git_sha(repo_dir),
-        "packages": package_versions(),
+        "packages": _package_versions(),
         "pip_freeze_hash": pip_freeze_hash(),
-        "env_vars": {k: os.environ.get(k) for k in ENV_VARS},
+        "env_vars": {k: os.environ.get(k) for k in _ENV_VARS},
         "allocator": heap_allocator(),
         "gpus": gpu_info(),
     }

@@ -26,12 +26,12 @@ from fwbench.results.layout import AA_COPY
 # Which earlier cells an estimate rests on, best first; the label travels into the printout,
 # with where they ran (a CPU smoke run says little of a GPU cell): this machine's hardware, other
 # hardware, or maybe other hardware where the index has no environment for their run.
-BASES = ("same parameters", "same campaign", "other campaigns")
+_BASES = ("same parameters", "same campaign", "other campaigns")
 WHERE = ("this machine's hardware", "maybe other hardware", "other hardware")
 
 
 @dataclass
-class StepEstimate:
+class _StepEstimate:
     step: int
     notebook: str
     cells: int
@@ -65,21 +65,21 @@ def _canonical(parameters) -> str:
     return json.dumps(parameters, sort_keys=True, default=str)
 
 
-def cell_estimate(
+def _cell_estimate(
     cell: Cell, campaign: str, history, here: str | None = None
 ) -> tuple[float | None, str, int]:
     """(median seconds, basis, how many earlier cells) for one cell; (None, ...) without history.
     ``here`` is this machine's hardware in ``environment.machine_words``' terms."""
     same_notebook = history[history.notebook == cell.notebook]
     candidates = {
-        BASES[0]: same_notebook[
+        _BASES[0]: same_notebook[
             (same_notebook.campaign == campaign)
             & (same_notebook.parameters.map(_canonical) == _canonical(cell.parameters))
         ],
-        BASES[1]: same_notebook[same_notebook.campaign == campaign],
-        BASES[2]: same_notebook,
+        _BASES[1]: same_notebook[same_notebook.campaign == campaign],
+        _BASES[2]: same_notebook,
     }
-    for basis in BASES:
+    for basis in _BASES:
         rows = candidates[basis]
         if not len(rows):
             continue
@@ -94,10 +94,10 @@ def cell_estimate(
 def _rank(basis: str) -> tuple[int, int]:
     """How weak a basis is: its level, then where its cells ran."""
     level, where = basis.split(", ", 1)
-    return BASES.index(level), WHERE.index(where)
+    return _BASES.index(level), WHERE.index(where)
 
 
-def estimate(campaign: Campaign, cells: list[Cell], db_path: Path) -> list[StepEstimate]:
+def estimate(campaign: Campaign, cells: list[Cell], db_path: Path) -> list[_StepEstimate]:
     """One estimate per step of ``campaign`` among ``cells``; raises FileNotFoundError without index."""
     history = _history(db_path)
     here = layout.machine_words(environment.machine())
@@ -108,7 +108,7 @@ def estimate(campaign: Campaign, cells: list[Cell], db_path: Path) -> list[StepE
     for step, members in sorted(steps.items()):
         seconds, unknown, bases, counts = 0.0, 0, set(), 0
         for cell in members:
-            value, basis, n = cell_estimate(cell, campaign.name, history, here)
+            value, basis, n = _cell_estimate(cell, campaign.name, history, here)
             if value is None:
                 unknown += 1
                 continue
@@ -117,7 +117,7 @@ def estimate(campaign: Campaign, cells: list[Cell], db_path: Path) -> list[StepE
             counts = max(counts, n)
         worst = max(bases, key=_rank) if bases else None
         out.append(
-            StepEstimate(
+            _StepEstimate(
                 step=step,
                 notebook=members[0].notebook,
                 cells=len(members),
@@ -137,7 +137,7 @@ def duration(seconds: float) -> str:
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
-def render(estimates: list[StepEstimate], invocations: int = 1) -> list[str]:
+def render(estimates: list[_StepEstimate], invocations: int = 1) -> list[str]:
     """Lines for the terminal: one per step, then the total and what it leaves out; with
     ``invocations`` above 1 the steps are one run's and the total is multiplied."""
     lines = []

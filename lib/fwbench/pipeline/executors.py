@@ -33,7 +33,7 @@ from fwbench.pipeline.trial import CellResult, execute_cell, run_trial, set_cont
 EXECUTORS = ("local", "slurm")
 
 
-class Executor(Protocol):
+class _Executor(Protocol):
     def groups(self, order: RunOrder | None, todo: list[Cell]) -> list[list[Cell]]: ...
 
     def run(
@@ -56,7 +56,7 @@ class DuetExecutor:
     """Before the rounds, one cell at a time; then each round's pairs, both arms at once."""
 
     def groups(self, order, todo):
-        return duet_groups(order, todo)
+        return _duet_groups(order, todo)
 
     def run(self, group, run_dir, context, timeout, rerun_shared):
         if group[0].interleaved:
@@ -66,7 +66,7 @@ class DuetExecutor:
             yield from LocalExecutor().run(group, run_dir, context, timeout, rerun_shared)
 
 
-class RelayExecutor:
+class _RelayExecutor:
     """Before the rounds, one cell at a time; then each round's groups, their kernels taking
     turns."""
 
@@ -87,7 +87,7 @@ class RelayExecutor:
             yield from LocalExecutor().run(group, run_dir, context, timeout, rerun_shared)
 
 
-def make(name: str, run_dir: Path, *, slurm=None, node_cpus: int | None = None) -> Executor:
+def make(name: str, run_dir: Path, *, slurm=None, node_cpus: int | None = None) -> _Executor:
     """The executor called ``name``; ``slurm`` (a ``slurm.SlurmSettings``) and ``node_cpus``
     (from ``slurm.check_slurm``) configure the Slurm one."""
     if name == "local":
@@ -95,7 +95,7 @@ def make(name: str, run_dir: Path, *, slurm=None, node_cpus: int | None = None) 
     if name == "duet":
         return DuetExecutor()
     if name == "relay":
-        return RelayExecutor()
+        return _RelayExecutor()
     if name == "slurm":
         from fwbench.pipeline.slurm import SlurmExecutor
 
@@ -139,7 +139,7 @@ def run_duet(
         return [f.result() for f in futures]
 
 
-def duet_groups(order: RunOrder, todo: list[Cell]) -> list[list[Cell]]:
+def _duet_groups(order: RunOrder, todo: list[Cell]) -> list[list[Cell]]:
     """The cells left to run, as the runner takes them: one at a time before the rounds, then
     each round's pairs."""
     by_key = {c.key: c for c in todo}

@@ -40,7 +40,7 @@ COMMAND_S = 540.0
 # run. Not timed apart on the H200: the first lease's first call took about 7.5 minutes
 # (docs/decisions.md), its two runs 436 s of it by their manifests, which leaves about 15 s; this
 # allows twice that.
-KIT_S = 30.0
+_KIT_S = 30.0
 
 # (notebook, framework, mode, model, precision) -> (seconds, compile seconds) on the NVIDIA H200:
 # manifests' duration_s and records' compile_s of executed/gpu_lease (bf16), gpu_lease_fp32 and
@@ -65,8 +65,8 @@ H200_CELLS = {
     ("10_inference", "torch", "compile", "efficientnet_b0", "fp32"): (52.2, 22.5),
 }
 # The key fields each notebook's cost depends on; the rest of a key is empty.
-KEY_FIELDS = {"00_setup": (), "02_calibrate": ("framework", "precision")}
-ALL_FIELDS = ("framework", "mode", "model", "precision")
+_KEY_FIELDS = {"00_setup": (), "02_calibrate": ("framework", "precision")}
+_ALL_FIELDS = ("framework", "mode", "model", "precision")
 # The parameters those cells ran with (every one on device cuda): a cell asking for other sizes or
 # longer measurements would take another time.
 MEASURED_WITH = {
@@ -89,18 +89,18 @@ MEASURED_WITH = {
     },
 }
 # What in a cell's kernel_env shares each framework's compilations across the lease's kernels.
-CACHES = {
+_CACHES = {
     "jax": ("JAX_COMPILATION_CACHE_DIR", None),
     "torch": ("TORCHINDUCTOR_FX_GRAPH_CACHE", "1"),
 }
 
 
-class BudgetError(ValueError):
+class _BudgetError(ValueError):
     """A campaign file the budget cannot read: one line, like the runner's bad input."""
 
 
 @dataclass
-class CellCost:
+class _CellCost:
     command: int  # 1-based gpu/run.sh call of the lease
     campaign: str
     run: int  # 1-based run of the campaign within the lease
@@ -110,14 +110,14 @@ class CellCost:
 
 
 @dataclass
-class LeaseBudget:
-    cells: list[CellCost] = field(default_factory=list)
+class _LeaseBudget:
+    cells: list[_CellCost] = field(default_factory=list)
     commands: int = 0
 
     def command_seconds(self) -> list[float]:
         """Each command's node time: the kit, then its priced cells."""
         return [
-            KIT_S + sum(c.seconds or 0.0 for c in self.cells if c.command == k)
+            _KIT_S + sum(c.seconds or 0.0 for c in self.cells if c.command == k)
             for k in range(1, self.commands + 1)
         ]
 
@@ -148,7 +148,7 @@ def _cells(path: Path) -> tuple[str, int, list[tuple[str, dict, dict]]]:
         data = yaml.safe_load(path.read_text())
         steps = data["steps"]
     except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
-        raise BudgetError(f"{path}: not a readable campaign file ({exc})") from None
+        raise _BudgetError(f"{path}: not a readable campaign file ({exc})") from None
     cells = []
     for step in steps:
         if step.get("when_env") and not os.environ.get(step["when_env"]):
@@ -164,8 +164,8 @@ def _cells(path: Path) -> tuple[str, int, list[tuple[str, dict, dict]]]:
 
 
 def _key(notebook: str, params: dict) -> tuple:
-    fields = KEY_FIELDS.get(notebook, ALL_FIELDS)
-    return (notebook, *(str(params.get(f, "")) if f in fields else "" for f in ALL_FIELDS))
+    fields = _KEY_FIELDS.get(notebook, _ALL_FIELDS)
+    return (notebook, *(str(params.get(f, "")) if f in fields else "" for f in _ALL_FIELDS))
 
 
 def _priced(notebook: str, params: dict) -> bool:
@@ -175,14 +175,14 @@ def _priced(notebook: str, params: dict) -> bool:
 
 
 def _shares_cache(params: dict, env: dict) -> bool:
-    name, value = CACHES.get(params.get("framework", ""), ("", None))
+    name, value = _CACHES.get(params.get("framework", ""), ("", None))
     return bool(name) and bool(env.get(name)) and (value is None or env[name] == value)
 
 
-def lease_budget(commands: list[list[tuple[str | Path, int | None]]]) -> LeaseBudget:
+def lease_budget(commands: list[list[tuple[str | Path, int | None]]]) -> _LeaseBudget:
     """The node time of a lease of ``commands``, each a list of (campaign file, runs; None for the
     campaign's ``invocations``), run in that order on one machine."""
-    budget = LeaseBudget(commands=len(commands))
+    budget = _LeaseBudget(commands=len(commands))
     compiled: set[tuple] = set()  # configurations a cache-sharing cell compiled already
     runs_so_far: dict[str, int] = {}
     for k, command in enumerate(commands, 1):
@@ -195,24 +195,24 @@ def lease_budget(commands: list[list[tuple[str | Path, int | None]]]) -> LeaseBu
                     label = "/".join([notebook, *(v for v in key[1:] if v)])
                     cost = H200_CELLS.get(key) if _priced(notebook, params) else None
                     if cost is None:
-                        budget.cells.append(CellCost(k, name, run, label, None))
+                        budget.cells.append(_CellCost(k, name, run, label, None))
                         continue
                     shared = _shares_cache(params, env)
                     warm = shared and key in compiled
                     seconds = cost[0] - cost[1] if warm else cost[0]
-                    budget.cells.append(CellCost(k, name, run, label, seconds, warm))
+                    budget.cells.append(_CellCost(k, name, run, label, seconds, warm))
                     if shared:  # its compile is in the cache for the next cell like it
                         compiled.add(key)
     return budget
 
 
-def render(budget: LeaseBudget) -> list[str]:
+def render(budget: _LeaseBudget) -> list[str]:
     """The budget cell by cell (cells of one command, campaign, run and price summed), then each
     command and the lease against their limits."""
     lines = []
     for k, seconds in enumerate(budget.command_seconds(), 1):
         lines.append(f"command {k}: {seconds:.0f} s (limit {COMMAND_S:.0f} s)")
-        lines.append(f"  the kit and the frameworks' imports: {KIT_S:.0f} s")
+        lines.append(f"  the kit and the frameworks' imports: {_KIT_S:.0f} s")
         mine = [c for c in budget.cells if c.command == k]
         for (name, run, label, warm), group in itertools.groupby(
             mine, key=lambda c: (c.campaign, c.run, c.cell, c.warm)
@@ -225,7 +225,7 @@ def render(budget: LeaseBudget) -> list[str]:
     return lines
 
 
-def parse_commands(argv: list[str]) -> list[list[tuple[str, int | None]]]:
+def _parse_commands(argv: list[str]) -> list[list[tuple[str, int | None]]]:
     """``a.yaml b.yaml:2 --then b.yaml:1`` as [[(a, None), (b, 2)], [(b, 1)]]."""
     commands: list[list[tuple[str, int | None]]] = [[]]
     for arg in argv:
@@ -234,18 +234,18 @@ def parse_commands(argv: list[str]) -> list[list[tuple[str, int | None]]]:
             continue
         path, _, runs = arg.partition(":")
         if runs and not runs.isdigit():
-            raise BudgetError(f"{arg}: runs after ':' must be a whole number")
+            raise _BudgetError(f"{arg}: runs after ':' must be a whole number")
         commands[-1].append((path, int(runs) if runs else None))
     if not all(commands):
-        raise BudgetError("every command needs a campaign file")
+        raise _BudgetError("every command needs a campaign file")
     return commands
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print the lease's budget; 0 when it fits, 1 when it does not, 2 on bad input."""
     try:
-        budget = lease_budget(parse_commands(sys.argv[1:] if argv is None else argv))
-    except BudgetError as exc:
+        budget = lease_budget(_parse_commands(sys.argv[1:] if argv is None else argv))
+    except _BudgetError as exc:
         print(f"lease_budget: {exc}", file=sys.stderr)
         return 2
     print("\n".join(render(budget)))

@@ -21,12 +21,12 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-ONE_OF_RE = re.compile(r"#.*?one of:\s*(?P<choices>[^#]+)")
-POSITIVE_RE = re.compile(r"#\s*>\s*0\b")
+_ONE_OF_RE = re.compile(r"#.*?one of:\s*(?P<choices>[^#]+)")
+_POSITIVE_RE = re.compile(r"#\s*>\s*0\b")
 # A size counts something (images in a batch, pixels, tokens, processes), so a number named like
 # one is held above zero by its name, as a model is held to the registry by its: a notebook whose
 # author left out the "> 0" comment still refuses a batch of -4 before anything runs.
-SIZE_NAME_RE = re.compile(r"(^|_)(sizes?|seq_lens?|batch|batch_per_worker)$")
+_SIZE_NAME_RE = re.compile(r"(^|_)(sizes?|seq_lens?|batch|batch_per_worker)$")
 
 
 @dataclass
@@ -92,7 +92,7 @@ def read_notebook(path: str | Path, kernel_name: str = "python3") -> nbformat.No
     return nb
 
 
-def parameters_source(nb: nbformat.NotebookNode, path: Path) -> str:
+def _parameters_source(nb: nbformat.NotebookNode, path: Path) -> str:
     cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
         raise ValueError(
@@ -103,7 +103,7 @@ def parameters_source(nb: nbformat.NotebookNode, path: Path) -> str:
 
 def read_parameters(path: str | Path) -> dict[str, NotebookParameter]:
     path = Path(path)
-    source = parameters_source(read_notebook(path), path)
+    source = _parameters_source(read_notebook(path), path)
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -130,7 +130,7 @@ def read_parameters(path: str | Path) -> dict[str, NotebookParameter]:
             target.id,
             default,
             _choices(lines, node, target.id),
-            positive=bool(POSITIVE_RE.search(comment)) or _is_size(target.id, default),
+            positive=bool(_POSITIVE_RE.search(comment)) or _is_size(target.id, default),
         )
     return declared
 
@@ -142,16 +142,16 @@ def _is_size(name: str, default) -> bool:
     numbers = bool(items) and all(
         isinstance(v, (int, float)) and not isinstance(v, bool) for v in items
     )
-    return numbers and SIZE_NAME_RE.search(name) is not None
+    return numbers and _SIZE_NAME_RE.search(name) is not None
 
 
 def _choices(lines: list[str], node: ast.stmt, name: str) -> tuple | None:
     text = " ".join(lines[node.lineno - 1 : node.end_lineno])
-    match = ONE_OF_RE.search(text)
+    match = _ONE_OF_RE.search(text)
     if match:
         choices = tuple(_literal(c.strip()) for c in match.group("choices").split(",") if c.strip())
-        if choices and choices[-1] == OR_REGISTRY:
-            return RegistryModels(choices[:-1])
+        if choices and choices[-1] == _OR_REGISTRY:
+            return _RegistryModels(choices[:-1])
         return choices
     if name == "model" or name.endswith("_model"):
         return REGISTRY_MODELS
@@ -159,10 +159,10 @@ def _choices(lines: list[str], node: ast.stmt, name: str) -> tuple | None:
 
 
 # the last item of a ``one of:`` list that also takes every registry model (12_memory's model)
-OR_REGISTRY = "or a registry model"
+_OR_REGISTRY = "or a registry model"
 
 
-class RegistryModels:
+class _RegistryModels:
     """The ``choices`` of a model parameter: too many to list (every torchvision classification
     model, every declared one), so membership asks the registry, and the error message names the
     twins. ``extra`` are names the notebook takes besides (``# one of: bert, or a registry
@@ -188,7 +188,7 @@ class RegistryModels:
         )
 
 
-REGISTRY_MODELS = RegistryModels()
+REGISTRY_MODELS = _RegistryModels()
 
 
 def _literal(text: str):

@@ -33,14 +33,14 @@ from fwbench.pipeline.trial import (
 )
 from fwbench.results import layout
 
-LOCK_NAME = ".fwbench-run.lock"
+_LOCK_NAME = ".fwbench-run.lock"
 
 
 class RunnerBusy(RuntimeError):
     """Another ``fwbench run`` holds the output folder."""
 
 
-def new_run_id() -> str:
+def _new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
@@ -48,7 +48,7 @@ def new_run_id() -> str:
 def output_lock(out: Path):
     """An exclusive lock on the output folder, refused at once rather than waited for."""
     out.mkdir(parents=True, exist_ok=True)
-    fh = open(out / LOCK_NAME, "a+")
+    fh = open(out / _LOCK_NAME, "a+")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -63,7 +63,7 @@ def output_lock(out: Path):
         fh.close()
 
 
-def resumable_run(out: Path, campaign: str) -> tuple[Path | None, dict | None]:
+def _resumable_run(out: Path, campaign: str) -> tuple[Path | None, dict | None]:
     """The latest run of ``campaign`` under ``out`` made on this machine's hardware, and its
     manifest, for --resume; (None, None) when the campaign has no run. A campaign may hold one
     series per CPU model (each pooled on its own), so a run from another machine is passed over;
@@ -100,7 +100,7 @@ def done_cells(run_dir: Path, manifest: dict) -> set[str]:
     }
 
 
-def manifest_entry(cell: Cell, result: CellResult | None = None) -> dict:
+def _manifest_entry(cell: Cell, result: CellResult | None = None) -> dict:
     """A cell's entry in manifest.json: pending until ``result`` is known."""
     entry = {
         "notebook": cell.notebook,
@@ -122,7 +122,7 @@ def manifest_entry(cell: Cell, result: CellResult | None = None) -> dict:
     return entry
 
 
-def record_in_manifest(run_dir: Path, cell: Cell, result: CellResult) -> dict:
+def _record_in_manifest(run_dir: Path, cell: Cell, result: CellResult) -> dict:
     """Write one cell's result into the run's manifest.json; returns the manifest.
 
     The one writer of cell entries, used with the output lock held: by the runner after every cell
@@ -130,7 +130,7 @@ def record_in_manifest(run_dir: Path, cell: Cell, result: CellResult) -> dict:
     """
     path = run_dir / "manifest.json"
     manifest = json.loads(path.read_text())
-    manifest.setdefault("cells", {})[cell.key] = manifest_entry(cell, result)
+    manifest.setdefault("cells", {})[cell.key] = _manifest_entry(cell, result)
     write_json_atomic(path, manifest)
     return manifest
 
@@ -147,7 +147,7 @@ def execute_into_run(
     with output_lock(out):
         result = execute_cell(cell, into or run_dir, context, timeout)
         if into is None:
-            record_in_manifest(run_dir, cell, result)
+            _record_in_manifest(run_dir, cell, result)
     return result
 
 
@@ -171,7 +171,7 @@ def ordered_cells(
 
 
 @dataclass
-class RunOutcome:
+class _RunOutcome:
     """One run of a series, as ``run_series`` hands it to its caller."""
 
     run_dir: Path
@@ -187,7 +187,7 @@ def series_of(manifest: dict) -> tuple[str, int]:
     return manifest.get("series_id") or manifest["run_id"], int(manifest.get("invocation") or 1)
 
 
-def series_runs(out: Path, campaign: str, series_id: str) -> list[Path]:
+def _series_runs(out: Path, campaign: str, series_id: str) -> list[Path]:
     """The run folders of ``campaign`` under ``out`` that belong to ``series_id``."""
     found = []
     for run_dir in run_dirs(out, campaign):
@@ -203,11 +203,11 @@ def series_runs(out: Path, campaign: str, series_id: str) -> list[Path]:
 def series_left(out: Path, campaign: str, invocations: int) -> tuple[Path | None, dict | None, int]:
     """For ``--resume``: the latest run (to finish), its manifest and how many new runs of its
     series are left to reach ``invocations``; (None, None, invocations) when there is no run."""
-    run_dir, manifest = resumable_run(out, campaign)
+    run_dir, manifest = _resumable_run(out, campaign)
     if run_dir is None:
         return None, None, invocations
     series_id, _ = series_of(manifest)
-    return run_dir, manifest, max(0, invocations - len(series_runs(out, campaign, series_id)))
+    return run_dir, manifest, max(0, invocations - len(_series_runs(out, campaign, series_id)))
 
 
 def run_campaign(
@@ -249,7 +249,7 @@ def run_series(
     show_progress: bool = True,
     slurm=None,
     after_run=None,
-) -> list[RunOutcome]:
+) -> list[_RunOutcome]:
     """Run the campaign ``invocations`` times (default: the campaign's ``invocations``), each a
     run of its own with its own folder and manifest, as that many ``fwbench run`` calls would.
 
@@ -280,7 +280,7 @@ def run_series(
             f"cell {spread.key} spreads its workers over {spread.parameters['nodes']} nodes, "
             "which only a Slurm allocation has: run it with --executor slurm"
         )
-    outcomes: list[RunOutcome] = []
+    outcomes: list[_RunOutcome] = []
 
     def finish(run_dir: Path, manifest: dict) -> None:
         outcomes.append(
@@ -314,7 +314,7 @@ def _new_run(
 ) -> tuple[Path, dict]:
     # a later run of a series executes its first run's notebooks (series_notebooks); found, or
     # refused, before anything is written
-    first = series_runs(out, campaign.name, series_id)[:1] if series_id else []
+    first = _series_runs(out, campaign.name, series_id)[:1] if series_id else []
     sources = (
         series_notebooks.series_sources(
             campaign.cells, json.loads((first[0] / "manifest.json").read_text())
@@ -322,11 +322,11 @@ def _new_run(
         if first
         else {}
     )
-    run_id = new_run_id()
+    run_id = _new_run_id()
     run_dir = out / campaign.name / run_id
     while run_dir.exists():  # two runs started within one second
         time.sleep(1)
-        run_id = new_run_id()
+        run_id = _new_run_id()
         run_dir = out / campaign.name / run_id
     run_dir.mkdir(parents=True)
     pinned = series_notebooks.pin(campaign.cells, run_dir, sources)
@@ -363,7 +363,7 @@ def _finish_run(
     show_progress: bool,
     slurm,
     node_cpus,
-) -> RunOutcome:
+) -> _RunOutcome:
     """Run the cells of ``cells`` that the run in ``run_dir`` has no ok result for."""
     run_id = manifest["run_id"]
     series_id, invocation = series_of(manifest)
@@ -374,9 +374,9 @@ def _finish_run(
     todo = [c for c in ordered_cells(campaign, cells, manifest) if c.key not in done]
     if not todo:
         # a resumed run with nothing left is evidence already: its manifest stays as written
-        return RunOutcome(run_dir, {}, invocation, invocations, series_id)
+        return _RunOutcome(run_dir, {}, invocation, invocations, series_id)
     for c in todo:
-        manifest["cells"][c.key] = manifest_entry(c)
+        manifest["cells"][c.key] = _manifest_entry(c)
     write_json_atomic(run_dir / "manifest.json", manifest)
     results: dict[str, CellResult] = {}
     order = RunOrder.from_dict(manifest["run_order"]) if "run_order" in manifest else None
@@ -400,7 +400,7 @@ def _finish_run(
         outcomes = executor.run(group, run_dir, context, timeout, campaign.rerun_shared)
         for cell, result in zip(group, outcomes, strict=True):
             results[cell.key] = result
-            manifest = record_in_manifest(run_dir, cell, result)
+            manifest = _record_in_manifest(run_dir, cell, result)
             if result.status != "ok":
                 error = (result.error or "").strip()[-300:]
                 notice(f"  {cell.key}: {result.status}: {error}")
@@ -410,4 +410,4 @@ def _finish_run(
     bar.close()
     manifest["finished_at"] = layout.now_iso()
     write_json_atomic(run_dir / "manifest.json", manifest)
-    return RunOutcome(run_dir, results, invocation, invocations, series_id)
+    return _RunOutcome(run_dir, results, invocation, invocations, series_id)

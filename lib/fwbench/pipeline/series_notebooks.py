@@ -18,7 +18,7 @@ from pathlib import Path
 from fwbench.pipeline.campaign import CampaignError, Cell
 from fwbench.pipeline.environment import source_digest
 
-FOLDER = "series_notebooks"
+_FOLDER = "series_notebooks"
 
 
 def _git(args: list[str], cwd: Path) -> bytes | None:
@@ -28,7 +28,7 @@ def _git(args: list[str], cwd: Path) -> bytes | None:
         return None
 
 
-def source_in_git(path: Path, digest: str, commits: list[str]) -> tuple[bytes, str] | None:
+def _source_in_git(path: Path, digest: str, commits: list[str]) -> tuple[bytes, str] | None:
     """The bytes of ``path`` whose hash is ``digest``, and the commit they came from: first at
     ``commits`` (the series' own), then at every commit that changed the file, newest first."""
     folder = path.resolve().parent
@@ -57,7 +57,7 @@ def series_sources(cells: list[Cell], first: dict) -> dict[str, tuple[bytes, str
         want = recorded.get(name)
         if want is None or source_digest(Path(path).read_bytes()) == want:
             continue
-        source = source_in_git(Path(path), want, commits)
+        source = _source_in_git(Path(path), want, commits)
         if source is None:
             raise CampaignError(
                 f"{name} changed since series {first.get('series_id') or first.get('run_id')} "
@@ -73,7 +73,7 @@ def pin(cells: list[Cell], run_dir: Path, sources: dict[str, tuple[bytes, str]])
     manifest's ``series_notebooks`` entry (notebook -> commit)."""
     if not sources:
         return {}
-    folder = run_dir / FOLDER
+    folder = run_dir / _FOLDER
     folder.mkdir(exist_ok=True)
     for name, (data, _commit) in sources.items():
         (folder / f"{name}.py").write_bytes(data)
@@ -85,4 +85,4 @@ def repoint(cells: list[Cell], run_dir: Path, names) -> None:
     """Make the cells of notebooks ``names`` execute the run's own copies (a resumed run)."""
     for cell in cells:
         if cell.notebook in names:
-            cell.notebook_path = run_dir / FOLDER / f"{cell.notebook}.py"
+            cell.notebook_path = run_dir / _FOLDER / f"{cell.notebook}.py"

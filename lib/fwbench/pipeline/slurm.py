@@ -38,14 +38,14 @@ from pathlib import Path
 
 from fwbench.pipeline import trial
 
-SINFO_TIMEOUT_S = 15
+_SINFO_TIMEOUT_S = 15
 # how often the runner asks Slurm for the state of the job it waits for; submitit's own watcher
 # backs off to once in 10 minutes for old jobs, which would leave a cancelled job unnoticed
-STATE_CHECK_S = 15
+_STATE_CHECK_S = 15
 # sbatch's --time when nothing says otherwise: a campaign's longest cells take tens of minutes
-DEFAULT_TIME_MIN = 240
+_DEFAULT_TIME_MIN = 240
 # the job states in which Slurm, not the cell, ended the job
-FAILED_STATES = ("NODE_FAIL", "CANCELLED", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL")
+_FAILED_STATES = ("NODE_FAIL", "CANCELLED", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL")
 
 
 class SlurmUnavailable(RuntimeError):
@@ -84,7 +84,7 @@ def parse_options(pairs: list[str] | None) -> dict:
 
 def _sinfo(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["sinfo", *args], capture_output=True, text=True, timeout=SINFO_TIMEOUT_S, check=False
+        ["sinfo", *args], capture_output=True, text=True, timeout=_SINFO_TIMEOUT_S, check=False
     )
 
 
@@ -105,7 +105,7 @@ def check_slurm(settings: SlurmSettings) -> int:
         answer = _sinfo(args)
     except subprocess.TimeoutExpired:
         raise SlurmUnavailable(
-            f"--executor slurm: the Slurm controller did not answer within {SINFO_TIMEOUT_S} s"
+            f"--executor slurm: the Slurm controller did not answer within {_SINFO_TIMEOUT_S} s"
         ) from None
     if answer.returncode != 0:
         last = (answer.stderr.strip().splitlines() or ["sinfo failed"])[-1]
@@ -148,7 +148,7 @@ def _settled_state(job, wait_s: float = 30.0) -> str:
         time.sleep(1)
 
 
-def where_it_failed(job_id: str) -> str:
+def _where_it_failed(job_id: str) -> str:
     """The nodes a job ran on and Slurm's reason for any of them it took out of service, as
     `` (on n[1-2]; n2 down: Not responding)``, from squeue (finished jobs stay listed a while)
     and ``sinfo -R``; empty where Slurm no longer says."""
@@ -156,7 +156,7 @@ def where_it_failed(job_id: str) -> str:
     def ask(*args: str) -> str:
         try:
             answer = subprocess.run(
-                list(args), capture_output=True, text=True, timeout=SINFO_TIMEOUT_S, check=False
+                list(args), capture_output=True, text=True, timeout=_SINFO_TIMEOUT_S, check=False
             )
         except (OSError, subprocess.TimeoutExpired):
             return ""
@@ -222,7 +222,7 @@ class SlurmExecutor:
             srun_args = ["--nodes=1", "--ntasks=1"]
         parameters = {
             "job_name": f"fwbench-{campaign}",
-            "time": DEFAULT_TIME_MIN,
+            "time": _DEFAULT_TIME_MIN,
             "ntasks_per_node": 1,
             "cpus_per_task": cpus,
             "exclusive": True,
@@ -276,7 +276,7 @@ class SlurmExecutor:
         start = time.perf_counter()
         checked = time.monotonic()
         while True:
-            force = time.monotonic() - checked > STATE_CHECK_S
+            force = time.monotonic() - checked > _STATE_CHECK_S
             if force:
                 checked = time.monotonic()
             if job.done(force_check=force):
@@ -287,7 +287,7 @@ class SlurmExecutor:
         except UncompletedJobError as exc:
             state = job.state
             status = "timeout" if "TIMEOUT" in state else "failed"
-            where = where_it_failed(job.job_id)
+            where = _where_it_failed(job.job_id)
             error = (
                 f"Slurm job {job.job_id} ended {state} without a result{where}: {str(exc)[-1500:]}"
             )
@@ -298,7 +298,7 @@ class SlurmExecutor:
             # a job Slurm ended (a node lost, cancelled) may still write its cell's result: its
             # kernel died under it. Say what Slurm did, and where.
             state = _settled_state(job)
-            if any(word in state for word in FAILED_STATES):
-                note = f" (Slurm job {job.job_id} ended {state}{where_it_failed(job.job_id)})"
+            if any(word in state for word in _FAILED_STATES):
+                note = f" (Slurm job {job.job_id} ended {state}{_where_it_failed(job.job_id)})"
                 result = trial.with_error_note(result, run_dir, note)
         return result

@@ -32,7 +32,7 @@ from fwbench.results.layout import write_text_atomic
 from fwbench.results.records import CONTEXT_ENV
 from fwbench.vocab import ANSI_RE, ENV_EXECUTED_DIR, ENV_KERNEL, ENV_PREFIX, ENV_TRIAL
 
-ERROR_TAIL_CHARS = 2000
+_ERROR_TAIL_CHARS = 2000
 # The measurement rules want JAX's allocator to report real usage, not a preallocated pool.
 # Set in each kernel unless the user's environment sets them: JAX allocates on demand, so its
 # peak memory is its own; Kineto (PyTorch's profiler) prints nothing of its own (level 6: its
@@ -41,7 +41,7 @@ ERROR_TAIL_CHARS = 2000
 KERNEL_ENV_DEFAULTS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "KINETO_LOG_LEVEL": "6"}
 # A duet cell has one core: one thread for PyTorch's and the BLAS libraries' pools. XLA sizes its
 # pool from the cores the process may run on, which the pinning already makes one.
-DUET_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+_DUET_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
 @dataclass
@@ -125,7 +125,7 @@ def kernel_manager_class():
 
 
 @contextlib.contextmanager
-def patched_environ(values: dict):
+def _patched_environ(values: dict):
     """Kernels inherit the runner's environment at start, so set the cell's context around it."""
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update({k: str(v) for k, v in values.items()})
@@ -143,7 +143,7 @@ def write_json_atomic(path: Path, data) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, default=str))
 
 
-def write_notebook_atomic(nb, path: Path) -> None:
+def _write_notebook_atomic(nb, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     nbformat.write(nb, str(tmp))
     os.replace(tmp, path)
@@ -155,7 +155,7 @@ def _error_text(exc: BaseException) -> str:
     tb = getattr(exc, "traceback", None)
     if tb:
         text = "\n".join(tb) if isinstance(tb, list) else str(tb)
-    return ANSI_RE.sub("", text)[-ERROR_TAIL_CHARS:]
+    return ANSI_RE.sub("", text)[-_ERROR_TAIL_CHARS:]
 
 
 def _classify(exc: BaseException) -> str:
@@ -179,7 +179,7 @@ def _execute_attempts(source_nb, partial: Path, cell: Cell, attempts: list[dict]
     status, error, retried, used_env = "ok", None, False, attempts[0]
     for n, attempt_env in enumerate(attempts):
         used_env, retried = attempt_env, n > 0
-        with patched_environ(attempt_env):
+        with _patched_environ(attempt_env):
             try:
                 pm.execute_notebook(
                     source_nb,
@@ -234,7 +234,7 @@ def execute_cell(
         ENV_TRIAL: str(cell.trial),
         # absolute: the kernel starts in the notebook's folder, not where the runner was started
         ENV_EXECUTED_DIR: str(nb_dir.resolve()),
-        **(DUET_ENV if duet else {}),
+        **(_DUET_ENV if duet else {}),
         **({ENV_RELAY: relay["folder"], ENV_RELAY_PLACE: cell.key} if relay else {}),
     }
     attempts = [dict(env)]
@@ -261,7 +261,7 @@ def execute_cell(
         "duet": duet,
         **({"relay": {"partners": relay["partners"]}} if relay else {}),
     }
-    write_notebook_atomic(nb, final)
+    _write_notebook_atomic(nb, final)
     partial.unlink(missing_ok=True)
     return CellResult(
         status,
@@ -281,7 +281,7 @@ def set_contention(run_dir: Path, result: CellResult, reading: dict | None) -> C
         path = run_dir / result.path
         nb = nbformat.read(str(path), as_version=4)
         nb.metadata["fwbench"]["contention"] = reading
-        write_notebook_atomic(nb, path)
+        _write_notebook_atomic(nb, path)
     result.contention = reading
     return result
 
@@ -316,7 +316,7 @@ def lost_cell(
         "contention": None,
         "reruns": [],
     }
-    write_notebook_atomic(nb, final)
+    _write_notebook_atomic(nb, final)
     (nb_dir / f".{cell.slug}.partial.ipynb").unlink(missing_ok=True)
     return CellResult(status, error, duration, False, str(final.relative_to(run_dir)))
 
@@ -332,7 +332,7 @@ def with_error_note(result: CellResult, run_dir: Path, note: str) -> CellResult:
             meta = nb.metadata.get("fwbench") or {}
             meta["error"] = f"{(meta.get('error') or '').rstrip()}{note}"
             nb.metadata["fwbench"] = meta
-            write_notebook_atomic(nb, path)
+            _write_notebook_atomic(nb, path)
     result.error = f"{(result.error or '').rstrip()}{note}"
     return result
 

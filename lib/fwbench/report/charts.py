@@ -23,14 +23,14 @@ from fwbench.vocab import (
     threads_words,
 )
 
-THEME = "fwbench"
-PNG_SCALE = 2  # 2x pixels so text stays legible when the PNG is scaled into a page
-CAPTION_WIDTH = 110
-PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d", "#bab0ac"]
+_THEME = "fwbench"
+_PNG_SCALE = 2  # 2x pixels so text stays legible when the PNG is scaled into a page
+_CAPTION_WIDTH = 110
+_PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d", "#bab0ac"]
 
 
-@alt.theme.register(THEME, enable=True)
-def fwbench_theme() -> alt.theme.ThemeConfig:
+@alt.theme.register(_THEME, enable=True)
+def _fwbench_theme() -> alt.theme.ThemeConfig:
     return {
         "config": {
             "font": "DejaVu Sans, Liberation Sans, Arial, sans-serif",
@@ -51,7 +51,7 @@ def fwbench_theme() -> alt.theme.ThemeConfig:
                 "subtitleColor": "#444444",
                 "offset": 12,
             },
-            "range": {"category": PALETTE},
+            "range": {"category": _PALETTE},
             "point": {"size": 60, "filled": True},
             "line": {"strokeWidth": 2},
         }
@@ -59,7 +59,7 @@ def fwbench_theme() -> alt.theme.ThemeConfig:
 
 
 def use_theme() -> None:
-    alt.theme.enable(THEME)
+    alt.theme.enable(_THEME)
 
 
 # Every figure as SVG (what a report embeds), HTML (interactive, with tooltips) and PNG (scaled),
@@ -82,12 +82,12 @@ def save(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     titled = chart.properties(
-        title=alt.TitleParams(title, subtitle=textwrap.wrap(caption, CAPTION_WIDTH))
+        title=alt.TitleParams(title, subtitle=textwrap.wrap(caption, _CAPTION_WIDTH))
     )
     paths = {}
     for fmt in formats:
         path = directory / f"{name}.{fmt}"
-        options = {"scale_factor": PNG_SCALE} if fmt == "png" else {}
+        options = {"scale_factor": _PNG_SCALE} if fmt == "png" else {}
         titled.save(str(path), format=fmt, **options)
         paths[fmt] = path
     return paths
@@ -465,53 +465,6 @@ def convergence_chart(curves: pd.DataFrame) -> alt.FacetChart:
     )
 
 
-def stability_chart(stability: pd.DataFrame, band_share: float) -> alt.LayerChart:
-    """Each comparison's ratio in this run against the earlier run's, on log axes around the
-    diagonal where they agree; the band marks ±``band_share``, the stability goal."""
-    data = _plain(labelled(stability))
-    data["configuration"] = [
-        f"{m} · bs {int(b)}" for m, b in zip(data.model_label, data.batch_size, strict=True)
-    ]
-    values = pd.concat([data.ratio, data.ratio_baseline, data.ci_low, data.ci_high])
-    low, high = float(values.min()) / 1.15, float(values.max()) * 1.15
-    scale = alt.Scale(type="log", domain=[low, high], nice=False)
-    grid = np.geomspace(low, high, 50)
-    band = pd.DataFrame({"x": grid, "lo": grid / (1 + band_share), "hi": grid * (1 + band_share)})
-    tips = _tooltip(
-        data,
-        ["configuration", "comparison", "ratio", "ci_low", "ci_high", "winner"]
-        + ["ratio_baseline", "winner_baseline", "change"],
-    )
-    area = (
-        alt.Chart(band)
-        .mark_area(opacity=0.15, color="#888888")
-        .encode(x=alt.X("x:Q", scale=scale), y=alt.Y("lo:Q", scale=scale), y2="hi:Q")
-    )
-    diagonal = (
-        alt.Chart(band)
-        .mark_line(color="#888888", strokeDash=[4, 4], strokeWidth=1)
-        .encode(x="x:Q", y="x:Q")
-    )
-    x = alt.X("ratio_baseline:Q", title="JAX ÷ PyTorch, earlier run", scale=scale)
-    bars = (
-        alt.Chart(data)
-        .mark_rule()
-        .encode(x=x, y=alt.Y("ci_low:Q", scale=scale), y2="ci_high:Q", color="model_label:N")
-    )
-    dots = (
-        alt.Chart(data)
-        .mark_point(filled=True, size=80)
-        .encode(
-            x=x,
-            y=alt.Y("ratio:Q", title="JAX ÷ PyTorch, this run", scale=scale),
-            color=alt.Color("model_label:N", title="model"),
-            shape=alt.Shape("batch_size:O", title="batch size"),
-            tooltip=tips,
-        )
-    )
-    return alt.layer(area, diagonal, bars, dots).properties(width=340, height=300)
-
-
 def breakdown_chart(table: pd.DataFrame, order: list[str]) -> alt.FacetChart:
     """One model's per-op breakdowns: ms per call stacked by category, a bar per framework
     variant, a panel per batch size (and precision); ``order`` stacks the categories."""
@@ -524,7 +477,7 @@ def breakdown_chart(table: pd.DataFrame, order: list[str]) -> alt.FacetChart:
     # panels by batch size as a number (bs 8 before bs 32), then by setting
     panels = list(dict.fromkeys(data.sort_values(["batch_size", "precision"], kind="stable").panel))
     data["stack"] = data.category.map({c: i for i, c in enumerate(order)})
-    colours = PALETTE + ["#666666", "#cccccc"]
+    colours = _PALETTE + ["#666666", "#cccccc"]
     return (
         alt.Chart(data)
         .mark_bar()
@@ -540,7 +493,7 @@ def breakdown_chart(table: pd.DataFrame, order: list[str]) -> alt.FacetChart:
             order=alt.Order("stack:Q"),
             tooltip=_tooltip(data, ["series", "panel", "category", "ms", "share"]),
         )
-        .properties(width=alt.Step(panel_step(panels, data.series.nunique())), height=220)
+        .properties(width=alt.Step(_panel_step(panels, data.series.nunique())), height=220)
         .facet(
             column=alt.Column(
                 "panel:N",
@@ -558,7 +511,7 @@ PANEL_BREAK = " · "
 HEADER_CHAR_PX = 7
 
 
-def panel_step(panels: list[str], bars: int, least: int = 48) -> int:
+def _panel_step(panels: list[str], bars: int, least: int = 48) -> int:
     """Pixels per bar so that a panel of ``bars`` bars is as wide as its header's longest line."""
     longest = max((len(line) for p in panels for line in p.split(PANEL_BREAK)), default=0)
     return max(least, -(-longest * HEADER_CHAR_PX // max(bars, 1)))

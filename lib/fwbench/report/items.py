@@ -26,7 +26,7 @@ Analysis = Any
 
 Text = str | Callable[[Analysis], str]
 Test = Callable[[Analysis], bool]
-Sources = Callable[[Analysis, pd.DataFrame], list[str]]
+_Sources = Callable[[Analysis, pd.DataFrame], list[str]]
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Table:
     name: str
     caption: Text
     frame: Callable[[Analysis], pd.DataFrame]
-    sources: Sources  # the executed notebooks behind the rows, from the frame before ``drop``
+    sources: _Sources  # the executed notebooks behind the rows, from the frame before ``drop``
     drop: tuple[str, ...] = ()
     when: Test | None = None
     otherwise: Text = ""
@@ -93,7 +93,7 @@ def literal(text: str) -> Callable[[Analysis], str]:
     return lambda _analysis: text
 
 
-def records(family: str | None = None, metrics: Sequence[str] = (), prefix: str = "") -> Sources:
+def records(family: str | None = None, metrics: Sequence[str] = (), prefix: str = "") -> _Sources:
     """The notebooks behind a family's records of some metrics (all families when None)."""
 
     def paths(analysis: Analysis, _frame: pd.DataFrame) -> list[str]:
@@ -107,7 +107,7 @@ def records(family: str | None = None, metrics: Sequence[str] = (), prefix: str 
     return paths
 
 
-def pooled(family: str, metrics: Sequence[str] = ()) -> Sources:
+def pooled(family: str, metrics: Sequence[str] = ()) -> _Sources:
     """The notebooks behind a family's records of some metrics in every run the verdicts pool:
     what a pooled number links, so that each run's trials can be traced."""
 
@@ -126,7 +126,7 @@ def own_paths(_analysis: Analysis, frame: pd.DataFrame) -> list[str]:
     return list(frame.path.dropna())
 
 
-Frame = str | Callable[[Analysis], pd.DataFrame]
+_Frame = str | Callable[[Analysis], pd.DataFrame]
 
 
 def per_analysis(make: Callable[[Analysis], Any]) -> Callable[[Analysis], Any]:
@@ -140,27 +140,27 @@ def per_analysis(make: Callable[[Analysis], Any]) -> Callable[[Analysis], Any]:
     return once
 
 
-def _frame(source: Frame) -> Callable[[Analysis], pd.DataFrame]:
+def _frame(source: _Frame) -> Callable[[Analysis], pd.DataFrame]:
     """A frame by the analysis's attribute name, or a family's ``per_analysis`` function."""
     return source if callable(source) else (lambda analysis: getattr(analysis, source))
 
 
-def nonempty(source: Frame) -> Test:
+def nonempty(source: _Frame) -> Test:
     frame = _frame(source)
     return lambda analysis: not frame(analysis).empty
 
 
-def empty(source: Frame) -> Test:
+def empty(source: _Frame) -> Test:
     frame = _frame(source)
     return lambda analysis: frame(analysis).empty
 
 
-def ratio_heatmap(source: Frame) -> Callable[[Analysis], object]:
+def ratio_heatmap(source: _Frame) -> Callable[[Analysis], object]:
     frame = _frame(source)
     return lambda analysis: charts.ratio_heatmap(frame(analysis))
 
 
-def throughput(source: Frame) -> Callable[[Analysis], object]:
+def throughput(source: _Frame) -> Callable[[Analysis], object]:
     frame = _frame(source)
     return lambda analysis: charts.by_batch(
         frame(analysis), "median", "images/s (median)", ci=("ci_low", "ci_high")

@@ -412,7 +412,7 @@ def add_section(
         _add(content, analysis, item, show)
 
 
-def summarise(content: ReportContent, analysis: Analysis) -> None:
+def _summarise(content: ReportContent, analysis: Analysis) -> None:
     """The executive summary, methodology and limitations."""
     a = analysis
     training = training_report.summary_sentences(a)
@@ -439,4 +439,4 @@ def build(content: ReportContent, analysis: Analysis, show: Callable = _ignore) 
     charts.use_theme()
     for section in SECTIONS:
         add_section(content, analysis, section, show)
-    summarise(content, analysis)
+    _summarise(content, analysis)

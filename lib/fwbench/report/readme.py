@@ -48,7 +48,7 @@ def _link(target: Path, readme_dir: Path) -> str:
     return Path(os.path.relpath(Path(target).resolve(), Path(readme_dir).resolve())).as_posix()
 
 
-def ratio_cell(r) -> str:
+def _ratio_cell(r) -> str:
     """A ratio with its interval and, unless a framework is faster, the verdict's words. A table
     from a report built before verdicts pooled runs has no ``between_term`` column: its intervals are
     within one run, and say so."""
@@ -59,7 +59,7 @@ def ratio_cell(r) -> str:
     return f"{text} ({note})" if note else text
 
 
-def modes_label(r) -> str:
+def _modes_label(r) -> str:
     return f"JAX {r.jax_variant} vs PyTorch {r.torch_variant}"
 
 
@@ -106,7 +106,7 @@ def interval_words(matrix: pd.DataFrame) -> str:
     return "; where no trials pair, ".join(words[k] for k in ("paired", "within-run") if k in kinds)
 
 
-def inference_part(matrix: pd.DataFrame, report_link: str) -> list[str]:
+def _inference_part(matrix: pd.DataFrame, report_link: str) -> list[str]:
     if matrix.empty:
         return ["No inference configuration was measured with both frameworks in this run."]
     parts = [
@@ -117,23 +117,23 @@ def inference_part(matrix: pd.DataFrame, report_link: str) -> list[str]:
     for setting, label, rows in _comparison_groups(matrix):
         pairs = rows[["jax_variant", "torch_variant"]].drop_duplicates()
         uniform = len(pairs) == 1
-        modes = f": {modes_label(next(pairs.itertuples()))}" if uniform else ""
+        modes = f": {_modes_label(next(pairs.itertuples()))}" if uniform else ""
         batches = sorted({int(b) for b in rows.batch_size})
         header = ["model", *([] if uniform else ["modes"]), *(f"batch {b}" for b in batches)]
         body = []
         for model, group in rows.groupby("model", sort=True):
-            cells = {int(r.batch_size): ratio_cell(r) for r in group.itertuples()}
+            cells = {int(r.batch_size): _ratio_cell(r) for r in group.itertuples()}
             row = [model_label(model)]
             if not uniform:
                 variants = group[["jax_variant", "torch_variant"]].drop_duplicates()
-                row.append("; ".join(map(modes_label, variants.itertuples())))
+                row.append("; ".join(map(_modes_label, variants.itertuples())))
             body.append(row + [cells.get(b, "") for b in batches])
         parts.append(f"{setting}, {label}{modes}:")
         parts.append(markdown_table(header, body))
     return parts
 
 
-def training_part(matrix: pd.DataFrame, speed: pd.DataFrame, report_link: str) -> list[str]:
+def _training_part(matrix: pd.DataFrame, speed: pd.DataFrame, report_link: str) -> list[str]:
     if matrix.empty:
         return []
     step = {}
@@ -153,8 +153,8 @@ def training_part(matrix: pd.DataFrame, speed: pd.DataFrame, report_link: str) -
                 model_label(r.model),
                 str(int(r.batch_size)),
                 setting_words(r.precision, r.threads),
-                modes_label(r),
-                ratio_cell(r),
+                _modes_label(r),
+                _ratio_cell(r),
                 "" if pd.isna(torch_ms) else f"{torch_ms:.0f}",
                 "" if pd.isna(jax_ms) else f"{jax_ms:.0f}",
             ]
@@ -168,7 +168,7 @@ def training_part(matrix: pd.DataFrame, speed: pd.DataFrame, report_link: str) -
     ]
 
 
-def mfu_part(mfu: pd.DataFrame, section: dict | None, run_id: str, report_link: str):
+def _mfu_part(mfu: pd.DataFrame, section: dict | None, run_id: str, report_link: str):
     link = f"([MFU]({report_link}#mfu))"
     notes = [i["text"] for i in (section or {}).get("items", []) if i["kind"] == "note"]
     if mfu.empty:
@@ -198,17 +198,17 @@ def mfu_part(mfu: pd.DataFrame, section: dict | None, run_id: str, report_link: 
     ]
 
 
-def brief_ratios(content: dict, tables: Path, matrix: pd.DataFrame, report_link: str) -> list:
+def _brief_ratios(content: dict, tables: Path, matrix: pd.DataFrame, report_link: str) -> list:
     """The front page's ratios: a three-way campaign's three ways (its report has the trust
     figures), else the JAX ÷ PyTorch matrix and how far it can be trusted."""
     three_way = inference_three_way.readme_lines(read_table(tables, "three_way"), report_link)
     if three_way:
         return three_way
     trust = notes_part(content, "trust", "How far these ratios can be trusted", report_link)
-    return inference_part(matrix, report_link) + trust
+    return _inference_part(matrix, report_link) + trust
 
 
-def family_lines(content: dict, tables: Path, report_link: str) -> list[str]:
+def _family_lines(content: dict, tables: Path, report_link: str) -> list[str]:
     """Each family's own lines (family_reports: a module's readme_part), in the vocabulary's
     order."""
     return [
@@ -260,13 +260,13 @@ def results_block(
         parts.append(progress)
     if ratios_only:
         return NAMED_RUN.sub(
-            "the newest run", "\n\n".join(parts + inference_part(matrix, report_link))
+            "the newest run", "\n\n".join(parts + _inference_part(matrix, report_link))
         )
-    families = family_lines(content, tables, report_link)
+    families = _family_lines(content, tables, report_link)
     if brief:
         # a campaign without JAX-vs-PyTorch ratios (prediction) is quoted by its family's lines
         ratios = not matrix.empty or not read_table(tables, "three_way").empty
-        parts += brief_ratios(content, tables, matrix, report_link) if ratios else families
+        parts += _brief_ratios(content, tables, matrix, report_link) if ratios else families
         # the front page names no run: the report it links to does
         return NAMED_RUN.sub("the newest run", "\n\n".join(parts))
     figure = Path(figures_dir) / "ratio_matrix.svg"
@@ -278,14 +278,14 @@ def results_block(
         # a campaign of other families: the inference parts would only say they are empty
         parts += notes_part(content, "trust", "How far these numbers can be trusted", report_link)
         return "\n\n".join(parts + families)
-    parts += inference_part(matrix, report_link)
-    parts += training_part(
+    parts += _inference_part(matrix, report_link)
+    parts += _training_part(
         read_table(tables, "training_ratio_matrix"),
         read_table(tables, "training_speed"),
         report_link,
     )
     section = sections.section_by_name(content, "mfu")
-    parts += mfu_part(read_table(tables, "mfu"), section, run_id, report_link)
+    parts += _mfu_part(read_table(tables, "mfu"), section, run_id, report_link)
     parts += notes_part(content, "roofline", "Share of the roofline bound", report_link)
     parts += notes_part(content, "trust", "How far these ratios can be trusted", report_link)
     parts += notes_part(content, "why", "Why", report_link)
@@ -341,7 +341,7 @@ def progress_sentence(manifest_path: Path) -> str:
     )
 
 
-def replace_block(text: str, block: str, campaign: str, where: str = "README") -> str:
+def _replace_block(text: str, block: str, campaign: str, where: str = "README") -> str:
     """``text`` with everything between ``campaign``'s marker lines replaced by ``block``."""
     begin, end = markers(campaign)
     lines = text.splitlines(keepends=True)
@@ -400,8 +400,8 @@ def rewrite_block(readme: Path, name: str, block_for: Callable[[], str]) -> bool
     if not readme.is_file():
         raise ReadmeError(f"{readme}: no such file")
     text = readme.read_text()
-    replace_block(text, "", name, str(readme))
-    new = replace_block(text, block_for(), name, str(readme))
+    _replace_block(text, "", name, str(readme))
+    new = _replace_block(text, block_for(), name, str(readme))
     if new == text:
         return False
     write_text_atomic(readme, new)

@@ -64,17 +64,10 @@ MIN_SIZE = 2
 # the family too: a training and an inference throughput of one model and batch are two metrics
 # and the threads of a CPU configuration (one core and two are different hardware)
 CONFIGURATION = (
-    "family",
-    "model",
-    "framework",
-    "mode",
-    "device_name",
-    "precision",
-    "threads",
-    "batch_size",
-)
+    "family", "model", "framework", "mode", "device_name", "precision", "threads", "batch_size",
+)  # fmt: skip
 # threads mean something on a CPU only: a GPU configuration is one history whatever its host had
-SQL_KEYS = {"threads": "case when m.device = 'cpu' then m.threads end as threads"}
+_SQL_KEYS = {"threads": "case when m.device = 'cpu' then m.threads end as threads"}
 COLUMNS = ["metric", "configuration", "run_id", "change_pct", "p_value", "direction"]
 # the direction of a change in a metric the vocabulary gives no better side (vocab.metric_direction)
 UNDIRECTED = "change"
@@ -91,7 +84,7 @@ class Change:
     after: float
 
 
-def student_p(before: np.ndarray, after: np.ndarray) -> float:
+def _student_p(before: np.ndarray, after: np.ndarray) -> float:
     """Two-sided p-value of Student's two-sample t-test (pooled variance).
 
     Written out rather than ``scipy.stats.ttest_ind``, whose argument handling costs a
@@ -121,7 +114,7 @@ def _test(before: np.ndarray, after: np.ndarray, on_log: bool) -> tuple[float, f
         level0, level1 = m0, m1
         change = (m1 - m0) / abs(m0) if m0 != 0 else (math.inf if m1 != m0 else 0.0)
     # exact values (counts, flags) have no noise: any move is certain, no move is none
-    return change, student_p(before, after), level0, level1
+    return change, _student_p(before, after), level0, level1
 
 
 def _best_split(segment: np.ndarray, min_size: int) -> int:
@@ -187,7 +180,9 @@ def histories_query(campaign: str | None = None) -> tuple[str, list]:
     """The SQL (and its parameters) behind ``load_histories``, for a caller holding a connection.
 
     One point per run, configuration and metric: the median of the run's ok values. Histories
-    stay within a campaign, whose stop rules and grids are its own. Runs are ordered by start time
+    stay within a campaign, whose stop rules and grids are its own, and within one design (its
+    cell's parameters, ``design``): a changed target or stop rule is no change of speed. Runs
+    are ordered by start time
     (the run id, a UTC timestamp, where a manifest had none). Each point also carries the spread
     of the values behind it (``n_values``, and where all are positive the mean and sample variance
     of their logs, ``log_mean`` and ``log_var``), from which ``run_noise`` separates the run
@@ -198,14 +193,18 @@ def histories_query(campaign: str | None = None) -> tuple[str, list]:
     if campaign is not None:
         where += " and m.campaign = ?"
         params.append(campaign)
-    keys = ", ".join(SQL_KEYS.get(k, f"m.{k}") for k in CONFIGURATION)
+    keys = ", ".join(_SQL_KEYS.get(k, f"m.{k}") for k in CONFIGURATION)
+    # a cell's parameters less its A/A copy flag: the design its value measures
+    design = "json_merge_patch(any_value(parameters), '{\"aa_copy\": null}')::VARCHAR"
     sql = f"""
-        with points as (
-            select m.campaign, m.metric, {keys}, m.run_id, median(m.value) as value,
+        with designs as (select run_id, campaign, notebook, cell, {design} as design
+                         from cells group by all),
+        points as (
+            select m.campaign, m.metric, {keys}, d.design, m.run_id, median(m.value) as value,
                    any_value(m.unit) as unit, count(*) as n_values,
                    case when min(m.value) > 0 then avg(ln(m.value)) end as log_mean,
                    case when min(m.value) > 0 then var_samp(ln(m.value)) end as log_var
-            from measurements m
+            from measurements m left join designs d using (run_id, campaign, notebook, cell)
             where {where}
             group by all
         )
@@ -227,7 +226,7 @@ def campaigns(db_path) -> list[str]:
     return db.query("select distinct campaign from runs order by 1", db_path).campaign.tolist()
 
 
-def configuration_label(row, with_campaign: bool) -> str:
+def _configuration_label(row, with_campaign: bool) -> str:
     parts = [f"campaign={row['campaign']}"] if with_campaign else []
     for key in CONFIGURATION:
         value = row[key]
@@ -250,11 +249,12 @@ def find_regressions(
     """
     rows = []
     group_keys = ["campaign", "metric", *CONFIGURATION]
+    group_keys += ["design"] if "design" in histories else []
     for _key, history in histories.groupby(group_keys, dropna=False, sort=True):
         history = history.sort_values(["run_order", "run_id"])
         if len(history) < 2 * options.get("min_size", MIN_SIZE):
             continue
-        label = configuration_label(history.iloc[0], with_campaign)
+        label = _configuration_label(history.iloc[0], with_campaign)
         run_ids = history.run_id.tolist()
         metric = history.metric.iloc[0]
         unit = history.unit.iloc[0] if "unit" in history else None
@@ -283,8 +283,8 @@ def find_regressions(
 POINTS = 10
 CHANGE_AT = 5  # the sixth point is the first slow one
 SIZES = (0.05, 0.10, 0.20)
-FIXED_RULE = 0.07
-PLAIN_ALPHA = 0.05
+_FIXED_RULE = 0.07
+_PLAIN_ALPHA = 0.05
 
 
 def synthetic_history(
@@ -331,7 +331,7 @@ def alerts_changepoint(history: np.ndarray, **options) -> dict[int, int]:
     return seen
 
 
-def alerts_fixed_rule(history: np.ndarray, threshold: float = FIXED_RULE) -> dict[int, int]:
+def _alerts_fixed_rule(history: np.ndarray, threshold: float = _FIXED_RULE) -> dict[int, int]:
     """A point more than ``threshold`` slower than the median of all earlier points."""
     return {
         i: i + 1
@@ -340,14 +340,15 @@ def alerts_fixed_rule(history: np.ndarray, threshold: float = FIXED_RULE) -> dic
     }
 
 
-def alerts_plain_ttest(
-    history: np.ndarray, alpha: float = PLAIN_ALPHA, min_size: int = MIN_SIZE
+def _alerts_plain_ttest(
+    history: np.ndarray, alpha: float = _PLAIN_ALPHA, min_size: int = MIN_SIZE
 ) -> dict[int, int]:
     """On every new run, the split with the smallest two-sample t-test p-value, if below alpha."""
     seen: dict[int, int] = {}
     for n in range(2 * min_size, len(history) + 1):
         best = min(
-            (student_p(history[:at], history[at:n]), at) for at in range(min_size, n - min_size + 1)
+            (_student_p(history[:at], history[at:n]), at)
+            for at in range(min_size, n - min_size + 1)
         )
         if best[0] < alpha:
             seen.setdefault(best[1], n)
@@ -356,8 +357,8 @@ def alerts_plain_ttest(
 
 METHODS: dict[str, Callable[[np.ndarray], dict[int, int]]] = {
     "changepoint": alerts_changepoint,
-    "fixed_7pct": alerts_fixed_rule,
-    "plain_ttest": alerts_plain_ttest,
+    "fixed_7pct": _alerts_fixed_rule,
+    "plain_ttest": _alerts_plain_ttest,
 }
 
 
@@ -459,7 +460,7 @@ def meets_goals(
     )
 
 
-def fewest_meeting_goals(
+def _fewest_meeting_goals(
     pool: Sequence[float],
     designs: Sequence[dict],
     *,
@@ -491,7 +492,7 @@ def trials_needed(
     More trials shrink only the trial noise of a point: with a run effect in ``evaluate_options``
     the point never gets quieter than the run effect itself."""
     designs = [{"trials": t} for t in candidates]
-    found, tried = fewest_meeting_goals(
+    found, tried = _fewest_meeting_goals(
         pool, designs, versus_baselines=versus_baselines, **evaluate_options
     )
     return (found["trials"] if found else None), tried
@@ -509,7 +510,7 @@ def runs_needed(
     trials), among ``candidates``, at which the detector meets the goals, and the scores of every
     count tried (None: none did). Runs divide both the run effect and the trial noise."""
     designs = [{"trials": trials, "runs_per_point": m} for m in candidates]
-    found, tried = fewest_meeting_goals(
+    found, tried = _fewest_meeting_goals(
         pool, designs, versus_baselines=versus_baselines, **evaluate_options
     )
     return (found["runs_per_point"] if found else None), tried
@@ -575,7 +576,7 @@ def run_noise(
     if family is not None and "family" in rows:
         rows = rows[rows.family == family]
     rows = rows[(rows.n_values >= 2) & rows.log_mean.notna() & rows.log_var.notna()]
-    keys = [k for k in ("campaign", *CONFIGURATION) if k in rows]
+    keys = [k for k in ("campaign", *CONFIGURATION, "design") if k in rows]
     weighted = weights = 0.0
     runs: set = set()
     configurations = 0

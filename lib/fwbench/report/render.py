@@ -23,10 +23,10 @@ from fwbench.results.layout import find_repo_root, now_iso
 from fwbench.vocab import ANALYSIS_NOTEBOOK
 
 NOTEBOOK = ANALYSIS_NOTEBOOK
-MAX_TABLE_ROWS = 60
+_MAX_TABLE_ROWS = 60
 GENERATED_PREFIX = "Generated: "
 # git ignores it: the reports of a user's runs, until ``--publish`` makes one the reference
-LOCAL_DIR = "local"
+_LOCAL_DIR = "local"
 PARTS = (("results", "Results"), ("failures", "Failures and workarounds"))
 
 
@@ -46,7 +46,7 @@ def repo_root() -> Path:
 def report_dirs(root: Path, name: str, publish: bool = False) -> tuple[Path, Path]:
     """Where report ``name`` and its figures go in checkout ``root``: ``report/NAME`` and
     ``figures/NAME`` when it is published, else the same under ``local/``."""
-    base = root if publish else root / LOCAL_DIR
+    base = root if publish else root / _LOCAL_DIR
     return base / "report" / name, base / "figures" / name
 
 
@@ -73,7 +73,7 @@ def fmt(value) -> str:
     return f"{value:.3g}"
 
 
-def markdown_table(frame: pd.DataFrame, limit: int = MAX_TABLE_ROWS) -> str:
+def markdown_table(frame: pd.DataFrame, limit: int = _MAX_TABLE_ROWS) -> str:
     if frame.empty:
         return "_(no rows)_"
     shown = frame.head(limit)
@@ -140,7 +140,7 @@ def _section_markdown(section: dict, content: dict, out: Path, report_dir: Path,
     return parts
 
 
-def preface_text(report_dir: Path) -> str:
+def _preface_text(report_dir: Path) -> str:
     """The hand-written context of report ``report_dir`` (``params/<name>.md``, beside its
     campaign file), or "". It says what the campaign asks and how to read it; numbers come only
     from the generated text below it."""
@@ -163,7 +163,7 @@ def markdown_report(
         f"[{NOTEBOOK}]({analysis_link}).",
         f"{GENERATED_PREFIX}{generated_at}",
     ]
-    preface = preface_text(report_dir)
+    preface = _preface_text(report_dir)
     if preface:
         parts += [
             "## Context",
@@ -196,7 +196,7 @@ def markdown_report(
     return "\n\n".join(parts) + "\n"
 
 
-HTML_TEMPLATE = """<!DOCTYPE html>
+_HTML_TEMPLATE = """<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -227,10 +227,10 @@ def html_report(markdown_text: str, title: str) -> str:
     from markdown_it import MarkdownIt
 
     body = MarkdownIt("commonmark", {"html": True}).enable("table").render(markdown_text)
-    return HTML_TEMPLATE.format(title=title, body=body)
+    return _HTML_TEMPLATE.format(title=title, body=body)
 
 
-def prune_stale(content: dict, report_dir: Path) -> list[Path]:
+def _prune_stale(content: dict, report_dir: Path) -> list[Path]:
     """Delete the tables and figures an earlier report left that this one did not write.
 
     A report of another run may have made a table this one has no rows for; left in place, it
@@ -258,7 +258,7 @@ def render(report_dir: Path, *, out: Path, analysis_notebook: Path) -> Path:
     """Write report.md and report.html from the notebook's content.json; returns report.md."""
     report_dir = Path(report_dir)
     content = sections.read(report_dir)
-    prune_stale(content, report_dir)
+    _prune_stale(content, report_dir)
     text = markdown_report(content, Path(out), report_dir, analysis_notebook, now_iso())
     md_path = report_dir / "report.md"
     md_path.write_text(text)

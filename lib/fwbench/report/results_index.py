@@ -23,8 +23,8 @@ from fwbench.report.render import html_report
 from fwbench.results import layout
 from fwbench.results.layout import write_text_atomic
 
-INDEX_NAME = "index"
-RUN_DATE = re.compile(r"^(\d{4})(\d{2})(\d{2})T")
+_INDEX_NAME = "index"
+_RUN_DATE = re.compile(r"^(\d{4})(\d{2})(\d{2})T")
 
 
 class ResultsIndexError(ValueError):
@@ -53,12 +53,12 @@ def _design(tables: Path) -> str:
 
 # Summary sentences every report may carry whatever it measured: a family campaign's answer is
 # not among them, so the index looks past them to its family's first sentence.
-ROUTINE_OPENINGS = ("No inference configuration", "The campaign has", "Every cell ran", "Over ")
-ROUTINE_PHRASES = ("ran on a shared machine",)
+_ROUTINE_OPENINGS = ("No inference configuration", "The campaign has", "Every cell ran", "Over ")
+_ROUTINE_PHRASES = ("ran on a shared machine",)
 
 
 def _routine(sentence: str) -> bool:
-    return sentence.startswith(ROUTINE_OPENINGS) or any(p in sentence for p in ROUTINE_PHRASES)
+    return sentence.startswith(_ROUTINE_OPENINGS) or any(p in sentence for p in _ROUTINE_PHRASES)
 
 
 def headline(content: dict) -> str:
@@ -79,7 +79,7 @@ def headline(content: dict) -> str:
 
 
 def _date(run_id: str) -> str:
-    match = RUN_DATE.match(run_id)
+    match = _RUN_DATE.match(run_id)
     return "-".join(match.groups()) if match else ""
 
 
@@ -149,8 +149,8 @@ def write(report_root: Path, out: Path) -> tuple[Path, bool]:
     changed. Each file is replaced whole, never left half-written."""
     report_root = Path(report_root)
     text = markdown(rows(report_root, out), report_root, report_root)
-    md_path = report_root / f"{INDEX_NAME}.md"
+    md_path = report_root / f"{_INDEX_NAME}.md"
     changed = not md_path.is_file() or md_path.read_text() != text
     write_text_atomic(md_path, text)
-    write_text_atomic(report_root / f"{INDEX_NAME}.html", html_report(text, "fwbench results"))
+    write_text_atomic(report_root / f"{_INDEX_NAME}.html", html_report(text, "fwbench results"))
     return md_path, changed

@@ -23,11 +23,11 @@ from fwbench.vocab import framework_label, model_label, setting_words
 
 # Below this share of the roofline bound, time goes to something other than arithmetic or memory
 # traffic (kernel launches, Python, synchronisation): the configuration is overhead-bound.
-OVERHEAD_FRACTION = 0.10
+_OVERHEAD_FRACTION = 0.10
 RULE = (
     "bound(I) = min(peak FLOP/s, bandwidth × I), with I = FLOPs ÷ bytes moved per image and the "
     "ceilings measured by 02_calibrate on the same device (best of both frameworks). A "
-    f"configuration achieving less than {OVERHEAD_FRACTION:.0%} of bound(I) is overhead-bound; "
+    f"configuration achieving less than {_OVERHEAD_FRACTION:.0%} of bound(I) is overhead-bound; "
     "otherwise it is memory-bound when I lies left of the ridge point (peak ÷ bandwidth) and "
     "compute-bound when it lies at or right of it. Where a configuration has no byte count of its "
     "own (PyTorch has no counterpart to XLA's cost analysis), the intensity of the JAX program for "
@@ -35,13 +35,13 @@ RULE = (
 )
 
 
-CEILING_METRICS = ("peak_matmul_tflops", "copy_bandwidth_gbs")
+_CEILING_METRICS = ("peak_matmul_tflops", "copy_bandwidth_gbs")
 # A peak is measured per framework, device, precision and (on a CPU) thread count (DESIGN.md
 # section 5): one core's peak is not two cores'.
-CEILING_KEY = ["framework", "device_name", "precision", "threads"]
+_CEILING_KEY = ["framework", "device_name", "precision", "threads"]
 # A device's ceiling is one per device, precision and thread count, whichever framework reached it
-DEVICE_KEY = ["device_name", "precision", "threads"]
-CEILING_COLUMNS = [
+_DEVICE_KEY = ["device_name", "precision", "threads"]
+_CEILING_COLUMNS = [
     "device_name",
     "precision",
     "threads",
@@ -54,7 +54,7 @@ CEILING_COLUMNS = [
     "ridge_flop_per_byte",
 ]
 # One MFU per configuration and family; ``variant`` tells torch's channels_last apart.
-MFU_KEY = [
+_MFU_KEY = [
     "family",
     "model",
     "framework",
@@ -65,8 +65,8 @@ MFU_KEY = [
     "precision",
     "threads",
 ]
-MFU_COLUMNS = [
-    *MFU_KEY,
+_MFU_COLUMNS = [
+    *_MFU_KEY,
     "batch_size",
     "achieved_tflops",
     "device_peak_tflops",
@@ -91,7 +91,7 @@ SLOW_PATH_SHARE = 0.25
 
 def _ceiling_rows(frame: pd.DataFrame) -> pd.DataFrame:
     rows = frame[(frame.family == "calibration") & (frame.status == "ok") & frame.value.notna()]
-    return rows[rows.metric.isin(CEILING_METRICS)]
+    return rows[rows.metric.isin(_CEILING_METRICS)]
 
 
 def _achieved_rows(meas: pd.DataFrame) -> pd.DataFrame:
@@ -107,14 +107,14 @@ def calibration_with_fallback(meas: pd.DataFrame, index_calibration: pd.DataFram
     ``index_calibration`` is ``analysis.load_calibration``: ceilings of every run in the index.
     """
     own = _ceiling_rows(meas)
-    calibrated = set(map(tuple, own[own.metric == "peak_matmul_tflops"][CEILING_KEY].values))
+    calibrated = set(map(tuple, own[own.metric == "peak_matmul_tflops"][_CEILING_KEY].values))
     index = _ceiling_rows(index_calibration)
-    devices = _achieved_rows(meas)[DEVICE_KEY].drop_duplicates()
+    devices = _achieved_rows(meas)[_DEVICE_KEY].drop_duplicates()
     frameworks = set(_achieved_rows(meas).framework) | set(index.framework)
     needed = {(f, *d) for d in map(tuple, devices.values) for f in frameworks}
     parts = [own]
     for key in sorted(needed - calibrated, key=str):
-        same = index[(index[CEILING_KEY] == pd.Series(key, index=CEILING_KEY)).all(axis=1)]
+        same = index[(index[_CEILING_KEY] == pd.Series(key, index=_CEILING_KEY)).all(axis=1)]
         peaks = same[same.metric == "peak_matmul_tflops"]
         if peaks.empty:
             continue
@@ -124,7 +124,7 @@ def calibration_with_fallback(meas: pd.DataFrame, index_calibration: pd.DataFram
     return pd.concat(parts, ignore_index=True) if len(parts) > 1 else own
 
 
-def framework_peaks(calibration: pd.DataFrame) -> pd.DataFrame:
+def _framework_peaks(calibration: pd.DataFrame) -> pd.DataFrame:
     """Per framework, device, precision and thread count: the best peak matmul TFLOP/s
     02_calibrate measured (``framework_peak_tflops``) and where, and whether its cell ran on a
     shared machine (read low, then)."""
@@ -141,8 +141,8 @@ def framework_peaks(calibration: pd.DataFrame) -> pd.DataFrame:
     }
     return (
         peak.sort_values(["value", "run_id"], ascending=[False, False])
-        .groupby(CEILING_KEY, sort=True)
-        .head(1)[[*CEILING_KEY, *columns]]
+        .groupby(_CEILING_KEY, sort=True)
+        .head(1)[[*_CEILING_KEY, *columns]]
         .rename(columns=columns)
         .reset_index(drop=True)
     )
@@ -153,10 +153,10 @@ def device_peaks(calibration: pd.DataFrame) -> pd.DataFrame:
     any framework reached there (``device_peak_tflops``), the framework that reached it and the
     run it was measured in. The predictor places its rows against the same rule
     (``families/prediction/dataset.ceilings``)."""
-    peaks = framework_peaks(calibration)
+    peaks = _framework_peaks(calibration)
     best = (
         peaks.sort_values(["framework_peak_tflops", "framework"], ascending=[False, True])
-        .groupby(DEVICE_KEY, sort=True)
+        .groupby(_DEVICE_KEY, sort=True)
         .head(1)
     )
     return best.rename(
@@ -176,8 +176,8 @@ def device_ceilings(calibration: pd.DataFrame) -> pd.DataFrame:
     bandwidth = cal[cal.metric == "copy_bandwidth_gbs"]
     best_peak = device_peaks(calibration)
     if best_peak.empty or bandwidth.empty:
-        return pd.DataFrame(columns=CEILING_COLUMNS)
-    best_peak = best_peak[[*DEVICE_KEY, "device_peak_tflops", "device_peak_framework"]].assign(
+        return pd.DataFrame(columns=_CEILING_COLUMNS)
+    best_peak = best_peak[[*_DEVICE_KEY, "device_peak_tflops", "device_peak_framework"]].assign(
         peak_run_id=best_peak.ceiling_run_id
     )
     best_peak = best_peak.rename(
@@ -197,7 +197,7 @@ def device_ceilings(calibration: pd.DataFrame) -> pd.DataFrame:
     )
     table = best_peak.merge(best_bw, on=["device_name", "threads"])
     table["ridge_flop_per_byte"] = table.peak_tflops * 1e12 / (table.bandwidth_gbs * 1e9)
-    return table[CEILING_COLUMNS].sort_values(DEVICE_KEY, ignore_index=True)
+    return table[_CEILING_COLUMNS].sort_values(_DEVICE_KEY, ignore_index=True)
 
 
 def mfu_table(meas: pd.DataFrame, calibration: pd.DataFrame) -> pd.DataFrame:
@@ -211,10 +211,10 @@ def mfu_table(meas: pd.DataFrame, calibration: pd.DataFrame) -> pd.DataFrame:
     """
     achieved = _achieved_rows(meas)
     if achieved.empty:
-        return pd.DataFrame(columns=MFU_COLUMNS)
+        return pd.DataFrame(columns=_MFU_COLUMNS)
     achieved = achieved.assign(channels_last=[bool(e.get("channels_last")) for e in achieved.extra])
     table = (
-        achieved.groupby([*MFU_KEY, "batch_size"], sort=True, dropna=False)
+        achieved.groupby([*_MFU_KEY, "batch_size"], sort=True, dropna=False)
         .agg(
             achieved_tflops=("value", "median"),
             n_trials=("value", "size"),
@@ -222,16 +222,16 @@ def mfu_table(meas: pd.DataFrame, calibration: pd.DataFrame) -> pd.DataFrame:
         )
         .reset_index()
     )
-    own = framework_peaks(calibration)
-    own = own[[*CEILING_KEY, "framework_peak_tflops", "framework_ceiling_run_id"]].assign(
+    own = _framework_peaks(calibration)
+    own = own[[*_CEILING_KEY, "framework_peak_tflops", "framework_ceiling_run_id"]].assign(
         framework_ceiling_campaign=own.ceiling_campaign
     )
-    table = table.merge(own, on=CEILING_KEY, how="left")
+    table = table.merge(own, on=_CEILING_KEY, how="left")
     device = device_peaks(calibration)
-    table = table.merge(device, on=DEVICE_KEY, how="left")
+    table = table.merge(device, on=_DEVICE_KEY, how="left")
     table["mfu"] = table.achieved_tflops / table.device_peak_tflops
     table["framework_efficiency"] = table.achieved_tflops / table.framework_peak_tflops
-    return table[MFU_COLUMNS].sort_values([*MFU_KEY, "batch_size"], ignore_index=True)
+    return table[_MFU_COLUMNS].sort_values([*_MFU_KEY, "batch_size"], ignore_index=True)
 
 
 def _where(name: str, r) -> str:
@@ -244,7 +244,7 @@ def mfu_notes(mfu: pd.DataFrame, run_id: str, cpu_isa: list[str] | None = None) 
     ratio above 1. ``cpu_isa``: the run's CPU's vector extensions (the run environment's
     ``cpu.isa``), which name why a CPU path is slow; None where the run did not record them."""
     notes = []
-    per_framework = mfu.drop_duplicates(CEILING_KEY).sort_values(CEILING_KEY)
+    per_framework = mfu.drop_duplicates(_CEILING_KEY).sort_values(_CEILING_KEY)
     for r in per_framework.itertuples():
         where = _where(r.framework, r)  # the record's own name, which queries of the index use
         if pd.isna(r.device_peak_tflops):
@@ -272,10 +272,10 @@ def mfu_notes(mfu: pd.DataFrame, run_id: str, cpu_isa: list[str] | None = None) 
         if share < SLOW_PATH_SHARE:
             notes.append(_slow_path_note(r, share, cpu_isa))
     above = mfu[mfu.mfu > 1]
-    for _, group in above.groupby(DEVICE_KEY, sort=True):
+    for _, group in above.groupby(_DEVICE_KEY, sort=True):
         notes.append(_above_one_note(group))
     above = mfu[(mfu.framework_efficiency > 1) & ~(mfu.mfu > 1)]
-    for _, group in above.groupby(CEILING_KEY, sort=True):
+    for _, group in above.groupby(_CEILING_KEY, sort=True):
         r = group.iloc[0]
         which = _configurations(group, "framework_efficiency")
         where = _where(framework_label(r.framework), r)
@@ -314,7 +314,7 @@ def _above_one_note(group: pd.DataFrame) -> str:
 
 # The instruction a CPU needs for a precision's matmuls to run natively (the run environment's
 # ``cpu.isa`` names, from measure.device.ISA_FLAGS)
-NATIVE_ISA = {"bf16": ("avx512_bf16", "AVX-512 BF16"), "fp16": ("avx512_fp16", "AVX-512 FP16")}
+_NATIVE_ISA = {"bf16": ("avx512_bf16", "AVX-512 BF16"), "fp16": ("avx512_fp16", "AVX-512 FP16")}
 
 
 def _slow_path_note(r, share: float, cpu_isa: list[str] | None) -> str:
@@ -325,7 +325,7 @@ def _slow_path_note(r, share: float, cpu_isa: list[str] | None) -> str:
         f"{setting}, {r.framework_peak_tflops:.3g} TFLOP/s, is {share:.1%} of the device's "
         f"ceiling there, {r.device_peak_tflops:.3g} ({framework_label(r.device_peak_framework)}'s)"
     )
-    native = NATIVE_ISA.get(r.precision)
+    native = _NATIVE_ISA.get(r.precision)
     if r.device == "cpu" and native:
         flag, words = native
         if cpu_isa is None:
@@ -394,7 +394,7 @@ def bound_tflops(intensity, peak_tflops, bandwidth_gbs):
 
 def classify(achieved_tflops: float, intensity: float, peak_tflops: float, bandwidth_gbs: float):
     bound = float(bound_tflops(intensity, peak_tflops, bandwidth_gbs))
-    if achieved_tflops < OVERHEAD_FRACTION * bound:
+    if achieved_tflops < _OVERHEAD_FRACTION * bound:
         return "overhead-bound", bound
     ridge = peak_tflops * 1e12 / (bandwidth_gbs * 1e9)
     return ("memory-bound" if intensity < ridge else "compute-bound"), bound
@@ -506,7 +506,7 @@ HELD_BACK_SHARE = 0.7
 FLOP_CATEGORIES = ("convolution", "depthwise/grouped convolution", "matmul/linear", "attention")
 # A held-back sentence names other categories until they hold this share of the time outside the
 # FLOP categories.
-NAMED_SHARE = 0.8
+_NAMED_SHARE = 0.8
 
 
 def bound_share_sentences(points: pd.DataFrame, matrix: pd.DataFrame, ops: pd.DataFrame) -> list:
@@ -563,7 +563,7 @@ def _held_back(p, ops: pd.DataFrame) -> str:
     others = ops[~in_flops].sort_values("ms", ascending=False)
     others = others[others.ms > 0]
     outside = float(others.ms.sum())
-    reached = others.ms.cumsum().shift(fill_value=0.0) < NAMED_SHARE * outside
+    reached = others.ms.cumsum().shift(fill_value=0.0) < _NAMED_SHARE * outside
     named = ", ".join(
         f"{o.category} {o.ms:.2f} ms ({o.ms / total:.0%})" for o in others[reached].itertuples()
     )

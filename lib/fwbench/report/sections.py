@@ -19,7 +19,7 @@ from fwbench.report import charts
 
 CONTENT_NAME = "content.json"
 TABLES_DIR = "tables"
-LATEX_FLOAT = "%.4g"
+_LATEX_FLOAT = "%.4g"
 
 
 @dataclass
@@ -66,7 +66,7 @@ class ReportContent:
             index=False,
             escape=True,
             na_rep="",
-            float_format=LATEX_FLOAT,
+            float_format=_LATEX_FLOAT,
             caption=caption,
             label=f"tab:{name}",
         )

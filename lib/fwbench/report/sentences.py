@@ -44,7 +44,7 @@ def ratio_sentence(row) -> str:
     label = "best modes" if row.comparison == "best" else "defaults"
     if (row.jax_variant, row.torch_variant) == (DEFAULT_MODE["jax"], DEFAULT_MODE["torch"]):
         label = "best modes and defaults" if row.comparison == "best" else label
-    modes = f"{label}: JAX {row.jax_variant} vs PyTorch {row.torch_variant}; {design_words(row)}"
+    modes = f"{label}: JAX {row.jax_variant} vs PyTorch {row.torch_variant}; {_design_words(row)}"
     ratio = f"JAX ÷ PyTorch throughput {times(row.ratio)} {interval(row.ci_low, row.ci_high)}"
     if row.winner == verdicts.EQUIVALENT:
         return (
@@ -73,7 +73,7 @@ def ratio_sentence(row) -> str:
     return f"{fast} is {times(factor)} {interval(low, high)} faster than {slow} {where} ({modes})."
 
 
-def design_words(row) -> str:
+def _design_words(row) -> str:
     """What the interval rests on: "3 runs × 8 rounds", and where the between-run term came from."""
     between = getattr(row, "between_term", "none")
     if between == "imported":
@@ -111,7 +111,7 @@ def headline_rows(matrix: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def tally_sentence(matrix: pd.DataFrame, comparison: str) -> str:
+def _tally_sentence(matrix: pd.DataFrame, comparison: str) -> str:
     rows = matrix[matrix.comparison == comparison]
     counts = rows.winner.value_counts()
     label = "best modes" if comparison == "best" else "defaults (PyTorch eager vs JAX jit)"
@@ -421,7 +421,7 @@ def executive_summary(
     sentences += [ratio_sentence(r) for r in headline_rows(matrix).itertuples()]
     if not matrix.empty:
         compared = set(matrix.comparison)
-        sentences += [tally_sentence(matrix, c) for c in ("best", "defaults") if c in compared]
+        sentences += [_tally_sentence(matrix, c) for c in ("best", "defaults") if c in compared]
     elif not families:  # a training or web-audio campaign's summary is its family's lines
         sentences.append("No inference configuration was measured on both frameworks in this run.")
     sentences += list(trust_lines)
@@ -435,15 +435,15 @@ def executive_summary(
 # --------------------------------------------------------------------------- methodology
 
 
-STOP_RULE_KEYS = ("batch_sizes", "min_iters", "min_seconds", "warmup", "block_size", "image_size")
+_STOP_RULE_KEYS = ("batch_sizes", "min_iters", "min_seconds", "warmup", "block_size", "image_size")
 
 
-def stop_rules(cells: pd.DataFrame) -> list[str]:
+def _stop_rules(cells: pd.DataFrame) -> list[str]:
     """The distinct timing parameters each notebook ran with, as read from its cells."""
     seen: dict[tuple, int] = {}
     for r in cells.itertuples():
         params = tuple(
-            (k, json.dumps(r.parameters[k])) for k in STOP_RULE_KEYS if k in r.parameters
+            (k, json.dumps(r.parameters[k])) for k in _STOP_RULE_KEYS if k in r.parameters
         )
         if params:
             seen[(r.notebook, params)] = seen.get((r.notebook, params), 0) + 1
@@ -476,7 +476,7 @@ def precision_settings(meas: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def ratio_method(samples: list[pd.DataFrame]) -> str:
+def _ratio_method(samples: list[pd.DataFrame]) -> str:
     """How the ratios' intervals were computed, from the sample sources the ratios actually used
     (``tables.throughput_samples`` frames, one per family)."""
     used = sorted(
@@ -564,7 +564,7 @@ def methodology(
         + (", ".join(f"{nb} ×{t}" for nb, t in sorted(repeated.items())) or "each cell ran once")
         + ". Each cell ran in its own kernel process."
     )
-    rules = stop_rules(ran)
+    rules = _stop_rules(ran)
     if rules:
         lines.append(
             "Timing parameters set by the campaign (the rest at the notebooks' defaults): "
@@ -573,7 +573,7 @@ def methodology(
         )
     for r in precision_settings(meas).itertuples():
         lines.append(f"Precision {r.precision} on {r.framework}: `{r.settings}`.")
-    lines.append(ratio_method(list(samples)))
+    lines.append(_ratio_method(list(samples)))
     return lines
 
 

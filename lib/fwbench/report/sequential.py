@@ -35,8 +35,8 @@ POINTS, CHANGE_AT = regressions.POINTS, regressions.CHANGE_AT
 FALSE_ALERTS_PER_100 = regressions.GOAL_FALSE_PER_100
 GOAL_RECALL = regressions.GOAL_RECALL_10PCT
 GOAL_DELAY_RUNS = regressions.GOAL_DELAY_RUNS
-SLOWDOWN = math.log(1.10)
-SIMULATIONS = 4000
+_SLOWDOWN = math.log(1.10)
+_SIMULATIONS = 4000
 SEED = 0
 
 
@@ -75,7 +75,7 @@ def _histories(pool: np.ndarray, n: int, rng: np.random.Generator, slowdown: flo
     return draws
 
 
-def reference_value(sd: float, slowdown: float = SLOWDOWN, baseline: int = BASELINE_RUNS):
+def reference_value(sd: float, slowdown: float = _SLOWDOWN, baseline: int = BASELINE_RUNS):
     """CUSUM's ``k``: half the slowdown in units of a point's standardized SD."""
     return slowdown / (sd * math.sqrt(1 + 1 / baseline)) / 2
 
@@ -85,7 +85,7 @@ def threshold(
 ) -> float:
     """``h`` for at most ``per_100`` alerts per 100 unchanged histories."""
     rng = np.random.default_rng(seed)
-    worst = [statistic(h, sd, k).max() for h in _histories(pool, SIMULATIONS, rng, 0.0)]
+    worst = [statistic(h, sd, k).max() for h in _histories(pool, _SIMULATIONS, rng, 0.0)]
     return float(np.quantile(worst, 1 - per_100 / 100))
 
 
@@ -99,7 +99,7 @@ def evaluate(pool: np.ndarray, seed: int = SEED + 1, simulations: int = 1000) ->
     h = threshold(pool, sd, k)
     rng = np.random.default_rng(seed)
     unchanged = [first_alert(x, sd, h, k) for x in _histories(pool, simulations, rng, 0.0)]
-    slowed = [first_alert(x, sd, h, k) for x in _histories(pool, simulations, rng, SLOWDOWN)]
+    slowed = [first_alert(x, sd, h, k) for x in _histories(pool, simulations, rng, _SLOWDOWN)]
     caught = [a for a in slowed if a is not None and a >= CHANGE_AT]
     early = sum(a is not None and a < CHANGE_AT for a in slowed)
     delays = np.asarray([a - CHANGE_AT + 1 for a in caught])

@@ -17,14 +17,14 @@ from pathlib import Path
 from fwbench.report import sections
 from fwbench.results.layout import write_text_atomic
 
-MAX_BULLETS = 6
-MAX_BULLET_CHARS = (
+_MAX_BULLETS = 6
+_MAX_BULLET_CHARS = (
     420  # a longer methodology bullet (the package list) is for the report, not a slide
 )
-DECK_NAME = "slides.html"
-MATRIX_FIGURE = "ratio_matrix"
+_DECK_NAME = "slides.html"
+_MATRIX_FIGURE = "ratio_matrix"
 
-STYLE = """
+_STYLE = """
 html { scroll-snap-type: y mandatory; }
 body { margin: 0; font-family: -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; color: #1d2433;
        background: #f3f4f6; }
@@ -47,7 +47,7 @@ code { background: #eef0f3; padding: 0 0.3em; font-size: 0.9em; }
 
 # Step with the keys a presenter's clicker sends; scrolling by hand still works. A slide whose
 # text runs past its screen (a long summary sentence) shrinks its text until it fits.
-SCRIPT = """
+_SCRIPT = """
 window.addEventListener("load", () => {
   for (const slide of document.querySelectorAll("section.slide")) {
     let size = 2.5;
@@ -81,7 +81,7 @@ def _inline(text: str) -> str:
 
 
 def _bullets(items: list[str]) -> str:
-    kept = [t for t in items if len(t) <= MAX_BULLET_CHARS][:MAX_BULLETS]
+    kept = [t for t in items if len(t) <= _MAX_BULLET_CHARS][:_MAX_BULLETS]
     return "<ul>" + "".join(f"<li>{_inline(t)}</li>" for t in kept) + "</ul>"
 
 
@@ -124,7 +124,7 @@ def slides(content: dict) -> list[tuple[str, str]]:
         ("Method", _bullets(content["methodology"])),
     ]
     figures = _figures(content)
-    matrix = [item for _, item in figures if item["name"] == MATRIX_FIGURE]
+    matrix = [item for _, item in figures if item["name"] == _MATRIX_FIGURE]
     why = sections.section_by_name(content, "why") or {"items": []}
     why_figures = [item for name, item in figures if name == "why"][:1]
     why_notes = [i["text"] for i in why["items"] if i["kind"] == "note"]
@@ -159,7 +159,7 @@ def slides(content: dict) -> list[tuple[str, str]]:
     return deck
 
 
-def deck_html(content: dict) -> str:
+def _deck_html(content: dict) -> str:
     parts = []
     deck = slides(content)
     for n, (title, body) in enumerate(deck, 1):
@@ -172,9 +172,9 @@ def deck_html(content: dict) -> str:
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{title}</title><style>{STYLE}</style></head><body>"
+        f"<title>{title}</title><style>{_STYLE}</style></head><body>"
         + "\n".join(parts)
-        + f"<script>{SCRIPT}</script></body></html>\n"
+        + f"<script>{_SCRIPT}</script></body></html>\n"
     )
 
 
@@ -186,6 +186,6 @@ def write(report_dir: Path, output: Path | None = None) -> Path:
         raise SlidesError(
             f"no report at {report_dir}: build it first with `fwbench report CAMPAIGN`"
         ) from None
-    output = Path(output or Path(report_dir) / DECK_NAME)
-    write_text_atomic(output, deck_html(content))
+    output = Path(output or Path(report_dir) / _DECK_NAME)
+    write_text_atomic(output, _deck_html(content))
     return output

@@ -36,7 +36,7 @@ SAMPLE_SOURCE_TEXT = {
     "steps": "per-step throughputs (every training step synced)",
     "trials": "trials",
 }
-MIN_TRIALS_AS_SAMPLES = 3
+_MIN_TRIALS_AS_SAMPLES = 3
 # A comparison keeps only the rounds in which neither arm ran on a shared machine when at least
 # this many are left; with fewer it keeps them all and says so.
 MIN_CLEAN_ROUNDS = 3
@@ -170,7 +170,7 @@ def source_paths(rows: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
 # --------------------------------------------------------------------------- comparisons
 
 
-def inference_ok(meas: pd.DataFrame, metric: str, family: str = "inference") -> pd.DataFrame:
+def _inference_ok(meas: pd.DataFrame, metric: str, family: str = "inference") -> pd.DataFrame:
     rows = meas[(meas.family == family) & (meas.metric == metric) & (meas.status == "ok")]
     return rows[rows.value.notna()]
 
@@ -184,12 +184,12 @@ def throughput_samples(meas: pd.DataFrame, family: str = "inference") -> pd.Data
     ``reruns`` of ``meas``, where the loader added them). Otherwise the samples the record carries
     are (``SAMPLE_SOURCE``): per-block throughputs for inference, per-step images/s for training.
     """
-    thr = inference_ok(meas, "throughput_img_s", family)
+    thr = _inference_ok(meas, "throughput_img_s", family)
     rows = []
     for key, group in thr.groupby(CONFIG + SERIES, sort=True):
         group = group.sort_values("trial")
         trials = shared = reruns = None
-        if len(group) >= MIN_TRIALS_AS_SAMPLES:
+        if len(group) >= _MIN_TRIALS_AS_SAMPLES:
             samples, source = [float(v) for v in group.value], "trials"
             trials = [int(t) for t in group.trial]
             shared = [bool(v) for v in _column(group, "shared_machine", False)]
@@ -300,7 +300,7 @@ def log_ratio_rounds(samples: pd.DataFrame, key: dict, a: tuple, b: tuple, compa
     return frame, dropped
 
 
-def compared_arms(samples: pd.DataFrame, run_id: str, comparisons=("best", "defaults")):
+def _compared_arms(samples: pd.DataFrame, run_id: str, comparisons=("best", "defaults")):
     """Each comparison ``run_id`` made: (configuration, comparison, JAX arm, PyTorch arm, and
     the key its rounds go by in the estimator), the arms picked in ``run_id``."""
     this = samples[samples.run_id == run_id]
@@ -313,7 +313,7 @@ def compared_arms(samples: pd.DataFrame, run_id: str, comparisons=("best", "defa
                 yield key_dict, comparison, jax, torch, (*key, jax.variant, torch.variant), picked
 
 
-def jax_over_torch_rounds(samples: pd.DataFrame, key: dict, jax, torch, ident) -> tuple:
+def _jax_over_torch_rounds(samples: pd.DataFrame, key: dict, jax, torch, ident) -> tuple:
     """``log_ratio_rounds`` of JAX's arm over PyTorch's, in every pooled run."""
     return log_ratio_rounds(samples, key, ("torch", torch.variant), ("jax", jax.variant), ident)
 
@@ -321,8 +321,8 @@ def jax_over_torch_rounds(samples: pd.DataFrame, key: dict, jax, torch, ident) -
 def best_rounds(samples: pd.DataFrame, run_id: str) -> pd.DataFrame:
     """The rounds of every best-mode comparison ``run_id`` made, from every pooled run."""
     parts = [
-        jax_over_torch_rounds(samples, key, jax, torch, ident)[0]
-        for key, _, jax, torch, ident, _ in compared_arms(samples, run_id, ("best",))
+        _jax_over_torch_rounds(samples, key, jax, torch, ident)[0]
+        for key, _, jax, torch, ident, _ in _compared_arms(samples, run_id, ("best",))
     ]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
@@ -374,7 +374,7 @@ def pooled_samples(
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def runs_on_cpu(con, environment: dict, until: str | None = None) -> dict[str, list[str]]:
+def _runs_on_cpu(con, environment: dict, until: str | None = None) -> dict[str, list[str]]:
     """Every campaign's runs made on the CPU model ``environment`` names, oldest first; with
     ``until`` (a run id) only those that started no later, so that a report rebuilt after more
     runs were made says what it said."""
@@ -396,7 +396,7 @@ def samples_on_cpu(
     ``pooled_samples`` (campaign -> (run ids, frame)), read once for all that compares campaigns."""
     return {
         campaign: (ids, pooled_samples(con, campaign, ids))
-        for campaign, ids in sorted(runs_on_cpu(con, environment, until).items())
+        for campaign, ids in sorted(_runs_on_cpu(con, environment, until).items())
     }
 
 
@@ -469,9 +469,9 @@ def comparison_matrix(
         samples = samples.assign(run_id=run_id or "run")
     run_id = run_id or samples.run_id.max()
     rows, parts, dropped = [], [], {}
-    for key_dict, comparison, jax, torch, ident, picked in compared_arms(samples, run_id):
+    for key_dict, comparison, jax, torch, ident, picked in _compared_arms(samples, run_id):
         if ident not in dropped:
-            part, dropped[ident] = jax_over_torch_rounds(samples, key_dict, jax, torch, ident)
+            part, dropped[ident] = _jax_over_torch_rounds(samples, key_dict, jax, torch, ident)
             parts.append(part)
         ratio, low, high = ratio_ci(jax.samples, torch.samples, seed=RATIO_SEED)
         rows.append(

@@ -35,7 +35,7 @@ AA_MIN_COMPARISONS = 40
 # the histories per slowdown size.
 POINT_TRIALS = 5
 EVAL_SERIES = 200
-EVAL_SEED = 0
+_EVAL_SEED = 0
 TRIAL_CANDIDATES = (5, 7, 10, 15, 20, 30)
 # Trials shrink only a point's trial noise, never its run effect; runs per point (a point the
 # mean of that many runs' medians) shrink both. The noisiest pool here (the trust campaign's
@@ -49,16 +49,16 @@ GOALS_VERSUS_BASELINES = False
 # fewer run-to-run residuals than this say too little about the tails the threshold sits in
 MIN_RESIDUALS = 20
 
-TRIAL_COLUMNS = [*CONFIG, *SERIES, "trials", "reruns", "still_shared", "used"]
+_TRIAL_COLUMNS = [*CONFIG, *SERIES, "trials", "reruns", "still_shared", "used"]
 
 
-def with_trials(samples: pd.DataFrame) -> pd.DataFrame:
+def _with_trials(samples: pd.DataFrame) -> pd.DataFrame:
     if samples.empty or "trials" not in samples:
         return samples.iloc[0:0]
     return samples[samples.trials.notna()]
 
 
-def used_values(row) -> list[float]:
+def _used_values(row) -> list[float]:
     """An arm's trial values, without the ones run on a shared machine when enough are left."""
     return kept_rounds(row.samples, row.shared)
 
@@ -68,20 +68,20 @@ def trials_table(samples: pd.DataFrame) -> pd.DataFrame:
     the machine was shared, how many stayed shared after that, and how many the A/A control and
     the detector's noise pool use."""
     rows = []
-    for r in with_trials(samples).itertuples():
+    for r in _with_trials(samples).itertuples():
         rows.append(
             {
                 **{k: getattr(r, k) for k in CONFIG + SERIES},
                 "trials": len(r.trials),
                 "reruns": int(sum(r.reruns)),
                 "still_shared": int(sum(r.shared)),
-                "used": len(used_values(r)),
+                "used": len(_used_values(r)),
             }
         )
-    return pd.DataFrame(rows, columns=TRIAL_COLUMNS)
+    return pd.DataFrame(rows, columns=_TRIAL_COLUMNS)
 
 
-def copy_pairs(samples: pd.DataFrame) -> list[tuple[dict, str, str]]:
+def _copy_pairs(samples: pd.DataFrame) -> list[tuple[dict, str, str]]:
     """Each A/A pair of the pooled runs: (configuration, framework, variant) of an arm that ran
     a duplicate cell (variant ``…#copy``) beside it."""
     pairs = set()
@@ -107,7 +107,7 @@ def aa_control(samples: pd.DataFrame, floor=None) -> pd.DataFrame:
     if "run_id" not in samples:
         samples = samples.assign(run_id="run")
     parts = []
-    for key, framework, variant in copy_pairs(samples):
+    for key, framework, variant in _copy_pairs(samples):
         ident = (*key.values(), framework, variant)
         frame, _ = log_ratio_rounds(
             samples, key, (framework, variant), (framework, variant + COPY_SUFFIX), ident
@@ -219,8 +219,8 @@ def noise_pool(samples: pd.DataFrame, min_trials: int = POINT_TRIALS) -> np.ndar
     over the arms with at least ``min_trials`` of them. It is the noise within a run only; the
     run effect on top comes from the campaign's history (``regressions.run_noise``)."""
     parts = []
-    for r in with_trials(samples).itertuples():
-        values = np.asarray(used_values(r), dtype=float)
+    for r in _with_trials(samples).itertuples():
+        values = np.asarray(_used_values(r), dtype=float)
         if values.size >= min_trials:
             parts.append(values / np.median(values))
     return np.concatenate(parts) if parts else np.array([])
@@ -256,7 +256,7 @@ def regression_scores(
     per point give 1.0 and 94.0%, which meets the goals.
     """
     noise = regressions.run_noise(histories)
-    options = {"series": EVAL_SERIES, "seed": EVAL_SEED, "run_sd": noise.sd}
+    options = {"series": EVAL_SERIES, "seed": _EVAL_SEED, "run_sd": noise.sd}
     goals = {"versus_baselines": GOALS_VERSUS_BASELINES}
     current = regressions.evaluate(pool, trials=POINT_TRIALS, **options)
     parts = [("current", current)]
@@ -270,7 +270,7 @@ def regression_scores(
         parts += [("more_trials", by_trials), ("more_runs", by_runs)]
     if noise.sd > 0:
         reference = regressions.evaluate(
-            pool, trials=POINT_TRIALS, series=EVAL_SERIES, seed=EVAL_SEED
+            pool, trials=POINT_TRIALS, series=EVAL_SERIES, seed=_EVAL_SEED
         )
         parts.append(("no_run_noise", reference))
     frames = []
@@ -353,7 +353,7 @@ def add_records(
     extra = {
         "trials_per_point": POINT_TRIALS,
         "series_per_size": EVAL_SERIES,
-        "seed": EVAL_SEED,
+        "seed": _EVAL_SEED,
         "trials_needed_for_goals": needed,
         **_finite(regression_needs(scores)),
         "scores": [_finite(r) for r in scores.to_dict(orient="records")],
@@ -527,14 +527,14 @@ def paired_detector(repeated: dict[str, pd.DataFrame]) -> dict:
     """The paired-ratio regression detector (``sequential``) scored on histories resampled from
     the run-to-run residuals of this CPU model's repeated series (``repeated_rounds``);
     empty where there are fewer than ``MIN_RESIDUALS``."""
-    pool = residuals_of(repeated.values())
+    pool = _residuals_of(repeated.values())
     if len(pool) < MIN_RESIDUALS:
         return {}
     campaigns = sorted(c for c, r in repeated.items() if len(sequential.residual_pool(r)))
     return {"campaigns": campaigns, **sequential.evaluate(pool)}
 
 
-def residuals_of(series) -> np.ndarray:
+def _residuals_of(series) -> np.ndarray:
     """Every run-to-run residual of a CPU model's repeated series (rounds frames)."""
     pools = [sequential.residual_pool(r) for r in series]
     return np.concatenate([p for p in pools if len(p)] or [np.array([])])
@@ -555,7 +555,7 @@ def paired_regressions(con, campaign: str | None = None) -> tuple[pd.DataFrame, 
         cpu = "{} family {} model {}".format(*identity[:3])
         on_cpu = samples_on_cpu(con, environment)
         series = series_rounds(on_cpu)
-        pool = residuals_of(r for _, r in series)
+        pool = _residuals_of(r for _, r in series)
         for name, rounds in series:
             if campaign not in (None, name):
                 continue

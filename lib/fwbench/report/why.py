@@ -35,8 +35,8 @@ from fwbench.vocab import (
 
 METRIC = "op_time_ms"
 # A why-sentence leads with the parts that hold this share of the gap's positive parts.
-EXPLAINED_SHARE = 0.80
-ORDER = (*OP_CATEGORIES, OVERHEAD)
+_EXPLAINED_SHARE = 0.80
+_ORDER = (*OP_CATEGORIES, OVERHEAD)
 # How a profile names a fusion of ops of several categories; families/inference/op_categories
 # writes it (the report may not import families; tests/test_why_parts.py holds the two equal).
 FUSED_JOIN = " + "
@@ -44,7 +44,7 @@ FUSED_JOIN = " + "
 # its fusions' categories (one recorded before they were named) may hold any of the second in any
 # of the first, so for it they are one block.
 ANCHORS = ("convolution", "depthwise/grouped convolution", "matmul/linear")
-EPILOGUES = ("normalisation", "elementwise/activation", "pooling/reduction")
+_EPILOGUES = ("normalisation", "elementwise/activation", "pooling/reduction")
 # The residual parts' names in the gaps table and the sentences
 OUTSIDE = "unattributed (time outside the profiled ops)"
 OVERLAP = "ops overlapping on several threads"
@@ -52,7 +52,7 @@ OVERLAP = "ops overlapping on several threads"
 SHOWN_MS = 0.005
 # A campaign that times without profiling (a profile in every round would cost every run) takes
 # its per-op profiles from a companion campaign of its name and this suffix, run once.
-WHY_SUFFIX = "_why"
+_WHY_SUFFIX = "_why"
 
 
 def fused_parts(category: str) -> tuple[str, ...]:
@@ -63,7 +63,7 @@ def fused_parts(category: str) -> tuple[str, ...]:
 def category_order(categories) -> list[str]:
     """The vocabulary's order, a fused category after the one it goes to first, the overhead
     last (the order the charts stack them in)."""
-    rank = {c: i for i, c in enumerate(ORDER)}
+    rank = {c: i for i, c in enumerate(_ORDER)}
 
     def order(category: str):
         parts = fused_parts(category)
@@ -120,8 +120,8 @@ def companion_why(con, campaign: str, environment: dict) -> tuple:
     this run's CPU model (``tables.cpu_identity``); ("", empty, empty) where there is none, or
     where this run did not record its CPU (then no run is known to share it)."""
     identity = tables.cpu_identity(environment)
-    name = campaign + WHY_SUFFIX
-    if identity is None or campaign.endswith(WHY_SUFFIX):
+    name = campaign + _WHY_SUFFIX
+    if identity is None or campaign.endswith(_WHY_SUFFIX):
         return "", pd.DataFrame(), pd.DataFrame()
     rows = con.execute(
         "select run_id, environment from runs where campaign = ? order by run_id", [name]
@@ -150,7 +150,7 @@ def borrowed_sentence(campaign: str, why_run_id: str, sides: int) -> str:
     return (
         f"The per-op profiles of {sides} side{'' if sides == 1 else 's'} (a configuration and "
         f"framework variant this run timed without profiling) come from run {why_run_id} of the "
-        f"companion campaign `{campaign}{WHY_SUFFIX}` on the same CPU model: one profiled cell "
+        f"companion campaign `{campaign}{_WHY_SUFFIX}` on the same CPU model: one profiled cell "
         "per side, not the timed rounds, so a gap's parts explain the verdict's ratio without "
         "being its rounds."
     )
@@ -162,7 +162,7 @@ def _blocks(categories, assume_fused: bool) -> dict[str, tuple[str, ...]]:
     epilogue present (see ``ANCHORS``)."""
     plain = {p for c in categories for p in fused_parts(c)}
     groups = [set(fused_parts(c)) for c in categories]
-    present = plain & {*ANCHORS, *EPILOGUES}
+    present = plain & {*ANCHORS, *_EPILOGUES}
     if assume_fused and present & set(ANCHORS):
         groups.append(present)
     merged: list[set] = []
@@ -172,7 +172,7 @@ def _blocks(categories, assume_fused: bool) -> dict[str, tuple[str, ...]]:
             merged.remove(m)
             group = group | m
         merged.append(group)
-    rank = {c: i for i, c in enumerate(ORDER)}
+    rank = {c: i for i, c in enumerate(_ORDER)}
     block = {p: tuple(sorted(m, key=lambda c: rank.get(c, len(rank)))) for m in merged for p in m}
     return {c: block[fused_parts(c)[0]] for c in categories}
 
@@ -301,7 +301,7 @@ def pair_gaps(pairs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=GAP_COLUMNS)
 
 
-def explaining(gap: pd.DataFrame, share: float = EXPLAINED_SHARE) -> pd.DataFrame:
+def explaining(gap: pd.DataFrame, share: float = _EXPLAINED_SHARE) -> pd.DataFrame:
     """The parts, largest first, that add up to ``share`` of one comparison's positive parts
     (where the slower side also spends less somewhere, the positive parts exceed the gap)."""
     positive = gap[gap.gap_ms > 0].sort_values("gap_ms", ascending=False)
@@ -312,7 +312,7 @@ def explaining(gap: pd.DataFrame, share: float = EXPLAINED_SHARE) -> pd.DataFram
     return positive[reached]
 
 
-def why_sentence(gap: pd.DataFrame) -> str:
+def _why_sentence(gap: pd.DataFrame) -> str:
     """One comparison's gap as a sentence, every part with its sign, e.g. "JAX jit on ResNet-50 at
     batch 1 in fp32 with 2 threads is 26.46 ms per profiled call slower than PyTorch eager (89.72
     against 63.25 ms): convolution with its fused normalisation +30.39 ms, …, unattributed (time
@@ -361,4 +361,4 @@ def why_sentences(all_gaps: pd.DataFrame) -> list[str]:
     if all_gaps.empty:
         return []
     keys = [*CONFIG, "slower_variant", "faster_variant"]
-    return [why_sentence(g) for _, g in all_gaps.groupby(keys, sort=True, dropna=False)]
+    return [_why_sentence(g) for _, g in all_gaps.groupby(keys, sort=True, dropna=False)]

@@ -17,19 +17,19 @@ import nbformat
 from fwbench.results.records import COLUMNS, RECORDS_MIME, load_schema
 from fwbench.vocab import CUT, ENV_DB, KIT_COMMIT_FILE, family_of, named_commit
 
-DEFAULT_DB_NAME = "fwbench.duckdb"
+_DEFAULT_DB_NAME = "fwbench.duckdb"
 
 # A failed cell still yields one row, so that the failure is visible next to the measurements.
 DESCRIPTIVE = ("model", "framework", "mode", "device", "precision", "batch_size")
 # A cell the manifest still holds as pending when its run is indexed never ran to the end: the
 # run stopped before it (gpu/run.sh's time cap, a stopped runner). It is indexed as ``CUT``, a
 # cells row and a cell_status record, so that a report names it rather than say every cell ran.
-CUT_ERROR = (
+_CUT_ERROR = (
     "not run: the run stopped before this cell finished (a time cap or a stopped runner), "
     "or was still going when it was indexed"
 )
 
-SCHEMA_SQL = """
+_SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id VARCHAR, campaign VARCHAR, started_at VARCHAR, finished_at VARCHAR,
     git_sha VARCHAR, host VARCHAR, campaign_file VARCHAR, environment JSON,
@@ -66,7 +66,7 @@ class IngestError(ValueError):
 def default_db_path(out: str | os.PathLike | None = None) -> Path:
     if os.environ.get(ENV_DB):
         return Path(os.environ[ENV_DB])
-    return Path(out or "executed") / DEFAULT_DB_NAME
+    return Path(out or "executed") / _DEFAULT_DB_NAME
 
 
 def index_path(given: str | os.PathLike | None, out: str | os.PathLike | None = None) -> Path:
@@ -85,12 +85,12 @@ def connect(db_path: str | os.PathLike, read_only: bool = False):
 
     con = duckdb.connect(str(db_path), read_only=read_only)
     if not read_only:
-        con.execute(SCHEMA_SQL)
+        con.execute(_SCHEMA_SQL)
     return con
 
 
 @dataclass
-class RunData:
+class _RunData:
     run_dir: Path
     manifest: dict
     cells: list[dict] = field(default_factory=list)
@@ -110,7 +110,7 @@ def _records_in(nb) -> list[dict]:
     return rows
 
 
-def read_notebook_rows(nb_path: Path, run_dir: Path, validator) -> tuple[dict, list[dict]]:
+def _read_notebook_rows(nb_path: Path, run_dir: Path, validator) -> tuple[dict, list[dict]]:
     """The cell summary and validated records of one executed notebook."""
     try:
         nb = nbformat.read(str(nb_path), as_version=4)
@@ -166,7 +166,7 @@ def _status_row(context: dict, params: dict, status: str, error: str | None) -> 
     return row
 
 
-def cut_cells(data: RunData) -> tuple[list[dict], list[dict]]:
+def _cut_cells(data: _RunData) -> tuple[list[dict], list[dict]]:
     """The cells row and the record of every cell the manifest still holds as pending and whose
     notebook was not read: the cells the run never finished."""
     read = {(c["notebook"], c["cell"], c["trial"]) for c in data.cells}
@@ -178,12 +178,12 @@ def cut_cells(data: RunData) -> tuple[list[dict], list[dict]]:
         run = {k: data.manifest[k] for k in ("run_id", "campaign")}
         context = run | dict(zip(("notebook", "cell", "trial"), key, strict=True))
         params = entry.get("parameters") or {}
-        rows.append(_status_row(context, params, CUT, CUT_ERROR))
+        rows.append(_status_row(context, params, CUT, _CUT_ERROR))
         cells.append(
             {
                 **context,
                 "status": CUT,
-                "error": CUT_ERROR,
+                "error": _CUT_ERROR,
                 "duration_s": None,
                 "retried": False,
                 "retry_env": json.dumps({}),
@@ -195,7 +195,7 @@ def cut_cells(data: RunData) -> tuple[list[dict], list[dict]]:
     return cells, rows
 
 
-def run_commit(data: RunData) -> str | None:
+def _run_commit(data: _RunData) -> str | None:
     """The commit the run's code came from: the kit's commit file gpu/run.sh put beside the
     manifest where there is one (a node's copy may carry a stale .git, whose commit the
     environment then holds), else the environment's."""
@@ -219,7 +219,7 @@ def _machine_share(meta: dict) -> dict:
     }
 
 
-def collect(root: Path, progress=None) -> list[RunData]:
+def collect(root: Path, progress=None) -> list[_RunData]:
     """Read and validate every run under ``root`` (a folder of campaigns, a campaign or a run).
 
     ``progress`` wraps the list of the notebooks to read, the slow part (``fwbench ingest`` gives
@@ -229,7 +229,7 @@ def collect(root: Path, progress=None) -> list[RunData]:
         raise IngestError(f"{root}: no such folder")
     validator = jsonschema.Draft202012Validator(load_schema())
     runs = []
-    notebooks: list[tuple[RunData, Path]] = []
+    notebooks: list[tuple[_RunData, Path]] = []
     manifests = sorted(root.rglob("manifest.json"))
     for manifest_path in manifests:
         run_dir = manifest_path.parent
@@ -237,7 +237,7 @@ def collect(root: Path, progress=None) -> list[RunData]:
             manifest = json.loads(manifest_path.read_text())
         except json.JSONDecodeError as exc:
             raise IngestError(f"{manifest_path}: malformed manifest: {exc}") from None
-        data = RunData(run_dir, manifest)
+        data = _RunData(run_dir, manifest)
         # hidden files are partial or temporary writes of an interrupted runner: never results
         notebooks += [
             (data, nb_path)
@@ -246,17 +246,17 @@ def collect(root: Path, progress=None) -> list[RunData]:
         ]
         runs.append(data)
     for data, nb_path in progress(notebooks) if progress else notebooks:
-        cell, rows = read_notebook_rows(nb_path, data.run_dir, validator)
+        cell, rows = _read_notebook_rows(nb_path, data.run_dir, validator)
         data.cells.append(cell)
         data.rows.extend(rows)
     for data in runs:
-        cells, rows = cut_cells(data)
+        cells, rows = _cut_cells(data)
         data.cells.extend(cells)
         data.rows.extend(rows)
     return runs
 
 
-def _scanned_campaigns(root: Path, runs: list[RunData]) -> dict[str, set[str]]:
+def _scanned_campaigns(root: Path, runs: list[_RunData]) -> dict[str, set[str]]:
     """Per campaign whose whole folder lies under ``root``: the run ids found in it. A run folder
     given alone says nothing of its campaign's other runs, so it is left out."""
     root = root.resolve()
@@ -302,7 +302,7 @@ def ingest(root: str | os.PathLike, db_path: str | os.PathLike, progress=None) -
                     m["campaign"],
                     m.get("started_at"),
                     m.get("finished_at"),
-                    run_commit(run),
+                    _run_commit(run),
                     env.get("host"),
                     m.get("campaign_file"),
                     json.dumps(env, default=str),

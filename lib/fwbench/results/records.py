@@ -30,7 +30,7 @@ CONTEXT_ENV = {
     "cell": vocab.ENV_CELL,
 }
 
-STATUSES = ("ok", "failed", "timeout", "oom", "skipped")
+_STATUSES = ("ok", "failed", "timeout", "oom", "skipped")
 
 COLUMNS = (
     "run_id",
@@ -146,8 +146,8 @@ class Recorder:
         **columns: Any,
     ) -> dict:
         """Add one row. ``columns`` override the recorder's defaults (e.g. ``batch_size=8``)."""
-        if status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        if status not in _STATUSES:
+            raise ValueError(f"status must be one of {_STATUSES}, got {status!r}")
         unknown = set(columns) - set(COLUMNS)
         if unknown:
             raise ValueError(f"unknown record columns: {sorted(unknown)}")

@@ -19,7 +19,7 @@ from fwbench.measure.meters.contention import Contention, ContentionMeter
 from fwbench.measure.timing import StopRule, measure_latency
 
 # DESIGN.md's bound on the two timers' medians of the same call.
-AGREEMENT_TOLERANCE = 0.05
+_AGREEMENT_TOLERANCE = 0.05
 
 
 @dataclass
@@ -36,7 +36,7 @@ class TimerAgreement:
 
     @property
     def agrees(self) -> bool:
-        return abs(self.ratio - 1) < AGREEMENT_TOLERANCE
+        return abs(self.ratio - 1) < _AGREEMENT_TOLERANCE
 
     @property
     def quiet(self) -> bool:
@@ -48,7 +48,7 @@ class TimerAgreement:
         line = (
             f"our median {self.ours_s * 1e3:.2f} ms (n={self.ours_n}) vs blocked_autorange "
             f"{self.theirs_s * 1e3:.2f} ms (n={self.theirs_n}): ratio {self.ratio:.3f}, the timers "
-            f"{agreement} within {AGREEMENT_TOLERANCE:.0%}"
+            f"{agreement} within {_AGREEMENT_TOLERANCE:.0%}"
         )
         if self.contention is None:
             line += "; the machine's contention could not be read, so this may not count"

@@ -37,12 +37,12 @@ import numpy as np
 from fwbench.families.distributed.job import Job, Place, global_batch, shard_rows
 from fwbench.families.distributed.torch_side import optim_config
 
-AXIS = "data"
-TP_AXIS = "model"
-DATA_PARALLEL = ("dp", "dp_fused")
+_AXIS = "data"
+_TP_AXIS = "model"
+_DATA_PARALLEL = ("dp", "dp_fused")
 
 
-def build_twin(job: Job):
+def _build_twin(job: Job):
     """The Flax twin with the weights ``torch_side.build_model`` gives PyTorch, in training mode."""
     from fwbench.families.training.parity import zero_init_residual_
     from fwbench.families.training.steps import disable_stochastic_layers
@@ -66,14 +66,14 @@ def _path_text(path) -> str:
     return jax.tree_util.keystr(path)
 
 
-def tp_spec(path_text: str, ndim: int):
+def _tp_spec(path_text: str, ndim: int):
     """Where a ViT parameter lives on the ``model`` axis: MLP fc1 by columns, fc2 by rows."""
     from jax.sharding import PartitionSpec as P
 
     if "mlp" in path_text and "fc1" in path_text:
-        return P(None, TP_AXIS) if ndim == 2 else P(TP_AXIS)
+        return P(None, _TP_AXIS) if ndim == 2 else P(_TP_AXIS)
     if "mlp" in path_text and "fc2" in path_text and ndim == 2:
-        return P(TP_AXIS, None)
+        return P(_TP_AXIS, None)
     return P()
 
 
@@ -124,7 +124,7 @@ class JaxWorker:
 
         job = self.job
         self.dtype = jnp.float64 if job.precision == "fp64" else jnp.float32
-        model = build_twin(job)
+        model = _build_twin(job)
         graphdef, params, stats, other = nnx.split(model, nnx.Param, nnx.BatchStat, ...)
         params = jax.tree.map(np.asarray, cast_floating(params, self.dtype))
         stats = jax.tree.map(np.asarray, cast_floating(stats, self.dtype))
@@ -172,19 +172,19 @@ class JaxWorker:
             self.params = jax.device_put(params, local)
             self.stats = jax.device_put(stats, local)
             self._batch_sharding = None
-        elif job.strategy in DATA_PARALLEL + ("fsdp",):
-            mesh = Mesh(devices, (AXIS,))
+        elif job.strategy in _DATA_PARALLEL + ("fsdp",):
+            mesh = Mesh(devices, (_AXIS,))
             self.mesh = mesh
             if job.strategy == "fsdp":
                 mask = jax.tree.map(lambda a: a.ndim >= 1 and a.shape[0] % n == 0, params)
             else:
                 mask = jax.tree.map(lambda a: False, params)
-            param_specs = jax.tree.map(lambda m: P(AXIS) if m else P(), mask)
-            stat_specs = jax.tree.map(lambda a: P(AXIS), stats)
+            param_specs = jax.tree.map(lambda m: P(_AXIS) if m else P(), mask)
+            stat_specs = jax.tree.map(lambda a: P(_AXIS), stats)
 
             def gather(p):
                 return jax.tree.map(
-                    lambda a, m: jax.lax.all_gather(a, AXIS, axis=0, tiled=True) if m else a,
+                    lambda a, m: jax.lax.all_gather(a, _AXIS, axis=0, tiled=True) if m else a,
                     p,
                     mask,
                 )
@@ -192,12 +192,12 @@ class JaxWorker:
             def reduce(g):
                 if job.strategy == "dp_fused":
                     flat, unflatten = ravel_pytree(g)
-                    return unflatten(jax.lax.pmean(flat, AXIS))
+                    return unflatten(jax.lax.pmean(flat, _AXIS))
                 return jax.tree.map(
                     lambda a, m: (
-                        (jax.lax.psum_scatter(a, AXIS, scatter_dimension=0, tiled=True) / n)
+                        (jax.lax.psum_scatter(a, _AXIS, scatter_dimension=0, tiled=True) / n)
                         if m
-                        else jax.lax.pmean(a, AXIS)
+                        else jax.lax.pmean(a, _AXIS)
                     ),
                     g,
                     mask,
@@ -209,7 +209,7 @@ class JaxWorker:
                 own_stats = jax.tree.map(lambda a: a[0], s)
                 (loss, new_stats), g = grad_fn(gather(p), own_stats, x, y)
                 return (
-                    jax.lax.pmean(loss, AXIS),
+                    jax.lax.pmean(loss, _AXIS),
                     jax.tree.map(lambda a: a[None], new_stats),
                     reduce(g),
                 )
@@ -220,7 +220,7 @@ class JaxWorker:
             mapped = jax.shard_map(
                 on_shard,
                 mesh=mesh,
-                in_specs=(param_specs, stat_specs, P(AXIS), P(AXIS)),
+                in_specs=(param_specs, stat_specs, P(_AXIS), P(_AXIS)),
                 out_specs=(P(), stat_specs, param_specs),
                 check_vma=False,
             )
@@ -235,14 +235,14 @@ class JaxWorker:
                 lambda a, spec: _global(a, NamedSharding(mesh, spec)), params, param_specs
             )
             self.stats = jax.tree.map(
-                lambda a: _global(np.stack([a] * n), NamedSharding(mesh, P(AXIS))), stats
+                lambda a: _global(np.stack([a] * n), NamedSharding(mesh, P(_AXIS))), stats
             )
-            self._batch_sharding = NamedSharding(mesh, P(AXIS))
+            self._batch_sharding = NamedSharding(mesh, P(_AXIS))
         else:  # tp
-            mesh = Mesh(devices, (TP_AXIS,))
+            mesh = Mesh(devices, (_TP_AXIS,))
             self.mesh = mesh
             specs = jax.tree_util.tree_map_with_path(
-                lambda path, a: tp_spec(_path_text(path), a.ndim), params
+                lambda path, a: _tp_spec(_path_text(path), a.ndim), params
             )
             shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs)
 
@@ -284,11 +284,11 @@ class JaxWorker:
 
     @property
     def has_compute_only(self) -> bool:
-        return self.job.compute_only and self.job.strategy in DATA_PARALLEL + ("fsdp",)
+        return self.job.compute_only and self.job.strategy in _DATA_PARALLEL + ("fsdp",)
 
     @property
     def has_grad_allreduce(self) -> bool:
-        return self.distributed and self.job.strategy in DATA_PARALLEL
+        return self.distributed and self.job.strategy in _DATA_PARALLEL
 
     def grad_allreduce_op(self):
         """The step's gradient all-reduce alone (``reduce`` on arrays of the gradients' shapes),
@@ -361,13 +361,13 @@ class JaxWorker:
 
         n = self.place.world_size
         elems = max(message_bytes // 4, 1)
-        mesh = Mesh(np.array(jax.devices()), (AXIS,))
-        x = _global(np.ones(n * elems, np.float32), NamedSharding(mesh, P(AXIS)))
+        mesh = Mesh(np.array(jax.devices()), (_AXIS,))
+        x = _global(np.ones(n * elems, np.float32), NamedSharding(mesh, P(_AXIS)))
         psum = jax.jit(
             jax.shard_map(
-                lambda a: jax.lax.psum(a, AXIS),
+                lambda a: jax.lax.psum(a, _AXIS),
                 mesh=mesh,
-                in_specs=P(AXIS),
+                in_specs=P(_AXIS),
                 out_specs=P(),
                 check_vma=False,
             )

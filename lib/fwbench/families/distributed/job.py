@@ -28,10 +28,10 @@ import numpy as np
 from fwbench import vocab
 
 PRECISIONS = ("fp32", "fp64")
-PHASES = ("train", "allreduce")
+_PHASES = ("train", "allreduce")
 # torchrun's variables, then Slurm's: a worker started by either finds its place without flags
-TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-SLURM_ENV = ("SLURM_PROCID", "SLURM_NTASKS")
+_TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+_SLURM_ENV = ("SLURM_PROCID", "SLURM_NTASKS")
 
 
 @dataclass(frozen=True)
@@ -86,9 +86,9 @@ class Job:
             raise ValueError("steps must be positive and warmup not negative")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.phase not in PHASES:
-            raise ValueError(f"phase must be one of {PHASES}, got {self.phase!r}")
-        if self.strategy == "tp" and not tensor_parallel_model(self.model):
+        if self.phase not in _PHASES:
+            raise ValueError(f"phase must be one of {_PHASES}, got {self.phase!r}")
+        if self.strategy == "tp" and not _tensor_parallel_model(self.model):
             raise ValueError(
                 f"tensor parallelism splits Linear layers; {self.model} is a CNN, "
                 "use vit_b_16 (strategy tp)"
@@ -104,7 +104,7 @@ class Job:
         return cls(**json.loads(Path(path).read_text())).check()
 
 
-def tensor_parallel_model(model: str) -> bool:
+def _tensor_parallel_model(model: str) -> bool:
     from fwbench.models import get_spec
 
     return get_spec(model).kind == "transformer"
@@ -130,7 +130,7 @@ def place_from(
     env = os.environ if env is None else env
     if rank is None and "RANK" in env and "WORLD_SIZE" in env:
         rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
-    if rank is None and all(k in env for k in SLURM_ENV):
+    if rank is None and all(k in env for k in _SLURM_ENV):
         rank, world_size = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
     if rank is None:
         rank, world_size = 0, world_size or 1

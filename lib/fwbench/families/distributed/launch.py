@@ -27,22 +27,22 @@ from pathlib import Path
 
 from fwbench.families.distributed.job import Job
 
-LAUNCHERS = ("local", "srun")
-WORKER_MODULE = "fwbench.families.distributed.worker"
-LOG_TAIL_CHARS = 3000
+_LAUNCHERS = ("local", "srun")
+_WORKER_MODULE = "fwbench.families.distributed.worker"
+_LOG_TAIL_CHARS = 3000
 
 
 class DistributedRunError(RuntimeError):
     """A rank failed, or the launcher never heard from it."""
 
 
-def free_port() -> int:
+def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("", 0))
         return sock.getsockname()[1]
 
 
-def host_address() -> str:
+def _host_address() -> str:
     """This node's address as the other nodes of an allocation reach it."""
     try:
         return socket.gethostbyname(socket.gethostname())
@@ -50,7 +50,7 @@ def host_address() -> str:
         return "127.0.0.1"
 
 
-def allocation_hosts() -> list[str]:
+def _allocation_hosts() -> list[str]:
     """The hostnames of this Slurm job's nodes, in Slurm's order (``scontrol show hostnames``)."""
     nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
     if not nodelist:
@@ -69,9 +69,9 @@ def rank_hosts(world_size: int, hosts: list[str]) -> list[str]:
     return [hosts[rank // per_node] for rank in range(world_size)]
 
 
-def spread_hosts(job: Job, nodes: int) -> list[str]:
+def _spread_hosts(job: Job, nodes: int) -> list[str]:
     """The allocation's first ``nodes`` hosts (fewer for a smaller world) the ranks spread over."""
-    hosts = allocation_hosts()
+    hosts = _allocation_hosts()
     if len(hosts) < nodes:
         raise DistributedRunError(
             f"nodes {nodes}, but this Slurm allocation has {len(hosts)}: {', '.join(hosts)}"
@@ -82,12 +82,12 @@ def spread_hosts(job: Job, nodes: int) -> list[str]:
 def commands(job: Job, job_path: Path, out: Path, launcher: str, nodes: int = 1) -> list[list[str]]:
     """The command lines that start the job's ranks (one line for torchrun and srun)."""
     n = job.world_size
-    worker = [sys.executable, "-m", WORKER_MODULE, "--job", str(job_path), "--out", str(out)]
+    worker = [sys.executable, "-m", _WORKER_MODULE, "--job", str(job_path), "--out", str(out)]
     if launcher == "srun":
         if shutil.which("srun") is None:
             raise DistributedRunError("launcher srun: no srun on this machine's PATH")
         if nodes > 1:
-            hosts = spread_hosts(job, nodes)
+            hosts = _spread_hosts(job, nodes)
             # rank 0 runs on the first host and serves the rendezvous there; the port is free
             # here, where Slurm runs a job's script: on its first node
             address = socket.gethostbyname(hosts[0])
@@ -98,7 +98,7 @@ def commands(job: Job, job_path: Path, out: Path, launcher: str, nodes: int = 1)
                 "--distribution=block",
             ]
         else:
-            address, spread = host_address(), []
+            address, spread = _host_address(), []
         return [
             [
                 "srun",
@@ -109,7 +109,7 @@ def commands(job: Job, job_path: Path, out: Path, launcher: str, nodes: int = 1)
                 "--kill-on-bad-exit=1",
                 *worker,
                 "--coordinator",
-                f"{address}:{free_port()}",
+                f"{address}:{_free_port()}",
             ]
         ]
     if nodes > 1:
@@ -124,7 +124,7 @@ def commands(job: Job, job_path: Path, out: Path, launcher: str, nodes: int = 1)
                 "--nnodes=1",
                 f"--nproc-per-node={n}",
                 "-m",
-                WORKER_MODULE,
+                _WORKER_MODULE,
                 "--job",
                 str(job_path),
                 "--out",
@@ -133,14 +133,14 @@ def commands(job: Job, job_path: Path, out: Path, launcher: str, nodes: int = 1)
         ]
     # explicit ranks: a kernel inside a Slurm job inherits SLURM_PROCID/SLURM_NTASKS of its own
     # allocation, which must not tell a local worker what world it is in
-    coordinator = f"127.0.0.1:{free_port()}"
+    coordinator = f"127.0.0.1:{_free_port()}"
     return [
         [*worker, "--rank", str(r), "--world-size", str(n), "--coordinator", coordinator]
         for r in range(n)
     ]
 
 
-def worker_env(job: Job) -> dict:
+def _worker_env(job: Job) -> dict:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if job.device == "cpu":
         env["JAX_PLATFORMS"] = "cpu"  # a GPU node's JAX would otherwise take its GPUs
@@ -152,7 +152,7 @@ def worker_env(job: Job) -> dict:
 
 def _tail(path: Path) -> str:
     try:
-        return path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+        return path.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
     except OSError:
         return ""
 
@@ -163,14 +163,14 @@ def launch(
     """Run ``job`` with its world size of workers, over ``nodes`` nodes of a Slurm allocation
     where ``launcher`` is srun; returns each rank's result, by rank."""
     job.check()
-    if launcher not in LAUNCHERS:
-        raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
+    if launcher not in _LAUNCHERS:
+        raise ValueError(f"launcher must be one of {_LAUNCHERS}, got {launcher!r}")
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("rank*.json"):
         stale.unlink()
     job_path = job.save(out / "job.json")
     log_path = out / "launcher.log"
-    env = worker_env(job)
+    env = _worker_env(job)
     with open(log_path, "w") as log:
         procs = [
             subprocess.Popen(
@@ -193,7 +193,7 @@ def launch(
     results, problems = [], []
     where = [""] * job.world_size
     if nodes > 1:
-        where = [f" (on {host})" for host in rank_hosts(job.world_size, spread_hosts(job, nodes))]
+        where = [f" (on {host})" for host in rank_hosts(job.world_size, _spread_hosts(job, nodes))]
     for rank in range(job.world_size):
         path = out / f"rank{rank}.json"
         if not path.is_file():

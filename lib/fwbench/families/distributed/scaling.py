@@ -24,7 +24,7 @@ from fwbench.families.distributed.job import Job, bus_bandwidth
 
 
 @dataclass(frozen=True)
-class StepSummary:
+class _StepSummary:
     world_size: int
     global_batch: int
     step_s: float  # median over steps of the slowest rank's step
@@ -62,7 +62,7 @@ class StepSummary:
         }
 
 
-def slowest_rank(results: list[dict], key: str) -> list[float] | None:
+def _slowest_rank(results: list[dict], key: str) -> list[float] | None:
     """Per step, the largest of the ranks' ``key`` samples; None when no rank has them."""
     series = [r[key] for r in results if r.get(key)]
     if not series:
@@ -70,10 +70,10 @@ def slowest_rank(results: list[dict], key: str) -> list[float] | None:
     return np.max(np.asarray(series, dtype=float), axis=0).tolist()
 
 
-def summarize(job: Job, results: list[dict]) -> StepSummary:
-    steps = slowest_rank(results, "step_s")
-    compute_only = slowest_rank(results, "compute_only_step_s")
-    return StepSummary(
+def summarize(job: Job, results: list[dict]) -> _StepSummary:
+    steps = _slowest_rank(results, "step_s")
+    compute_only = _slowest_rank(results, "compute_only_step_s")
+    return _StepSummary(
         world_size=job.world_size,
         global_batch=job.global_batch,
         step_s=float(np.median(steps)),
@@ -94,7 +94,7 @@ def _slowest(results: list[dict], key: str) -> float | None:
     return float(max(values)) if values else None
 
 
-def scaling_efficiency(at_n: StepSummary, at_1: StepSummary) -> float:
+def scaling_efficiency(at_n: _StepSummary, at_1: _StepSummary) -> float:
     return at_n.img_s / (at_n.world_size * at_1.img_s)
 
 

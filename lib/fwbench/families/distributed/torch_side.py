@@ -58,7 +58,7 @@ def optim_config(job: Job):
     return OptimConfig(name="sgd", lr=job.lr, schedule="constant")
 
 
-def fsdp_units(model) -> list:
+def _fsdp_units(model) -> list:
     """The blocks FSDP2 shards one by one (each gathered only while it runs): the ViT's encoder
     layers, a ResNet's stages, a MobileNet's or EfficientNet's feature blocks."""
     encoder = getattr(model, "encoder", None)
@@ -71,7 +71,7 @@ def fsdp_units(model) -> list:
     return []
 
 
-def tensor_parallel_plan(model) -> dict:
+def _tensor_parallel_plan(model) -> dict:
     """``parallelize_module``'s plan for torchvision's ViT: every MLP's first Linear by columns,
     its second by rows."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
@@ -114,7 +114,7 @@ class TorchWorker:
             if job.compute_only:
                 self.replica = copy.deepcopy(model)
             mesh = init_device_mesh("cpu", (place.world_size,))
-            for unit in fsdp_units(model):
+            for unit in _fsdp_units(model):
                 fully_shard(unit, mesh=mesh)
             self.model = fully_shard(model, mesh=mesh)
         elif job.strategy == "tp":
@@ -122,7 +122,7 @@ class TorchWorker:
             from torch.distributed.tensor.parallel import parallelize_module
 
             mesh = init_device_mesh("cpu", (place.world_size,))
-            self.model = parallelize_module(model, mesh, tensor_parallel_plan(model))
+            self.model = parallelize_module(model, mesh, _tensor_parallel_plan(model))
         else:
             self.model = model
         config = optim_config(job)

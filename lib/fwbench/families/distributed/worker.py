@@ -26,11 +26,11 @@ import numpy as np
 from fwbench.families.distributed.job import Job, pin_to_core, place_from
 
 # the all-reduce sweep's stopping rule per message size: both a count and a duration
-ALLREDUCE_MIN_ITERS = 5
-ALLREDUCE_MIN_SECONDS = 0.2
+_ALLREDUCE_MIN_ITERS = 5
+_ALLREDUCE_MIN_SECONDS = 0.2
 
 
-def make_worker(job: Job, place):
+def _make_worker(job: Job, place):
     if job.framework == "torch":
         from fwbench.families.distributed.torch_side import TorchWorker
 
@@ -40,7 +40,7 @@ def make_worker(job: Job, place):
     return JaxWorker(job, place)
 
 
-def timed_steps(worker, first: int, count: int, fn) -> tuple[list[float], list[float]]:
+def _timed_steps(worker, first: int, count: int, fn) -> tuple[list[float], list[float]]:
     """Wall and CPU seconds of ``count`` calls of ``fn(step)``, each between two barriers, so a
     step's time is the slowest rank's."""
     wall, cpu = [], []
@@ -54,11 +54,11 @@ def timed_steps(worker, first: int, count: int, fn) -> tuple[list[float], list[f
     return wall, cpu
 
 
-def run_train(job: Job, worker) -> dict:
+def _run_train(job: Job, worker) -> dict:
     from fwbench.measure.meters.peak_memory import lifetime_max_rss_bytes
 
     losses = [worker.step(step) for step in range(job.warmup)]
-    step_s, cpu_s = timed_steps(
+    step_s, cpu_s = _timed_steps(
         worker, job.warmup, job.steps, lambda step: losses.append(worker.step(step))
     )
     result = {
@@ -70,13 +70,13 @@ def run_train(job: Job, worker) -> dict:
     if worker.has_compute_only:
         first = job.warmup + job.steps
         worker.compute_only_step(first)  # compiles the replica's step (JAX), outside the timing
-        result["compute_only_step_s"], result["compute_only_cpu_s"] = timed_steps(
+        result["compute_only_step_s"], result["compute_only_cpu_s"] = _timed_steps(
             worker, first + 1, job.steps, worker.compute_only_step
         )
     if worker.has_compute_only and worker.has_grad_allreduce:
         op, result["grad_arrays"], result["grad_bytes"] = worker.grad_allreduce_op()
         result["grad_allreduce_s"] = collective_seconds(
-            worker, op, ALLREDUCE_MIN_ITERS, ALLREDUCE_MIN_SECONDS
+            worker, op, _ALLREDUCE_MIN_ITERS, _ALLREDUCE_MIN_SECONDS
         )
     result["peak_rss_bytes"] = lifetime_max_rss_bytes()
     return result
@@ -95,7 +95,7 @@ def collective_seconds(worker, op, min_iters: int, min_seconds: float) -> float:
     return float(np.median(samples))
 
 
-def run_allreduce(job: Job, worker) -> dict:
+def _run_allreduce(job: Job, worker) -> dict:
     return {
         "allreduce": [
             {
@@ -103,8 +103,8 @@ def run_allreduce(job: Job, worker) -> dict:
                 "seconds": collective_seconds(
                     worker,
                     worker.allreduce_op(nbytes),
-                    ALLREDUCE_MIN_ITERS,
-                    ALLREDUCE_MIN_SECONDS,
+                    _ALLREDUCE_MIN_ITERS,
+                    _ALLREDUCE_MIN_SECONDS,
                 ),
             }
             for nbytes in job.allreduce_bytes
@@ -134,10 +134,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"the launcher started {place.world_size} processes for a world of {job.world_size}"
             )
         record["core"] = pin_to_core(place.rank)
-        worker = make_worker(job, place)
+        worker = _make_worker(job, place)
         try:
             record.update(
-                run_train(job, worker) if job.phase == "train" else run_allreduce(job, worker)
+                _run_train(job, worker) if job.phase == "train" else _run_allreduce(job, worker)
             )
         finally:
             worker.close()

@@ -203,7 +203,7 @@ def _lead_category(parts: list[dict]) -> str:
     return _scope(first) or _opcode_category(first)
 
 
-def instruction_category(instr: dict, computations: dict) -> str:
+def _instruction_category(instr: dict, computations: dict) -> str:
     """The category an instruction's time goes to, joined with the categories of the other ops
     it fused (see the module's note)."""
     parts = [i for i in _constituents(instr, computations) if i["opcode"] not in _TRIVIAL]
@@ -228,7 +228,7 @@ def hlo_categories(hlo_text: str) -> dict[str, str]:
     the instruction name a profile's events carry (``fusion.12``, ``convolution.3``)."""
     computations = _parse_hlo(hlo_text)
     return {
-        instr["name"]: instruction_category(instr, computations)
+        instr["name"]: _instruction_category(instr, computations)
         for instructions in computations.values()
         for instr in instructions
     }

@@ -34,7 +34,7 @@ from fwbench import vocab
 from fwbench.families.inference.op_categories import fused_parts, hlo_categories, torch_category
 from fwbench.results.records import INTERACTIVE
 
-PROFILED_CALLS = 3
+_PROFILED_CALLS = 3
 # aten ops that run a whole layer: PyTorch's fast path for nn.MultiheadAttention in inference runs
 # the input and output projections (matmuls) and the attention core as one op. Opening it counts
 # the projections as matmul/linear, as the JAX side's are, and only the core as attention.
@@ -64,7 +64,7 @@ class OpProfile:
     wall_ms: float
     busy_ms: float  # the union of op intervals
     trace_path: str | None
-    calls: int = PROFILED_CALLS
+    calls: int = _PROFILED_CALLS
     # whether a fusion's categories are all named (``op_categories.FUSED_JOIN``): true of every
     # XLA profile made since; worth recording, since a program that fused nothing across
     # categories looks the same in its rows as a profile made before
@@ -174,7 +174,7 @@ def _categorised_events(events):
             yield evt, False, duration, True
 
 
-def profile_torch(side, x, calls: int = PROFILED_CALLS, batch_size: int | None = None):
+def profile_torch(side, x, calls: int = _PROFILED_CALLS, batch_size: int | None = None):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -210,7 +210,7 @@ def profile_torch(side, x, calls: int = PROFILED_CALLS, batch_size: int | None =
     return _profile(dict(times), categories, intervals, wall, calls, str(path))
 
 
-def trace_events(folder: Path) -> list[dict]:
+def _trace_events(folder: Path) -> list[dict]:
     """The complete events of the newest Perfetto trace under ``folder``."""
     files = sorted(glob.glob(str(folder / "**" / "perfetto_trace.json.gz"), recursive=True))
     if not files:
@@ -221,7 +221,7 @@ def trace_events(folder: Path) -> list[dict]:
     return [e for e in events if e.get("ph") == "X"]
 
 
-def profile_jax(side, x, calls: int = PROFILED_CALLS, batch_size: int | None = None):
+def profile_jax(side, x, calls: int = _PROFILED_CALLS, batch_size: int | None = None):
     import jax
 
     categories = hlo_categories(side.compiled[x.shape].as_text())
@@ -232,19 +232,19 @@ def profile_jax(side, x, calls: int = PROFILED_CALLS, batch_size: int | None = N
             side.sync(side(x))
         wall = time.perf_counter() - start
     times, intervals = defaultdict(float), []
-    for e in trace_events(folder):
+    for e in _trace_events(folder):
         name = e.get("name", "")
         if name in categories:
             ts, dur = float(e.get("ts", 0.0)), float(e.get("dur", 0.0))
             times[name] += dur
             intervals.append((ts, ts + dur))
-    compress_xplanes(folder)
+    _compress_xplanes(folder)
     found = _profile(dict(times), categories, intervals, wall, calls, str(folder))
     found.fusions_recorded = True
     return found
 
 
-def compress_xplanes(folder: Path) -> None:
+def _compress_xplanes(folder: Path) -> None:
     """Gzip the XLA profiler's raw ``*.xplane.pb`` files under ``folder`` once read (about 5:1);
     ``gunzip`` one to open it in TensorBoard's profiler."""
     for raw in Path(folder).rglob("*.xplane.pb"):

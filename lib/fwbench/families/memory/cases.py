@@ -35,7 +35,7 @@ ENCODER_CONFIGS = {
 }
 
 
-class BertStyleEncoder(nn.Module):
+class _BertStyleEncoder(nn.Module):
     def __init__(self, layers, hidden, heads, ff, vocab, max_len=512, dropout=0.1):
         super().__init__()
         self.token_embedding = nn.Embedding(vocab, hidden)
@@ -83,7 +83,7 @@ class MaskedLM(nn.Module):
         return self.mlm(input_ids=batch[:, 0], attention_mask=batch[:, 1]).logits
 
 
-MASK_SHARE = 0.15  # BERT's share of masked positions
+_MASK_SHARE = 0.15  # BERT's share of masked positions
 IGNORE = -100  # cross_entropy's ignore_index: no loss at this position
 
 
@@ -94,7 +94,7 @@ def masked_lm_batch(batch_size: int, seq_len: int, vocab: int, gen: torch.Genera
     ids = torch.randint(1, vocab - 1, (batch_size, seq_len), generator=gen)
     lengths = torch.randint(seq_len // 2, seq_len + 1, (batch_size,), generator=gen)
     attention = (torch.arange(seq_len)[None, :] < lengths[:, None]).long()
-    masked = (torch.rand(batch_size, seq_len, generator=gen) < MASK_SHARE) & attention.bool()
+    masked = (torch.rand(batch_size, seq_len, generator=gen) < _MASK_SHARE) & attention.bool()
     masked[:, 0] = True  # every sequence has a target, so the mean loss is never 0/0
     targets = torch.where(masked, ids, torch.full_like(ids, IGNORE))
     ids = torch.where(masked, torch.full_like(ids, vocab - 1), ids) * attention
@@ -143,7 +143,7 @@ def build_case(
         loss_fn, blocks = _token_loss, model.layers
     elif name == "bert_encoder":
         layers, hidden, heads, ff, vocab = ENCODER_CONFIGS[encoder_size]
-        model = BertStyleEncoder(layers, hidden, heads, ff, vocab, max_len=max(seq_len, 512))
+        model = _BertStyleEncoder(layers, hidden, heads, ff, vocab, max_len=max(seq_len, 512))
         batch = torch.randint(0, vocab, (batch_size, seq_len), generator=gen)
         targets = torch.randint(0, vocab, (batch_size, seq_len), generator=gen)
         loss_fn, blocks = _token_loss, list(model.encoder.layers)

@@ -46,7 +46,7 @@ POLICIES = ("dots_saveable", "dots_with_no_batch_dims_saveable", "nothing_saveab
 
 
 @dataclass
-class JaxMeasurement:
+class _JaxMeasurement:
     method: str
     peak_bytes: int  # arguments + outputs - aliased + temporaries
     temp_bytes: int  # the temporaries: activations and working buffers
@@ -123,7 +123,7 @@ def methods(n_blocks: int, checkpoint_every: list[int], sqrt_n: bool, policies: 
     return out
 
 
-def peak_of(compiled) -> tuple[int, int, int]:
+def _peak_of(compiled) -> tuple[int, int, int]:
     """(peak, temporaries, arguments) in bytes from XLA's memory analysis of ``compiled``."""
     found = compiled.memory_analysis()
     peak = (
@@ -137,14 +137,14 @@ def peak_of(compiled) -> tuple[int, int, int]:
 
 def measure(
     model, x, y, name: str, size: int, policy, rule: StopRule, warmup: int = 1
-) -> JaxMeasurement:
+) -> _JaxMeasurement:
     """Compile one method's step, read its memory, and time it (each call synced)."""
     optimizer, step = train_step(size, policy)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     held = [jax.tree.map(jnp.copy, params), jax.tree.map(jnp.copy, rest)]
     held.append(optimizer.init(held[0]))
     compiled = step.lower(graphdef, *held, x, y).compile()
-    peak, temp, arguments = peak_of(compiled)
+    peak, temp, arguments = _peak_of(compiled)
 
     def call(_):
         out = compiled(*held, x, y)
@@ -154,7 +154,7 @@ def measure(
     timing = measure_latency(call, [None], jax.block_until_ready, rule, warmup=warmup,
                              max_warmup=warmup)  # fmt: skip
     samples = [float(s) for s in timing.samples_ms()]
-    return JaxMeasurement(name, peak, temp, arguments, samples, timing.summary_ms())
+    return _JaxMeasurement(name, peak, temp, arguments, samples, timing.summary_ms())
 
 
 def gradients(model, x, y, run: Callable | None = None) -> dict:
@@ -223,7 +223,7 @@ def run_batch(
     seed: int = 0,
 ) -> pd.DataFrame:
     """Every JAX method on ``model``'s twin at one batch size, measured in turn from position
-    ``rotation``: a frame shaped like ``study.summary_frame`` (savings and overheads against
+    ``rotation``: a frame shaped like ``memory_records.summary_frame`` (savings and overheads against
     ``jax_none``), with each plan's float64 gate where ``exact_check``."""
     from fwbench.families.memory.footprint import rotated
 
@@ -256,7 +256,7 @@ def run_batch(
             "activation_saved_pct": 100.0 * (ref.temp_bytes - m.temp_bytes) / ref.temp_bytes,
             "overhead_pct": 100.0 * (m.summary["p50"] / ref.summary["p50"] - 1),
             "exact_max_abs_diff": gates.get(name, {}).get("exact_max_abs_diff"),
-            # a gate that failed names the tensor furthest off (study.add_records keeps it)
+            # a gate that failed names the tensor furthest off (memory_records.add_records keeps it)
             "exact_worst": None if gates.get(name, {}).get("passed", True)
             else gates[name]["worst_tensor"],
         })  # fmt: skip

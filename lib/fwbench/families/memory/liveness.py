@@ -46,7 +46,7 @@ _STATS_ARGS_TO_DROP = {_aten.native_batch_norm.default: (3, 4)}
 
 
 @dataclass
-class NodeInfo:
+class _NodeInfo:
     name: str
     rank: int
     region: str
@@ -56,7 +56,7 @@ class NodeInfo:
 
 
 @dataclass
-class Storage:
+class _Storage:
     owner: str
     nbytes: int
     created: int  # rank of the owning node; -1 for graph inputs
@@ -82,8 +82,8 @@ class Activation:
 @dataclass
 class GraphAnalysis:
     nodes: list[fx.Node]
-    info: dict[str, NodeInfo]
-    storages: dict[str, Storage]
+    info: dict[str, _NodeInfo]
+    storages: dict[str, _Storage]
     activations: dict[str, Activation]
     forward_end: int
     backward_start: int
@@ -114,7 +114,7 @@ def _storage_nbytes(val: torch.Tensor) -> int:
         return val.numel() * val.element_size()
 
 
-def aliased_input(node: fx.Node) -> fx.Node | None:
+def _aliased_input(node: fx.Node) -> fx.Node | None:
     """The input node whose storage ``node``'s output shares, per the op schema; None if fresh."""
     if node.op != "call_function":
         return None
@@ -152,7 +152,7 @@ def _arg_with_alias(node: fx.Node, alias_info) -> fx.Node | None:
     return None
 
 
-def mutates_inputs(target) -> bool:
+def _mutates_inputs(target) -> bool:
     return torch_internals.is_aten_style_op(target) and any(
         a.alias_info is not None and a.alias_info.is_write
         for a in torch_internals.op_schema(target).arguments
@@ -165,7 +165,7 @@ def is_random(target) -> bool:
     )
 
 
-def fresh_tensor(shape, stride, dtype, device) -> torch.Tensor:
+def _fresh_tensor(shape, stride, dtype, device) -> torch.Tensor:
     """An uninitialized tensor of the given layout: ``empty_like``'s replay, which needs no input."""
     return torch.empty_strided(shape, stride, dtype=dtype, device=device)
 
@@ -201,10 +201,10 @@ def replay_call(node: fx.Node, *, replay_random: bool = False):
     if node.target is _aten.empty_like.default and "val" in node.meta:
         val = node.meta["val"]
         layout = (tuple(val.shape), tuple(val.stride()), val.dtype, str(val.device))
-        return fresh_tensor, layout, {}
+        return _fresh_tensor, layout, {}
     if is_random(node.target):
         return (node.target, tuple(args), dict(node.kwargs)) if replay_random else None
-    if mutates_inputs(node.target):
+    if _mutates_inputs(node.target):
         return None
     return node.target, tuple(args), dict(node.kwargs)
 
@@ -231,16 +231,16 @@ def analyze(traced: TracedStep, *, replay_random: bool = True) -> GraphAnalysis:
     placeholders = [n for n in nodes if n.op == "placeholder"]
     input_kind = dict(zip(placeholders, traced.input_kinds, strict=True))
     owner: dict[fx.Node, fx.Node | None] = {}
-    storages: dict[str, Storage] = {}
+    storages: dict[str, _Storage] = {}
     for n in nodes:
-        src = aliased_input(n)
+        src = _aliased_input(n)
         if src is not None:
             owner[n] = owner.get(src)
         elif _tensor(n.meta.get("val")):
             owner[n] = n
             # A multi-output op allocates all its outputs itself; getitem only picks one.
             maker = n.args[0] if n.target is operator.getitem else n
-            storages[n.name] = Storage(
+            storages[n.name] = _Storage(
                 owner=n.name,
                 nbytes=_storage_nbytes(n.meta["val"]),
                 created=-1 if n.op == "placeholder" else rank[maker],
@@ -291,7 +291,7 @@ def analyze(traced: TracedStep, *, replay_random: bool = True) -> GraphAnalysis:
         )
 
     info = {
-        n.name: NodeInfo(
+        n.name: _NodeInfo(
             name=n.name,
             rank=rank[n],
             region=region(rank[n]),

@@ -12,7 +12,7 @@ from fwbench.families.memory.simulator import PART_OF_KIND, Simulation
 MB = 1024**2
 # Vega-Lite embeds the data in the notebook; a few hundred positions keep it small and still show
 # every phase of the step.
-MAX_TIMELINE_POINTS = 400
+_MAX_TIMELINE_POINTS = 400
 
 
 def timeline_frame(sim: Simulation, label: str) -> pd.DataFrame:
@@ -22,7 +22,7 @@ def timeline_frame(sim: Simulation, label: str) -> pd.DataFrame:
     """
     n = len(sim.total)
     keep = np.unique(
-        np.r_[np.linspace(0, n - 1, min(n, MAX_TIMELINE_POINTS)).astype(int), sim.peak_index]
+        np.r_[np.linspace(0, n - 1, min(n, _MAX_TIMELINE_POINTS)).astype(int), sim.peak_index]
     )
     transient = sim.total - sum(sim.by_kind.values())
     rows = []

@@ -35,7 +35,7 @@ from fwbench.families.memory.simulator import Simulation, simulate
 
 
 @dataclass
-class PlanStep:
+class _PlanStep:
     activation: str
     memory_size: int
     recompute_ratio: float
@@ -52,7 +52,7 @@ class Plan:
     predicted_peak_bytes: int
     added_ms: float
     met_budget: bool
-    steps: list[PlanStep] = field(default_factory=list)
+    steps: list[_PlanStep] = field(default_factory=list)
     simulation: Simulation | None = None
     swap: list[str] = field(default_factory=list)
 
@@ -129,7 +129,7 @@ def plan_recomputation(
 
     sim = run((), ())
     baseline_peak = sim.peak_bytes
-    steps: list[PlanStep] = []
+    steps: list[_PlanStep] = []
     while sim.peak_bytes > budget_bytes:
         peak_rank = int(sim.ranks[sim.peak_index])
         useful = [c for c in candidates.values() if _idle_at(analysis, c.name, peak_rank)]
@@ -150,7 +150,7 @@ def plan_recomputation(
             swaps.append(swap_pick.name)
             sim = swap_sim
             steps.append(
-                PlanStep(
+                _PlanStep(
                     swap_pick.name,
                     swap_pick.memory_size,
                     swap_ratio,
@@ -167,7 +167,7 @@ def plan_recomputation(
         update_candidates(chosen, recomp_cnt, candidates, recomps)
         sim = run(recomps, swaps)
         steps.append(
-            PlanStep(
+            _PlanStep(
                 chosen.name,
                 chosen.memory_size,
                 chosen.recompute_ratio,

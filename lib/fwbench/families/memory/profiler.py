@@ -31,7 +31,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from fwbench.families.memory import torch_internals
 from fwbench.families.memory.liveness import GraphAnalysis, recompute_closure
 
-NODE_LABEL = "fwbench_node:"
+_NODE_LABEL = "fwbench_node:"
 
 
 @dataclass
@@ -96,7 +96,7 @@ class _LabelledRun(fx.Interpreter):
     """Wraps every node in a profiler range, so allocator events can be attributed to nodes."""
 
     def run_node(self, n):
-        with record_function(NODE_LABEL + n.name):
+        with record_function(_NODE_LABEL + n.name):
             return super().run_node(n)
 
 
@@ -209,7 +209,7 @@ def _cpu_memory(gm, inputs, persistent):
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         _LabelledRun(gm, garbage_collect_values=True).run(*inputs)
     trace = torch_internals.cpu_allocation_trace(prof)
-    ranges = torch_internals.labelled_ranges(prof, NODE_LABEL)
+    ranges = torch_internals.labelled_ranges(prof, _NODE_LABEL)
     active, peak = {}, {}
     for name, spans in ranges.items():
         start, end = spans[0]

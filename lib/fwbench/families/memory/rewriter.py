@@ -40,7 +40,7 @@ SWAP_OUT_SUFFIX, SWAP_IN_SUFFIX, SWAP_WAIT_SUFFIX = "_swap_out", "_swap_in", "_s
 
 
 @dataclass
-class Swapped:
+class _Swapped:
     """A tensor in flight between memories, with the event that marks its copy done (None on the
     CPU, where the copy is done when the call returns)."""
 
@@ -60,11 +60,11 @@ def _side_stream(device: torch.device, way: str):
     return _SIDE_STREAMS[key]
 
 
-def swap_out(tensor: torch.Tensor) -> Swapped:
+def swap_out(tensor: torch.Tensor) -> _Swapped:
     """Copy ``tensor`` to host memory; on a GPU, on the copy-out stream once the compute stream
     has produced it."""
     if tensor.device.type != "cuda":
-        return Swapped(tensor.clone(), tensor.device)
+        return _Swapped(tensor.clone(), tensor.device)
     stream = _side_stream(tensor.device, "out")
     stream.wait_stream(torch.cuda.current_stream(tensor.device))
     with torch.cuda.stream(stream):
@@ -74,15 +74,15 @@ def swap_out(tensor: torch.Tensor) -> Swapped:
         done.record(stream)
     # the compute stream's tensor may be freed now; its memory is not reused until the copy is done
     tensor.record_stream(stream)
-    return Swapped(host, tensor.device, done)
+    return _Swapped(host, tensor.device, done)
 
 
-def swap_in(swapped: Swapped) -> Swapped:
+def swap_in(swapped: _Swapped) -> _Swapped:
     """Start copying a swapped tensor back to its device, on the copy-in stream, once its copy out
     is done."""
     device = swapped.device
     if device.type != "cuda":
-        return Swapped(swapped.tensor.clone(), device)
+        return _Swapped(swapped.tensor.clone(), device)
     stream = _side_stream(device, "in")
     with torch.cuda.stream(stream):
         stream.wait_event(swapped.event)
@@ -90,10 +90,10 @@ def swap_in(swapped: Swapped) -> Swapped:
         back.copy_(swapped.tensor, non_blocking=True)
         done = torch.cuda.Event()
         done.record(stream)
-    return Swapped(back, device, done)
+    return _Swapped(back, device, done)
 
 
-def swap_wait(swapped: Swapped) -> torch.Tensor:
+def swap_wait(swapped: _Swapped) -> torch.Tensor:
     """The copied-in tensor, once the compute stream may read it."""
     tensor = swapped.tensor
     if tensor.device.type == "cuda":
@@ -107,7 +107,7 @@ def swap_wait(swapped: Swapped) -> torch.Tensor:
 RNG_SUFFIX = "_rng"
 
 
-def rng_state(like: torch.Tensor) -> torch.Tensor:
+def _rng_state(like: torch.Tensor) -> torch.Tensor:
     """The state of the random generator that an op on ``like``'s device draws from."""
     if like.device.type == "cuda":
         return torch.cuda.get_rng_state(like.device)
@@ -126,10 +126,10 @@ def random_replays(gm: fx.GraphModule) -> int:
     mask two recomputed activations need is replayed twice). Each replay,
     and each capture of the state it replays from, calls the generator's get/set state, which
     torch.compile does not trace: the compiled graph breaks there."""
-    return sum(1 for node in gm.graph.nodes if node.target is replay_seeded)
+    return sum(1 for node in gm.graph.nodes if node.target is _replay_seeded)
 
 
-def replay_seeded(state: torch.Tensor, op: str, *args, **kwargs):
+def _replay_seeded(state: torch.Tensor, op: str, *args, **kwargs):
     """Run the random op ``op`` with the generator at ``state`` (where the forward pass drew
     from it), then put the generator back, so nothing after the replay draws anything else."""
     like = next(a for a in args if isinstance(a, torch.Tensor))
@@ -153,21 +153,9 @@ def _qualified(target) -> str:
     return target._schema.name + ("" if overload == "default" else f".{overload}")
 
 
-def rewrite(
-    gm: fx.GraphModule,
-    analysis: GraphAnalysis,
-    plan: Iterable[str],
-    swaps: Iterable[SwapWindow] = (),
-) -> fx.GraphModule:
-    """A new graph module that recomputes the activations in ``plan`` and swaps those of ``swaps``
-    during the backward pass."""
-    blocks_at: dict[int, list] = {}
-    seeded: set[fx.Node] = set()  # random ops some replay runs: their generator state is kept
-    for block in replay_schedule(analysis, plan):
-        blocks_at.setdefault(block.before_rank, []).append(block)
-        seeded.update(block.closure.random_nodes)
-    rng: dict[fx.Node, fx.Node] = {}
-    swaps = list(swaps)
+def _swap_ranks(analysis: GraphAnalysis, swaps: Iterable[SwapWindow]) -> tuple[dict, dict, dict]:
+    """Where each swap window's copy out, copy in and wait go, by the rank of the node they
+    precede or follow: ``(out_after, in_before, wait_before)``, each rank -> its windows."""
     out_after: dict[int, list[SwapWindow]] = {}
     in_before: dict[int, list[SwapWindow]] = {}
     wait_before: dict[int, list[SwapWindow]] = {}
@@ -182,7 +170,24 @@ def rewrite(
         start = max(min(window.back_rank, act.first_backward_use), out_rank + 1)
         in_before.setdefault(start, []).append(window)
         wait_before.setdefault(act.first_backward_use, []).append(window)
+    return out_after, in_before, wait_before
 
+
+def rewrite(
+    gm: fx.GraphModule,
+    analysis: GraphAnalysis,
+    plan: Iterable[str],
+    swaps: Iterable[SwapWindow] = (),
+) -> fx.GraphModule:
+    """A new graph module that recomputes the activations in ``plan`` and swaps those of ``swaps``
+    during the backward pass."""
+    blocks_at: dict[int, list] = {}
+    seeded: set[fx.Node] = set()  # random ops some replay runs: their generator state is kept
+    for block in replay_schedule(analysis, plan):
+        blocks_at.setdefault(block.before_rank, []).append(block)
+        seeded.update(block.closure.random_nodes)
+    rng: dict[fx.Node, fx.Node] = {}
+    out_after, in_before, wait_before = _swap_ranks(analysis, swaps)
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     backward_view: dict[fx.Node, fx.Node] = {}  # forward node -> its replay, for backward readers
@@ -211,7 +216,7 @@ def rewrite(
                     lambda a, local=local: local.get(a, backward_view.get(a, env[a])),
                 )
                 if original in seeded:
-                    target, args = replay_seeded, (rng[original], _qualified(target), *args)
+                    target, args = _replay_seeded, (rng[original], _qualified(target), *args)
                 replay = graph.create_node(
                     "call_function", target, args, kwargs, name=original.name + REPLAY_SUFFIX
                 )
@@ -223,7 +228,7 @@ def rewrite(
         if node in seeded:
             written = mutated_args(node) or list(node.all_input_nodes)
             rng[node] = graph.call_function(
-                rng_state, (env[written[0]],), name=node.name + RNG_SUFFIX
+                _rng_state, (env[written[0]],), name=node.name + RNG_SUFFIX
             )
         env[node] = graph.node_copy(
             node, lambda a, b=in_backward: backward_view.get(a, env[a]) if b else env[a]

@@ -46,7 +46,7 @@ from fwbench.families.memory.profiler import Profile
 
 
 @dataclass
-class ReplayBlock:
+class _ReplayBlock:
     activation: str
     before_rank: int  # the block runs right before this node (the first backward use)
     closure: Closure
@@ -69,7 +69,7 @@ class SwapWindow:
         return max(0.0, self.in_done_ms - self.needed_ms)
 
 
-def node_clock(analysis: GraphAnalysis, profile: Profile | None) -> tuple[np.ndarray, np.ndarray]:
+def _node_clock(analysis: GraphAnalysis, profile: Profile | None) -> tuple[np.ndarray, np.ndarray]:
     """Start and end (ms) of every node in execution order, from the profiled node times."""
     ms = np.array(
         [profile.node_ms.get(n.name, 0.0) if profile is not None else 0.0 for n in analysis.nodes]
@@ -90,7 +90,7 @@ def swap_schedule(
         return []
     if not bandwidth_bytes_per_ms or bandwidth_bytes_per_ms <= 0:
         raise ValueError("swapping needs a positive copy bandwidth")
-    start, end = node_clock(analysis, profile)
+    start, end = _node_clock(analysis, profile)
     acts = [analysis.activations[n] for n in swap]
 
     def rank_at(t: float) -> int:
@@ -199,7 +199,7 @@ def _input_nodes(args, kwargs) -> list[fx.Node]:
     return found
 
 
-def replay_schedule(analysis: GraphAnalysis, plan: Iterable[str]) -> list[ReplayBlock]:
+def replay_schedule(analysis: GraphAnalysis, plan: Iterable[str]) -> list[_ReplayBlock]:
     """Replay blocks for ``plan`` in the order the rewritten graph runs them."""
     plan = set(plan)
     retained = set(analysis.activations) - plan
@@ -209,7 +209,7 @@ def replay_schedule(analysis: GraphAnalysis, plan: Iterable[str]) -> list[Replay
         closure = recompute_closure(analysis, name, retained)
         if closure.blocker is not None:
             raise ValueError(f"activation {name} cannot be recomputed: {closure.blocker}")
-        blocks.append(ReplayBlock(name, act.first_backward_use, closure))
+        blocks.append(_ReplayBlock(name, act.first_backward_use, closure))
     blocks.sort(key=lambda b: (b.before_rank, analysis.activations[b.activation].created))
     return blocks
 

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 import torch
 
 # The torch release this module was last checked against; others may work.
-CHECKED_TORCH_VERSION = "2.14"
+_CHECKED_TORCH_VERSION = "2.14"
 
 
-class UnsupportedTorchError(RuntimeError):
+class _UnsupportedTorchError(RuntimeError):
     """The installed torch lacks a private API this family needs."""
 
 
@@ -39,10 +39,10 @@ def torch_version() -> str:
     return torch.__version__
 
 
-def _unsupported(what: str, err: Exception) -> UnsupportedTorchError:
-    return UnsupportedTorchError(
+def _unsupported(what: str, err: Exception) -> _UnsupportedTorchError:
+    return _UnsupportedTorchError(
         f"torch {torch_version()} does not provide {what} as the memory family expects "
-        f"(checked against torch {CHECKED_TORCH_VERSION}): {type(err).__name__}: {err}"
+        f"(checked against torch {_CHECKED_TORCH_VERSION}): {type(err).__name__}: {err}"
     )
 
 
@@ -83,7 +83,7 @@ def inductor_locality(on: bool):
 
 
 @dataclass(frozen=True)
-class AllocationTrace:
+class _AllocationTrace:
     """CPU allocator events seen by the profiler, in time order.
 
     ``totals[i]`` is the running total of bytes allocated since profiling began, right after event
@@ -122,7 +122,7 @@ def _walk(nodes):
         stack.extend(node.children)
 
 
-def cpu_allocation_trace(prof) -> AllocationTrace:
+def cpu_allocation_trace(prof) -> _AllocationTrace:
     """The CPU allocation events of a finished ``torch.profiler.profile(profile_memory=True)``."""
     events = []
     for node in _walk(_event_tree(prof)):
@@ -136,7 +136,7 @@ def cpu_allocation_trace(prof) -> AllocationTrace:
         except AttributeError as err:
             raise _unsupported("allocation events with device and total_allocated", err) from err
     events.sort()
-    return AllocationTrace([t for t, _ in events], [total for _, total in events])
+    return _AllocationTrace([t for t, _ in events], [total for _, total in events])
 
 
 def labelled_ranges(prof, prefix: str) -> dict[str, list[tuple[int, int]]]:

@@ -31,8 +31,8 @@ from fwbench.families.memory.functional_adam import (
 
 FORWARD_END = "forward_end"
 LOSS_END = "loss_end"
-BACKWARD_START = "backward_start"
-LOSS_BACKWARD_END = "loss_backward_end"
+_BACKWARD_START = "backward_start"
+_LOSS_BACKWARD_END = "loss_backward_end"
 GRAD = "grad"
 
 _LIBRARY = torch.library.Library("fwbench_mem", "DEF")
@@ -44,7 +44,7 @@ def _mark_impl(x: torch.Tensor, tag: str) -> torch.Tensor:
 
 
 _LIBRARY.impl("mark", _mark_impl, "CompositeExplicitAutograd")
-MARK = torch.ops.fwbench_mem.mark.default
+_MARK = torch.ops.fwbench_mem.mark.default
 
 
 class _BoundaryMarker(torch.autograd.Function):
@@ -59,7 +59,7 @@ class _BoundaryMarker(torch.autograd.Function):
 
 
 def is_mark(node: fx.Node, tag: str | None = None) -> bool:
-    return node.op == "call_function" and node.target is MARK and tag in (None, node.args[1])
+    return node.op == "call_function" and node.target is _MARK and tag in (None, node.args[1])
 
 
 # Graph input kinds; the batch (inputs and targets) is OTHER.
@@ -114,8 +114,8 @@ def trace_training_step(
         tensors = {n: t for (n, _), t in zip(named_params, params_in, strict=True)}
         tensors.update({n: t for (n, _), t in zip(named_buffers, buffers_in, strict=True)})
         out = functional_call(model, tensors, (x,))
-        out = _BoundaryMarker.apply(out, FORWARD_END, LOSS_BACKWARD_END)
-        loss = _BoundaryMarker.apply(loss_fn(out, y), LOSS_END, BACKWARD_START)
+        out = _BoundaryMarker.apply(out, FORWARD_END, _LOSS_BACKWARD_END)
+        loss = _BoundaryMarker.apply(loss_fn(out, y), LOSS_END, _BACKWARD_START)
         grads = torch.autograd.grad(loss, params_in)
         grads = [torch.ops.fwbench_mem.mark(g, GRAD) for g in grads]
         with torch.no_grad():
@@ -134,7 +134,7 @@ def trace_training_step(
         gm = torch_internals.make_fx_fake(step)(*tracing_inputs)
     finally:
         model.train(was_training)
-    deinplace_forward(gm)
+    _deinplace_forward(gm)
     return TracedStep(
         gm, inputs, kinds, [n for n, _ in named_params], torch_internals.torch_version()
     )
@@ -165,7 +165,7 @@ def _is_random(target) -> bool:
     )
 
 
-def deinplace_forward(gm: fx.GraphModule) -> int:
+def _deinplace_forward(gm: fx.GraphModule) -> int:
     """Turn in-place ops on forward intermediates into out-of-place ones; returns how many.
 
     ``relu_(bn_out)`` makes the ReLU output share the batch-norm output's storage, so recomputing
@@ -178,7 +178,7 @@ def deinplace_forward(gm: fx.GraphModule) -> int:
     position = {n: i for i, n in enumerate(nodes)}
     replaced = 0
     for node in nodes:
-        if is_mark(node, BACKWARD_START):
+        if is_mark(node, _BACKWARD_START):
             break
         if node.op != "call_function" or _is_random(node.target) or not node.args:
             continue

@@ -266,7 +266,7 @@ def _epoch_line(epoch: dict, framework: str) -> str:
     )
 
 
-def read_prices(path: str) -> dict:
+def _read_prices(path: str) -> dict:
     """A price per hour per device name, from YAML (``name: price``) or CSV (``device,
     price_per_hour``); ValueError with the one line to show when the file says anything else."""
     file = Path(path)
@@ -327,7 +327,7 @@ def recommend_query(
     if objective == "cost" and not price_per_hour:
         return None, None, None, "--objective cost needs --price-per-hour FILE"
     try:
-        prices = read_prices(price_per_hour) if price_per_hour else None
+        prices = _read_prices(price_per_hour) if price_per_hour else None
     except ValueError as exc:
         return None, None, None, str(exc)
     query = Query(

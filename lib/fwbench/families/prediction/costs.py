@@ -19,7 +19,7 @@ from fwbench.models.lineage import lineage
 from fwbench.vocab import OP_CATEGORIES
 
 # launch cost of one eager op on a CPU, before anything is learned: a few microseconds
-OP_OVERHEAD_S = 5e-6
+_OP_OVERHEAD_S = 5e-6
 # jax torchax: PyTorch's own graph on JAX's compiler, for the models without a Flax twin
 SETTINGS = ("torch eager", "torch compile", "jax jit", "jax torchax")
 # a setting's rows fit costs of their own, shrunk toward the pooled costs scaled per term group
@@ -58,7 +58,7 @@ def roofline_seconds(frame: pd.DataFrame) -> pd.Series:
     cost; the yardstick the fitted costs are scored against."""
     compute = frame.total_flops / (frame.peak_tflops * 1e12)
     memory = frame.total_bytes / (frame.bandwidth_gbs * 1e9)
-    return np.maximum(compute, memory) + frame.op_count * OP_OVERHEAD_S
+    return np.maximum(compute, memory) + frame.op_count * _OP_OVERHEAD_S
 
 
 def cost_terms(frame: pd.DataFrame) -> pd.DataFrame:
@@ -170,7 +170,7 @@ def _fit_shrunk(frame: pd.DataFrame, pooled: np.ndarray) -> tuple[np.ndarray, fl
     scaled prior of each fold is fitted on that fold's rows alone."""
     values, groups, shares = _term_shares(frame)
     seconds = frame.seconds.to_numpy()
-    floor = frame.op_count.to_numpy() * OP_OVERHEAD_S
+    floor = frame.op_count.to_numpy() * _OP_OVERHEAD_S
     lineages = frame.model.map(lineage).to_numpy()
     folds = []
     for held_out in np.unique(lineages):
@@ -242,7 +242,7 @@ def cost_seconds(
     ones for a setting not fitted), floored at a launch per op."""
     terms = cost_terms(frame).to_numpy()
     weights = np.stack([costs.get(s, pooled) for s in setting_of(frame)])
-    floor = frame.op_count.to_numpy() * OP_OVERHEAD_S
+    floor = frame.op_count.to_numpy() * _OP_OVERHEAD_S
     return pd.Series(np.maximum((terms * weights).sum(axis=1), floor), index=frame.index)
 
 

@@ -44,8 +44,8 @@ CONFIG = [
     "device_name",
     "image_size",
 ]
-IDENTIFIED_CPU = re.compile(r"\(family \d+, model \d+\)$")
-FEATURE_KEY = ["model", "batch_size", "image_size"]
+_IDENTIFIED_CPU = re.compile(r"\(family \d+, model \d+\)$")
+_FEATURE_KEY = ["model", "batch_size", "image_size"]
 
 _MEASURED_SQL = """
 select m.campaign, m.run_id, m.notebook, m.cell, m.trial, m.model, m.framework, m.mode,
@@ -69,7 +69,7 @@ group by all
 
 def identified(device: str, device_name: str) -> bool:
     """Whether a record's hardware is named well enough to learn from (see the module's note)."""
-    return device != "cpu" or bool(IDENTIFIED_CPU.search(device_name or ""))
+    return device != "cpu" or bool(_IDENTIFIED_CPU.search(device_name or ""))
 
 
 def _extra(value) -> dict:
@@ -171,7 +171,7 @@ def ceilings(con) -> pd.DataFrame:
 
 def feature_rows(keys: pd.DataFrame, progress=None) -> pd.DataFrame:
     """``features.torch_features`` for each distinct (model, batch size, image size) of ``keys``."""
-    distinct = keys[FEATURE_KEY].drop_duplicates().itertuples(index=False)
+    distinct = keys[_FEATURE_KEY].drop_duplicates().itertuples(index=False)
     distinct = list(distinct)
     rows = []
     for model, batch_size, image_size in progress(distinct) if progress else distinct:
@@ -184,7 +184,7 @@ def with_features(frame: pd.DataFrame, feats: pd.DataFrame, ceiling: pd.DataFram
     """``frame``'s rows joined with their model's features and hardware's ceilings, and the
     ``total_bytes`` the prior divides by bandwidth: parameters plus every op's output, at the
     row's precision. Rows without a ceiling are dropped."""
-    joined = frame.merge(feats, on=FEATURE_KEY, how="inner")
+    joined = frame.merge(feats, on=_FEATURE_KEY, how="inner")
     joined = joined.merge(ceiling, on=["device", "device_name", "precision", "threads"])
     scale = joined.precision.map(ELEMENT_BYTES).fillna(4) / 4
     written = joined[[c for c in joined if c.startswith("bytes:")]].sum(axis=1)
@@ -211,7 +211,7 @@ def build(db_path: str | Path, exclude: set[str], progress=None) -> tuple[pd.Dat
     known = {m for m in set(frame.model) if registry.is_known(m)}
     unknown = ~frame.model.isin(sorted(known))
     frame = frame[~tested & ~unknown]
-    feats = feature_rows(frame, progress) if len(frame) else pd.DataFrame(columns=FEATURE_KEY)
+    feats = feature_rows(frame, progress) if len(frame) else pd.DataFrame(columns=_FEATURE_KEY)
     table = with_features(frame, feats, ceiling) if len(frame) else frame
     left_out = {
         "no ceiling for its device, precision and threads": len(frame) - len(table),

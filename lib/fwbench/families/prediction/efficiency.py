@@ -35,7 +35,7 @@ from fwbench.vocab import OP_CATEGORIES, OVERHEAD
 
 # each profile beside its cell's unprofiled latency at the same batch size: the profiler's own
 # cost is taken out by scaling the profile to it
-PROFILE_SQL = """
+_PROFILE_SQL = """
 select p.model, p.framework, p.mode, p.precision, p.batch_size, p.threads, p.device,
        p.device_name, p.run_id, p.trial, p.value, p.extra, l.value as latency_ms
 from measurements p
@@ -52,14 +52,14 @@ OVERHEAD_TERM = "outside every op"
 # the efficiencies of every CPU and thread count together, for a CPU or thread count nobody profiled
 ANY_CPU = "any CPU"
 # modes whose time outside the ops grows with the ops dispatched; a compiled mode's is per call
-EAGER_MODES = ("eager",)
+_EAGER_MODES = ("eager",)
 
 
 def profile_rows(con) -> pd.DataFrame:
     """Per configuration and profile category, ms per call (the mean over its trials and runs),
     scaled to the cell's unprofiled latency where the profile ran slower; profiles of unnamed JAX
     fusions left out."""
-    frame = dataset.trial_rows(con, PROFILE_SQL)
+    frame = dataset.trial_rows(con, _PROFILE_SQL)
     columns = [*CONFIG, "category", "ms"]
     if frame.empty:
         return pd.DataFrame(columns=columns)
@@ -115,7 +115,7 @@ def category_times(profiles: pd.DataFrame) -> pd.DataFrame:
 
 
 def _per(mode: str) -> str:
-    return "op" if mode in EAGER_MODES else "call"
+    return "op" if mode in _EAGER_MODES else "call"
 
 
 def _pooled(times: pd.DataFrame) -> pd.DataFrame:

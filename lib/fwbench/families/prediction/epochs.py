@@ -28,10 +28,10 @@ import pandas as pd
 from fwbench.families.prediction import dataset, predictor
 
 # a training precision runs its matmuls at this inference precision's ceiling
-CEILING_PRECISION = {"fp32": "fp32", "tf32": "tf32", "bf16-mixed": "bf16"}
-STEPS_NAME = "training_steps.csv"
-STEPS_GLOB = f"prediction/*/21_prediction/{STEPS_NAME}"
-STEP_KEY = dataset.CONFIG  # a training configuration is named as an inference one
+_CEILING_PRECISION = {"fp32": "fp32", "tf32": "tf32", "bf16-mixed": "bf16"}
+_STEPS_NAME = "training_steps.csv"
+_STEPS_GLOB = f"prediction/*/21_prediction/{_STEPS_NAME}"
+_STEP_KEY = dataset.CONFIG  # a training configuration is named as an inference one
 
 _TRAINING_SQL = """
 select m.campaign, m.run_id, m.trial, m.model, m.framework, m.mode, m.precision, m.batch_size,
@@ -50,7 +50,7 @@ def _trials(con) -> pd.DataFrame:
     frame = frame.assign(
         images=[e.get("images") for e in frame.extra], steps=[e.get("steps") for e in frame.extra]
     )
-    return frame[frame.precision.isin(list(CEILING_PRECISION))]
+    return frame[frame.precision.isin(list(_CEILING_PRECISION))]
 
 
 def measured(con) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -60,9 +60,9 @@ def measured(con) -> tuple[pd.DataFrame, pd.DataFrame]:
     ``images`` per pass, and ``n_trials``."""
     trials = _trials(con)
     found = {"step_time_p50_ms": [], "epoch_seconds": []}
-    for key, group in trials.groupby(["campaign", "run_id", *STEP_KEY, "metric"], sort=True):
+    for key, group in trials.groupby(["campaign", "run_id", *_STEP_KEY, "metric"], sort=True):
         rows = dataset.clean_trials(group)
-        record = dict(zip(["campaign", "run_id", *STEP_KEY], key[:-1], strict=True))
+        record = dict(zip(["campaign", "run_id", *_STEP_KEY], key[:-1], strict=True))
         record["n_trials"] = int(rows.trial.nunique())
         if key[-1] == "step_time_p50_ms":
             record["step_s"] = float(np.median(rows.value)) / 1000
@@ -74,7 +74,7 @@ def measured(con) -> tuple[pd.DataFrame, pd.DataFrame]:
                 int(t): float(v) for t, v in zip(rows.trial, rows.value, strict=True)
             }
         found[key[-1]].append(record)
-    base = ["campaign", "run_id", *STEP_KEY, "n_trials"]
+    base = ["campaign", "run_id", *_STEP_KEY, "n_trials"]
     steps = pd.DataFrame(found["step_time_p50_ms"], columns=[*base, "step_s"])
     epochs = pd.DataFrame(
         found["epoch_seconds"], columns=[*base, "epoch_s", "steps", "images", "trial_epoch_s"]
@@ -89,7 +89,7 @@ def with_features(frame: pd.DataFrame, ceiling: pd.DataFrame, progress=None) -> 
     if frame.empty:
         return frame
     as_inference = frame.assign(
-        training_precision=frame.precision, precision=frame.precision.map(CEILING_PRECISION)
+        training_precision=frame.precision, precision=frame.precision.map(_CEILING_PRECISION)
     )
     feats = dataset.feature_rows(as_inference, progress)
     return dataset.with_features(as_inference, feats, ceiling)
@@ -121,15 +121,15 @@ def with_forward(
 
 
 def save_steps(steps: pd.DataFrame, folder: Path) -> Path:
-    path = Path(folder) / STEPS_NAME
-    steps[[*STEP_KEY, "run_id", "n_trials", "step_s", "forward_s"]].to_csv(path, index=False)
+    path = Path(folder) / _STEPS_NAME
+    steps[[*_STEP_KEY, "run_id", "n_trials", "step_s", "forward_s"]].to_csv(path, index=False)
     return path
 
 
 def latest_steps(executed: Path) -> pd.DataFrame | None:
     """The training steps, with their forecast forwards, that the newest 21_prediction run
     saved under ``executed``; None when no run saved any."""
-    found = sorted(Path(executed).glob(STEPS_GLOB))
+    found = sorted(Path(executed).glob(_STEPS_GLOB))
     return pd.read_csv(found[-1]) if found else None
 
 
@@ -195,7 +195,7 @@ def epoch_errors(
             learned = multiple_for(steps, row.framework, model)
             found = forecast_epoch(forward[index], fitted.half_width, learned, int(row.steps))
             same = steps[
-                (steps.run_id == row.run_id) & (steps[STEP_KEY] == row[STEP_KEY]).all(axis=1)
+                (steps.run_id == row.run_id) & (steps[_STEP_KEY] == row[_STEP_KEY]).all(axis=1)
             ]
             rows.append(
                 {

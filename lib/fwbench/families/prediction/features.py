@@ -22,7 +22,7 @@ from fwbench.families.inference import op_categories
 from fwbench.vocab import OP_CATEGORIES
 
 # nn.MultiheadAttention, torchvision's ShiftedWindowAttention(V2), MaxViT's attention
-ATTENTION_MODULE_SUFFIX = "Attention"
+_ATTENTION_MODULE_SUFFIX = "Attention"
 # ops that only return a view or modify their input in place allocate nothing
 _NO_OUTPUT_BYTES = ("view", "alias", "inplace")
 
@@ -145,7 +145,7 @@ def _census(model, example, formulas: dict) -> _Census:
     # an attention module they are attention, as in the profiles, and its projections stay matmuls
     hooks = []
     for module in model.modules():
-        if type(module).__name__.endswith(ATTENTION_MODULE_SUFFIX):
+        if type(module).__name__.endswith(_ATTENTION_MODULE_SUFFIX):
             hooks.append(module.register_forward_pre_hook(enter))
             hooks.append(module.register_forward_hook(leave))
 

@@ -6,6 +6,7 @@ against this machine's measured ceilings; and the measurement, where one exists.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +17,9 @@ from fwbench.families.prediction import dataset, predictor
 from fwbench.families.prediction import features as fw_features
 
 TABLE_NAME = "training_table.csv"
-TABLE_GLOB = f"prediction/*/21_prediction/{TABLE_NAME}"
-# columns that hold per-trial dicts in memory and cannot round-trip a CSV
-_NOT_SAVED = ("trial_img_s",)
+_TABLE_GLOB = f"prediction/*/21_prediction/{TABLE_NAME}"
+# columns that hold per-trial dicts in memory: saved as JSON, read back as dicts
+_AS_JSON = ("trial_img_s",)
 TARGETS = ("seconds", "latency_s", "latency_p95_s")
 
 
@@ -37,19 +38,29 @@ class Request:
 
 def save_table(table: pd.DataFrame, folder: Path) -> Path:
     path = Path(folder) / TABLE_NAME
-    table.drop(columns=[c for c in _NOT_SAVED if c in table]).to_csv(path, index=False)
+    encoded = {c: table[c].map(json.dumps) for c in _AS_JSON if c in table}
+    table.assign(**encoded).to_csv(path, index=False)
     return path
 
 
 def latest_table(executed: Path) -> Path | None:
     """The training table of the newest 21_prediction run under ``executed`` (run ids sort by
     time), or None."""
-    found = sorted(Path(executed).glob(TABLE_GLOB))
+    found = sorted(Path(executed).glob(_TABLE_GLOB))
     return found[-1] if found else None
 
 
 def load_table(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path)
+    """A saved training table, its per-trial columns as dicts of trial number to value (a
+    table saved before they were kept has none)."""
+    table = pd.read_csv(path)
+    for column in (c for c in _AS_JSON if c in table):
+        table[column] = table[column].map(
+            lambda text: (
+                {int(k): v for k, v in json.loads(text).items()} if isinstance(text, str) else {}
+            )
+        )
+    return table
 
 
 def training_table(

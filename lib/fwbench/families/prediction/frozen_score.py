@@ -124,7 +124,7 @@ def predict_set(table: pd.DataFrame, configs: pd.DataFrame, ceiling: pd.Series) 
     return out
 
 
-def _pairs(scored: pd.DataFrame) -> pd.DataFrame:
+def scored_pairs(scored: pd.DataFrame) -> pd.DataFrame:
     """Each configuration's JAX row against its PyTorch row: the measured ratio of seconds, whether
     the paired trials decide it, and the predicted ratio."""
     key = [k for k in KEYS if k not in ("framework", "mode")]
@@ -165,7 +165,7 @@ def score(predictions: pd.DataFrame, measured: pd.DataFrame) -> tuple[pd.DataFra
     done = scored.dropna(subset=["seconds", "predicted_s"]).copy()
     done["error_pct"] = predictor.abs_error_pct(done.seconds, done.predicted_s)
     done["inside"] = (done.seconds >= done.low_s) & (done.seconds <= done.high_s)
-    pairs = _pairs(done) if len(done) else pd.DataFrame()
+    pairs = scored_pairs(done) if len(done) else pd.DataFrame()
     decided = pairs[pairs.decided] if len(pairs) else pairs
 
     def share(mask) -> float | None:

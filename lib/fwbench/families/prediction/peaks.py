@@ -26,7 +26,7 @@ import pandas as pd
 TRACE_BATCHES = (2, 3)  # batch sizes a step is traced at to extrapolate from (at 1, some ops
 # specialize on the size-1 dimension and the graph differs)
 # the cell parameters that change a memory case's shapes (``memory.cases.build_case``)
-SHAPE_KEYS = ("image_size", "seq_len", "encoder_size", "num_classes")
+_SHAPE_KEYS = ("image_size", "seq_len", "encoder_size", "num_classes")
 
 _TRAINING_SQL = """
 select m.campaign, m.run_id, m.model, m.batch_size, m.device_name, median(m.value) as measured,
@@ -98,7 +98,7 @@ def training_measurements(con) -> pd.DataFrame:
     # the shape as the cell set it, kept as canonical JSON: a column per key would turn the
     # integers of cells that set them into floats beside the cells that do not
     frame["case_shape"] = [
-        json.dumps({k: p[k] for k in SHAPE_KEYS if p.get(k) is not None}, sort_keys=True)
+        json.dumps({k: p[k] for k in _SHAPE_KEYS if p.get(k) is not None}, sort_keys=True)
         for p in params
     ]
     frame = frame.sort_values("run_id").drop_duplicates(
@@ -107,7 +107,7 @@ def training_measurements(con) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
-def traced_memory(model: str, batch_size: int, shape: dict) -> np.ndarray:
+def _traced_memory(model: str, batch_size: int, shape: dict) -> np.ndarray:
     """The liveness simulator's bytes at every position of one training step of the memory
     family's ``model``, traced at ``batch_size`` on the CPU."""
     from fwbench.families.memory import liveness, simulator, tracer
@@ -143,7 +143,7 @@ def training_errors(measured: pd.DataFrame, progress=None) -> pd.DataFrame:
     out = []
     for (model, shape_json), rows in groups:
         shape = json.loads(shape_json)
-        memory = {b: traced_memory(model, b, shape) for b in TRACE_BATCHES}
+        memory = {b: _traced_memory(model, b, shape) for b in TRACE_BATCHES}
         for row in rows.itertuples(index=False):
             predicted = extrapolate(memory, int(row.batch_size))
             out.append(

@@ -30,8 +30,8 @@ from fwbench.families.prediction import costs, dataset
 from fwbench.models.lineage import lineage
 from fwbench.vocab import OP_CATEGORIES
 
-HOLDOUTS = ("lineage", "batch", "threads", "cpu")
-BATCH_FIT_MAX = 16  # the batch hold-out fits on batch <= 16 and predicts larger batches
+_HOLDOUTS = ("lineage", "batch", "threads", "cpu")
+_BATCH_FIT_MAX = 16  # the batch hold-out fits on batch <= 16 and predicts larger batches
 COVERAGE = 0.9
 # "size" reads the setting and the model's size. The image's side is a size too: at 32 px a
 # network is a few small kernels per op and its time is launches, at 224 px it is arithmetic, and
@@ -78,7 +78,7 @@ def design_matrix(frame: pd.DataFrame, correction: str = "size") -> pd.DataFrame
 
 
 @dataclass
-class Predictor:
+class _Predictor:
     """Fitted costs (per setting, and over all rows for a setting too thin to fit alone), the
     fitted corrections (``CORRECTIONS`` but none), which one each setting uses (``default`` for a
     setting the fit never saw) and the conformal half-widths (in log space): per setting, and
@@ -137,10 +137,10 @@ def regressor(seed: int):
     )
 
 
-def _fit_once(frame: pd.DataFrame, seed: int) -> Predictor:
+def _fit_once(frame: pd.DataFrame, seed: int) -> _Predictor:
     """The costs and every correction of ``CORRECTIONS`` fitted on ``frame``."""
     weights, pooled = costs.fit_costs(frame)
-    partial = Predictor(weights, pooled, {})
+    partial = _Predictor(weights, pooled, {})
     target = np.log(frame.seconds / partial.cost_seconds(frame))
     for name in CORRECTIONS:
         if name != "none":
@@ -180,7 +180,7 @@ def lineage_folds(frame: pd.DataFrame, folds: int):
     yield from GroupKFold(n_splits=min(folds, len(set(groups)))).split(frame, groups=groups)
 
 
-def fit(frame: pd.DataFrame, *, seed: int = 0, folds: int = 5) -> Predictor:
+def fit(frame: pd.DataFrame, *, seed: int = 0, folds: int = 5) -> _Predictor:
     """Fit on measured rows (``seconds`` per call plus the feature columns).
 
     Cross-validation grouped by lineage (each residual from a fit, costs and corrections, that
@@ -222,9 +222,9 @@ def holdout_splits(frame: pd.DataFrame, kind: str):
         for held_out in sorted(lineages.unique()):
             yield held_out, frame.index[lineages != held_out], frame.index[lineages == held_out]
     elif kind == "batch":
-        small = frame.batch_size <= BATCH_FIT_MAX
+        small = frame.batch_size <= _BATCH_FIT_MAX
         if small.any() and (~small).any():
-            yield f"batch > {BATCH_FIT_MAX}", frame.index[small], frame.index[~small]
+            yield f"batch > {_BATCH_FIT_MAX}", frame.index[small], frame.index[~small]
     elif kind in ("threads", "cpu"):
         column = "threads" if kind == "threads" else "device_name"
         values = sorted(frame[column].unique())
@@ -233,7 +233,7 @@ def holdout_splits(frame: pd.DataFrame, kind: str):
                 mask = frame[column] == value
                 yield f"{column} {value}", frame.index[~mask], frame.index[mask]
     else:
-        raise ValueError(f"unknown hold-out {kind!r}; choose from {', '.join(HOLDOUTS)}")
+        raise ValueError(f"unknown hold-out {kind!r}; choose from {', '.join(_HOLDOUTS)}")
 
 
 def abs_error_pct(measured: pd.Series, predicted: pd.Series) -> pd.Series:

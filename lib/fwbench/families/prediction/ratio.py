@@ -70,7 +70,7 @@ def pairs(table: pd.DataFrame) -> pd.DataFrame:
 
 
 @dataclass
-class RatioModel:
+class _RatioModel:
     """The fitted ratio model: what it reads (``predictor.CORRECTIONS``; ``none`` is the mean log
     ratio), the fitted regressor, and the conformal half-width in log space."""
 
@@ -114,7 +114,7 @@ def _fit_reads(rows: pd.DataFrame, seed: int) -> dict:
     return fitted
 
 
-def fit(rows: pd.DataFrame, *, seed: int = 0, folds: int = 5) -> RatioModel:
+def fit(rows: pd.DataFrame, *, seed: int = 0, folds: int = 5) -> _RatioModel:
     """Fit on ``pairs`` rows: each reading scored by folds that hold whole lineages out, the best
     kept (``predictor.best_correction``), its residuals the interval's."""
     misses = pd.DataFrame(np.nan, index=np.arange(len(rows)), columns=list(predictor.CORRECTIONS))
@@ -128,7 +128,7 @@ def fit(rows: pd.DataFrame, *, seed: int = 0, folds: int = 5) -> RatioModel:
     scored = misses.dropna()
     reads = predictor.best_correction(scored) if len(scored) else "none"
     spread = scored[reads].to_numpy() if len(scored) else np.array([])
-    return RatioModel(
+    return _RatioModel(
         reads,
         whole["mean"],
         whole.get(reads),

@@ -18,14 +18,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fwbench.families.prediction import dataset, forecast
+from fwbench.families.prediction import baselines, dataset, forecast
 from fwbench.families.prediction import features as fw_features
 from fwbench.vocab import TORCH_GRAPH_MODES
 
-OBJECTIVES = ("throughput", "latency", "cost", "energy")
-BATCH_CHOICES = (1, 2, 4, 8, 16, 32, 64)
+_OBJECTIVES = ("throughput", "latency", "cost", "energy")
+_BATCH_CHOICES = (1, 2, 4, 8, 16, 32, 64)
 # objective -> (column, larger is better)
-RANK_BY = {
+_RANK_BY = {
     "throughput": ("throughput_img_s", True),
     "latency": ("latency_p95_ms", False),
     "cost": ("cost_per_million_img", False),
@@ -68,7 +68,7 @@ def candidate_rows(
         # JAX needs a Flax twin only for its own layers: torchax runs PyTorch's graph on XLA
         own_layers = (settings.framework == "jax") & ~settings["mode"].isin(TORCH_GRAPH_MODES)
         settings = settings[~own_layers]
-    batches = [query.batch_size] if query.batch_size else list(BATCH_CHOICES)
+    batches = [query.batch_size] if query.batch_size else list(_BATCH_CHOICES)
     feats = pd.DataFrame(
         [fw_features.torch_features(query.model, b, image_size).row() for b in batches]
     )
@@ -172,7 +172,7 @@ def rank(scored: pd.DataFrame, query: Query) -> Ranking:
     if query.objective == "energy":
         keep(frame.energy_j_per_img.notna(), "no energy measurement")
     frame = frame.assign(pareto=pareto(frame, columns) if len(frame) else [])
-    column, larger = RANK_BY[query.objective]
+    column, larger = _RANK_BY[query.objective]
     frame = frame.sort_values(
         [column, "throughput_img_s"], ascending=[not larger, False], na_position="last"
     )
@@ -185,7 +185,7 @@ def explain(ranking: Ranking, query: Query) -> str:
         why = "; ".join(f"{n} with {reason}" for reason, n in ranking.dropped.items())
         return f"No configuration of {query.model} meets the limits ({why or 'no candidates'})."
     best = ranking.ranked.iloc[0]
-    column, _ = RANK_BY[query.objective]
+    column, _ = _RANK_BY[query.objective]
     evidence = "measured" if best.source == "measured" else "predicted (never measured)"
     text = (
         f"Run {query.model} on {best.framework} {best['mode']} in {best.precision} at batch "
@@ -310,7 +310,7 @@ def evaluate(table: pd.DataFrame, *, seed: int = 0) -> pd.DataFrame:
         mine = table[table.model == model]
         mine = mine.sort_values("run_id").drop_duplicates(dataset.CONFIG, keep="last")
         predicted = forecast.predict_rows(fitted, mine)
-        rows += batch_queries(mine, predicted)
+        rows += _batch_queries(mine, predicted)
         for (device_name, image_size), on_device in mine.groupby(["device_name", "image_size"]):
             timed = on_device[on_device.latency_p95_s.notna()]
             if len(timed) >= 2 and fitted.get("latency_p95_s") is not None:
@@ -330,7 +330,7 @@ def evaluate(table: pd.DataFrame, *, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def batch_queries(measured: pd.DataFrame, predicted: pd.DataFrame) -> list[dict]:
+def _batch_queries(measured: pd.DataFrame, predicted: pd.DataFrame) -> list[dict]:
     """The ``batch`` queries of ``measured`` (configurations with their measured ``img_s``): at
     each model, device, image size and batch size with two or more configurations, the pick that
     ``predicted``'s ``throughput_img_s`` (same index) makes, against the measured best."""
@@ -352,6 +352,45 @@ def batch_queries(measured: pd.DataFrame, predicted: pd.DataFrame) -> list[dict]
     return rows
 
 
+def baseline_queries(table: pd.DataFrame, like: pd.DataFrame) -> pd.DataFrame:
+    """The queries of ``like`` (``evaluate``'s) answered by the constant rule instead of the
+    predictions (``baselines.rule_ranking``, its framework the one that won most of the other
+    models' decided pairs), each against the same measured best."""
+    rows = []
+    for model in sorted(set(like.model)) if len(like) else ():
+        mine = table[table.model == model]
+        mine = mine.sort_values("run_id").drop_duplicates(dataset.CONFIG, keep="last")
+        ranked = baselines.rule_ranking(
+            mine, baselines.majority_winner(table[table.model != model])
+        )
+        rows += _batch_queries(mine, ranked)
+        for (device_name, image_size), on_device in mine.groupby(["device_name", "image_size"]):
+            timed = on_device[on_device.latency_p95_s.notna()]
+            if len(timed) >= 2:
+                cap = float(timed.latency_p95_s.median())
+                rows.append(
+                    {"query": "latency", "model": model, "device_name": device_name,
+                     "image_size": int(image_size), "cap_ms": cap * 1000,
+                     "candidates": len(timed), **choice(timed, ranked.loc[timed.index], cap)}
+                )  # fmt: skip
+    found = pd.DataFrame(rows)
+    if found.empty:
+        return found
+    # the same queries as the predictions answered, no more
+    return found[_query_keys(found).isin(set(_query_keys(like)))]
+
+
+def _query_keys(queries: pd.DataFrame) -> pd.Series:
+    """Each query as one key: its kind, model, device, image size and batch size (none for a
+    latency query)."""
+    batch = pd.to_numeric(queries.reindex(columns=["batch_size"]).batch_size, errors="coerce")
+    return pd.Series(
+        list(zip(queries["query"], queries.model, queries.device_name,
+                 queries.image_size.astype(int), batch.fillna(-1).astype(int), strict=True)),
+        index=queries.index,
+    )  # fmt: skip
+
+
 def committed_queries(scored: pd.DataFrame) -> pd.DataFrame:
     """The ``batch`` queries of a set predicted before it was measured (the frozen test's scored
     rows: ``predicted_s`` and the measured ``seconds`` per call): which framework and mode the
@@ -361,7 +400,14 @@ def committed_queries(scored: pd.DataFrame) -> pd.DataFrame:
     predicted = pd.DataFrame(
         {"throughput_img_s": scored.batch_size / scored.predicted_s}, index=scored.index
     )
-    return pd.DataFrame(batch_queries(frame, predicted))
+    return pd.DataFrame(_batch_queries(frame, predicted))
+
+
+def committed_baseline_queries(scored: pd.DataFrame, winner: str | None) -> pd.DataFrame:
+    """``committed_queries`` answered by the constant rule (``baselines.rule_ranking``) with
+    ``winner``, the framework that won most of the training table's decided pairs."""
+    frame = scored.assign(img_s=scored.batch_size / scored.seconds)
+    return pd.DataFrame(_batch_queries(frame, baselines.rule_ranking(frame, winner)))
 
 
 def record_queries(

@@ -31,8 +31,8 @@ from fwbench.families.training.steps import JaxTrainer, TorchTrainer, configure_
 
 # enough batches for stable statistics; on digits this is the whole training split
 RECALIBRATION_BATCHES = 200
-CHANCE_MARGIN = 3.0  # "well above chance": at least this many times the chance accuracy
-MAX_GAP_POINTS = 5.0  # the two frameworks' final val top-1, in percentage points
+_CHANCE_MARGIN = 3.0  # "well above chance": at least this many times the chance accuracy
+_MAX_GAP_POINTS = 5.0  # the two frameworks' final val top-1, in percentage points
 
 
 @dataclass
@@ -154,15 +154,15 @@ def verdict(curves: dict[str, Curve], num_classes: int) -> list[str]:
     chance = 100.0 / num_classes
     problems = []
     for name, curve in curves.items():
-        if curve.final_val_top1 < CHANCE_MARGIN * chance:
+        if curve.final_val_top1 < _CHANCE_MARGIN * chance:
             problems.append(
                 f"{name} reached {curve.final_val_top1:.1f}% val top-1, "
-                f"not {CHANCE_MARGIN:g}x chance ({chance:.1f}%)"
+                f"not {_CHANCE_MARGIN:g}x chance ({chance:.1f}%)"
             )
     finals = [c.final_val_top1 for c in curves.values()]
-    if max(finals) - min(finals) > MAX_GAP_POINTS:
+    if max(finals) - min(finals) > _MAX_GAP_POINTS:
         problems.append(
             f"final val top-1 differs by {max(finals) - min(finals):.1f} points "
-            f"(> {MAX_GAP_POINTS:g})"
+            f"(> {_MAX_GAP_POINTS:g})"
         )
     return problems

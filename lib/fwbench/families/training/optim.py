@@ -23,22 +23,22 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-OPTIMIZERS = ("sgd", "adamw")
-SCHEDULES = ("constant", "cosine")
+_OPTIMIZERS = ("sgd", "adamw")
+_SCHEDULES = ("constant", "cosine")
 
 # Defaults that train the registry's CNNs from scratch at small batch sizes and keep fp32 training
 # close enough to deterministic for the parity check (at SGD 0.02, batch 8, ResNet-50's BatchNorm
 # biases drift 12% apart between the frameworks while the losses still agree to 4e-4); the
 # notebooks expose ``lr`` so a campaign can override it.
-DEFAULT_LR = {"sgd": 0.005, "adamw": 1e-3}
-DEFAULT_WEIGHT_DECAY = {"sgd": 1e-4, "adamw": 0.05}
+_DEFAULT_LR = {"sgd": 0.005, "adamw": 1e-3}
+_DEFAULT_WEIGHT_DECAY = {"sgd": 1e-4, "adamw": 0.05}
 
 
 @dataclass(frozen=True)
 class OptimConfig:
     name: str = "sgd"
-    lr: float | None = None  # None: DEFAULT_LR[name]
-    weight_decay: float | None = None  # None: DEFAULT_WEIGHT_DECAY[name]
+    lr: float | None = None  # None: _DEFAULT_LR[name]
+    weight_decay: float | None = None  # None: _DEFAULT_WEIGHT_DECAY[name]
     momentum: float = 0.9  # sgd
     betas: tuple[float, float] = (0.9, 0.999)  # adamw
     eps: float = 1e-8  # adamw
@@ -46,14 +46,14 @@ class OptimConfig:
     total_steps: int = 1000  # length of the cosine schedule
 
     def __post_init__(self):
-        if self.name not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.name!r}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.name not in _OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {_OPTIMIZERS}, got {self.name!r}")
+        if self.schedule not in _SCHEDULES:
+            raise ValueError(f"schedule must be one of {_SCHEDULES}, got {self.schedule!r}")
         if self.lr is None:
-            object.__setattr__(self, "lr", DEFAULT_LR[self.name])
+            object.__setattr__(self, "lr", _DEFAULT_LR[self.name])
         if self.weight_decay is None:
-            object.__setattr__(self, "weight_decay", DEFAULT_WEIGHT_DECAY[self.name])
+            object.__setattr__(self, "weight_decay", _DEFAULT_WEIGHT_DECAY[self.name])
         if self.total_steps < 1:
             raise ValueError("total_steps must be at least 1")
 

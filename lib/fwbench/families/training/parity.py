@@ -47,7 +47,7 @@ from fwbench.families.training.optim import OptimConfig
 from fwbench.families.training.steps import JaxTrainer, TorchTrainer, configure_precision
 from fwbench.models.equivalence import max_rel_err
 
-PARITY_PRECISIONS = ("fp64", "fp32")
+_PARITY_PRECISIONS = ("fp64", "fp32")
 LOSS_TOLERANCE = 1e-9  # fp64: per-step |loss_jax - loss_torch| / |loss_torch|
 PARAM_TOLERANCE = 1e-8  # fp64: per tensor after the K steps
 # fp32 is measured, not gated: the first step whose losses differ by more than this is reported
@@ -64,7 +64,7 @@ NOISE_FLOOR = 1e-6
 # SGD 1e-6 (EfficientNet-B0 at 32 px, batch 2, where the last maps are 1x1). With the last
 # feature map 3x3 the same probe ends 20 steps at 3e-10 (SGD 0.005), so the registry's stride-32
 # CNNs train for parity at no less than 96 px.
-CNN_STRIDE = 32
+_CNN_STRIDE = 32
 MIN_FEATURE_MAP = 3
 # A BatchNorm's running mean counts as shifted by the skipped tensors when moving them by one
 # moves its input's batch mean by more than this many channel standard deviations.
@@ -177,7 +177,7 @@ def run_parity(
     from fwbench.families.training.steps import disable_stochastic_layers
     from fwbench.models import build_pair, get_spec, porting
 
-    check_parity_input(batches, precision)
+    _check_parity_input(batches, precision)
     torch_model, flax_model = build_pair(
         model, seed=seed, num_classes=num_classes, image_size=image_size
     )
@@ -210,12 +210,12 @@ def parity_image_size(model: str, image_size: int) -> int:
 
     if get_spec(model).kind != "cnn":
         return image_size
-    return max(image_size, CNN_STRIDE * MIN_FEATURE_MAP)
+    return max(image_size, _CNN_STRIDE * MIN_FEATURE_MAP)
 
 
-def check_parity_input(batches: Sequence[tuple[np.ndarray, np.ndarray]], precision: str) -> None:
-    if precision not in PARITY_PRECISIONS:
-        raise ValueError(f"parity precision must be one of {PARITY_PRECISIONS}, got {precision!r}")
+def _check_parity_input(batches: Sequence[tuple[np.ndarray, np.ndarray]], precision: str) -> None:
+    if precision not in _PARITY_PRECISIONS:
+        raise ValueError(f"parity precision must be one of {_PARITY_PRECISIONS}, got {precision!r}")
     if len(batches) < 1:
         raise ValueError("parity needs at least one batch")
     if min(len(labels) for _, labels in batches) < 2:
@@ -235,7 +235,7 @@ def compare_training(
 ) -> ParityResult:
     """Train a torch model and its Flax twin (holding the same weights, linked by ``links_fn``)
     side by side, one batch per step, and compare losses, gradients and final state."""
-    check_parity_input(batches, precision)
+    _check_parity_input(batches, precision)
     settings = {
         "torch": configure_precision("torch", precision),
         "jax": configure_precision("jax", precision),

@@ -35,11 +35,11 @@ from fwbench.families.training.parity import (
 )
 from fwbench.families.training.speed import EpochTiming, SpeedResult
 
-SKIP_RULE = (
+_SKIP_RULE = (
     f"skipped: fp64 gradient norm below {ZERO_GRADIENT_RATIO:g} of the step's largest at every "
     "step on both sides (an exact zero gradient; Adam turns its rounding into random steps)"
 )
-STATISTICS_SKIP_RULE = (
+_STATISTICS_SKIP_RULE = (
     "skipped: running means whose BatchNorm input mean moves by more than "
     f"{SHIFT_THRESHOLD:g} std when the skipped parameters are moved by one"
 )
@@ -107,34 +107,36 @@ def add_speed(rec, result: SpeedResult, **columns) -> None:
         )
     rec.add("speed_final_loss", result.final_loss, "nats", batch_size=bs, **columns)
     if result.flop_counter:  # a count that could not run says why in its counter
-        counted = {
-            "counter": result.flop_counter,
-            "counts": "matmuls and convolutions of forward, backward and optimizer, 2 per MAC",
-        }
-        rec.add(
-            "flops_per_step",
-            result.flops_per_step,
-            "FLOP/step",
-            batch_size=bs,
-            extra=counted,
-            **columns,
-        )
-        low, high = result.achieved_tflops_ci
-        rec.add(
-            "achieved_tflops",
-            result.achieved_tflops,
-            "TFLOP/s",
-            n=step["n"],
-            ci_low=low,
-            ci_high=high,
-            batch_size=bs,
-            extra={
-                **counted,
-                "flops_per_step": result.flops_per_step,
-                "from": "flops_per_step / median step time",
-            },
-            **columns,
-        )
+        _add_flops(rec, result, **columns)
+
+
+def _add_flops(rec, result: SpeedResult, **columns) -> None:
+    """The step's counted FLOPs and the TFLOP/s they make at the median step time."""
+    bs = result.batch_size
+    counted = {
+        "counter": result.flop_counter,
+        "counts": "matmuls and convolutions of forward, backward and optimizer, 2 per MAC",
+    }
+    rec.add(
+        "flops_per_step", result.flops_per_step, "FLOP/step", batch_size=bs, extra=counted,
+        **columns,
+    )  # fmt: skip
+    low, high = result.achieved_tflops_ci
+    rec.add(
+        "achieved_tflops",
+        result.achieved_tflops,
+        "TFLOP/s",
+        n=result.step_ms["n"],
+        ci_low=low,
+        ci_high=high,
+        batch_size=bs,
+        extra={
+            **counted,
+            "flops_per_step": result.flops_per_step,
+            "from": "flops_per_step / median step time",
+        },
+        **columns,
+    )
 
 
 def add_epochs(rec, timing: EpochTiming, batch_size: int, **columns) -> None:
@@ -224,7 +226,7 @@ def _add_fp64_parity(rec, result: ParityResult, batch_size: int, **columns) -> N
                 name: {**ratios, "error": float(f"{result.param_errors[name]:.3e}")}
                 for name, ratios in result.skipped_params.items()
             },
-            "skip_rule": SKIP_RULE,
+            "skip_rule": _SKIP_RULE,
         },
         **common,
     )
@@ -242,7 +244,7 @@ def _add_fp64_parity(rec, result: ParityResult, batch_size: int, **columns) -> N
                 name: float(f"{result.buffer_errors[name]:.3e}")
                 for name in result.skipped_statistics
             },
-            "skip_rule": STATISTICS_SKIP_RULE,
+            "skip_rule": _STATISTICS_SKIP_RULE,
         },
         **common,
     )

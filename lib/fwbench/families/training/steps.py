@@ -48,7 +48,7 @@ def configure_precision(framework: str, precision: str) -> dict:
     return fw_precision.configure(framework, precision, fw_precision.TRAINING_PRECISIONS)
 
 
-def check_precision(precision: str) -> str:
+def _check_precision(precision: str) -> str:
     return fw_precision.check(precision, fw_precision.TRAINING_PRECISIONS)
 
 
@@ -96,7 +96,7 @@ class TorchTrainer:
         import torch
 
         mode = resolve_training_mode("torch", mode)
-        self.device, self.precision, self.mode = device, check_precision(precision), mode
+        self.device, self.precision, self.mode = device, _check_precision(precision), mode
         self.config, self.channels_last = config, channels_last
         # weights, inputs and the loss: float64 on the fp64 path, float32 otherwise
         self.dtype = torch.float64 if precision == "fp64" else torch.float32
@@ -282,7 +282,7 @@ class JaxTrainer:
         from fwbench.models import conv
 
         mode = resolve_training_mode("jax", mode)
-        self.device, self.precision, self.mode = device, check_precision(precision), mode
+        self.device, self.precision, self.mode = device, _check_precision(precision), mode
         self.record_grad_norms = record_grad_norms
         self.jax_device = fw_device.jax_device(device)
         # jit-expert trains the twin's expert form (models/conv.py): the same function and

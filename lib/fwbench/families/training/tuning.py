@@ -186,7 +186,7 @@ def trainer_factory(
 
 
 @dataclass
-class Search:
+class _Search:
     best: dict  # lr, batch_size
     attempts: list[Attempt]
     trials: int
@@ -201,7 +201,7 @@ def search(
     lr_range: tuple[float, float],
     batch_sizes: Sequence[int],
     progress: bool = False,
-) -> Search:
+) -> _Search:
     """Optuna's TPE sampler (seeded) over the learning rate and batch size for ``trials``
     attempts, each ``attempt_at(lr, batch_size)``; the best is the lowest score."""
     import optuna
@@ -226,4 +226,4 @@ def search(
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(1, trials // 3))
     study = optuna.create_study(direction="minimize", sampler=sampler)
     study.optimize(objective, n_trials=trials, show_progress_bar=progress)
-    return Search(dict(study.best_params), attempts, trials, seed)
+    return _Search(dict(study.best_params), attempts, trials, seed)

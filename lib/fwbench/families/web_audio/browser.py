@@ -35,9 +35,9 @@ import numpy as np
 from fwbench.families.web_audio import drivers
 from fwbench.families.web_audio.native import RuntimeResult
 
-PAGE = Path(__file__).resolve().parent / "page"
-PAGE_TIMEOUT_S = 600
-ISOLATION_HEADERS = {
+_PAGE = Path(__file__).resolve().parent / "page"
+_PAGE_TIMEOUT_S = 600
+_ISOLATION_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Embedder-Policy": "require-corp",
     "Cross-Origin-Resource-Policy": "same-origin",
@@ -85,7 +85,7 @@ class _Handler(SimpleHTTPRequestHandler):
         return str(Path("/nonexistent"))
 
     def end_headers(self):
-        for key, value in ISOLATION_HEADERS.items():
+        for key, value in _ISOLATION_HEADERS.items():
             self.send_header(key, value)
         super().end_headers()
 
@@ -107,7 +107,7 @@ class _Handler(SimpleHTTPRequestHandler):
 def serve(files: Path, ort_dist: Path):
     """A cross-origin-isolated server of the page, onnxruntime-web and ``files``; yields its
     base URL. Uploads land in ``files``."""
-    routes = {"/page/": PAGE, "/ort/": ort_dist, "/files/": files}
+    routes = {"/page/": _PAGE, "/ort/": ort_dist, "/files/": files}
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Handler, routes=routes, uploads=files))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -118,7 +118,7 @@ def serve(files: Path, ort_dist: Path):
         server.server_close()
 
 
-def on_own_thread(fn, *args, **kwargs):
+def _on_own_thread(fn, *args, **kwargs):
     """``fn(*args, **kwargs)``, on a thread of its own when this one runs an asyncio loop."""
     try:
         asyncio.get_running_loop()
@@ -140,7 +140,7 @@ def on_own_thread(fn, *args, **kwargs):
     return box["value"]
 
 
-def run_page(
+def _run_page(
     browser: drivers.Driver,
     base_url: str,
     runtime: str,
@@ -168,10 +168,10 @@ def run_page(
         query += "&dims=" + ",".join(str(int(d)) for d in dims)
     base = {"browser": browser.name, "browser_version": browser.version}
     try:
-        result = browser.result(f"{base_url}/page/index.html?{query}", PAGE_TIMEOUT_S)
+        result = browser.result(f"{base_url}/page/index.html?{query}", _PAGE_TIMEOUT_S)
     except drivers.DriverError as exc:
         return RuntimeResult(runtime, status="failed", reason=f"the page: {exc}", details=base)
-    details = {k: result.get(k) for k in PAGE_DETAILS if result.get(k) is not None}
+    details = {k: result.get(k) for k in _PAGE_DETAILS if result.get(k) is not None}
     details.update(base)
     if "adapter" in details:
         details["software_webgpu"] = is_software_adapter(details["adapter"])
@@ -193,7 +193,7 @@ def run_page(
     )
 
 
-PAGE_DETAILS = (
+_PAGE_DETAILS = (
     "bundle",
     "ort_version",
     "num_threads",
@@ -227,7 +227,7 @@ def is_software_adapter(adapter: dict) -> bool:
     )
 
 
-SOFTWARE_WEBGPU_SKIP = (
+_SOFTWARE_WEBGPU_SKIP = (
     "WebGPU runs on a software adapter here ({adapter}), about 100x slower than WASM: "
     "run it with wav2vec2 at model_size tiny, for correctness"
 )
@@ -271,18 +271,18 @@ def bench(
                 out = files / f"out_{name}_{runtime}_{threads}_{Path(audio).stem}.f32"
                 shape = (dims or {}).get(audio)
                 results.append(
-                    run_page(b, url, runtime, threads, model, audio, out, *settings, dims=shape)
+                    _run_page(b, url, runtime, threads, model, audio, out, *settings, dims=shape)
                 )
             return results, caps
 
-    return on_own_thread(go)
+    return _on_own_thread(go)
 
 
 def _software_webgpu_skipped(browser: drivers.Driver, caps: dict) -> RuntimeResult:
     return RuntimeResult(
         "ort-web-webgpu",
         status="skipped",
-        reason=SOFTWARE_WEBGPU_SKIP.format(adapter=caps["webgpu"]),
+        reason=_SOFTWARE_WEBGPU_SKIP.format(adapter=caps["webgpu"]),
         details={
             "browser": browser.name,
             "browser_version": browser.version,
@@ -295,13 +295,13 @@ def _software_webgpu_skipped(browser: drivers.Driver, caps: dict) -> RuntimeResu
 def capabilities(browser: drivers.Driver, base_url: str) -> dict:
     """What this browser offers the page: WASM SIMD and threads, isolation, WebGPU, WebNN; with
     the browser's name and version."""
-    found = browser.evaluate(f"{base_url}/page/index.html?runtime=none", CAPABILITIES_JS)
+    found = browser.evaluate(f"{base_url}/page/index.html?runtime=none", _CAPABILITIES_JS)
     if not isinstance(found, dict) or "error" in found:
         raise drivers.DriverError(f"the capability probe failed: {found}")
     return {**found, "browser": browser.name, "browser_version": browser.version}
 
 
-CAPABILITIES_JS = """async () => {
+_CAPABILITIES_JS = """async () => {
   const simd = WebAssembly.validate(new Uint8Array([0,97,115,109,1,0,0,0,1,5,1,96,0,1,123,3,2,1,
     0,10,10,1,8,0,65,0,253,15,253,98,11]));
   let webgpu = "absent", webnn = "absent", webgpu_adapter = null;
@@ -338,7 +338,7 @@ FAKE_MICROPHONES = {
     "firefox": "a tone (Firefox's fake capture device), its audio played into a null sink",
 }
 # why it does not run elsewhere: what was seen here
-NO_STREAM = {
+_NO_STREAM = {
     "webkit": "streaming needs a fake microphone, which fwbench does not drive in WebKitGTK",
 }
 
@@ -348,7 +348,7 @@ def no_stream(name: str) -> str | None:
     if name == "firefox" and drivers.no_sound_server():
         # without an audio output Firefox's AudioContext stays suspended: no chunk arrives
         return f"Firefox streams through a sound server: {drivers.no_sound_server()}"
-    return None if name in FAKE_MICROPHONES else NO_STREAM.get(name, f"no streaming in {name}")
+    return None if name in FAKE_MICROPHONES else _NO_STREAM.get(name, f"no streaming in {name}")
 
 
 def stream(
@@ -363,7 +363,7 @@ def stream(
     why = no_stream(name)
     if why:
         raise drivers.DriverError(why)
-    return on_own_thread(_stream, base_url, wav, model, threads, chunks, name)
+    return _on_own_thread(_stream, base_url, wav, model, threads, chunks, name)
 
 
 def _stream(base_url: str, wav: Path, model: str, threads: int, chunks: int, name: str) -> dict:
@@ -381,7 +381,7 @@ def _stream(base_url: str, wav: Path, model: str, threads: int, chunks: int, nam
         browser = stack.enter_context(drivers.launch(name, chromium_args=fake_microphone, env=env))
         # the fake microphone plays in real time: a page still waiting long after the last
         # chunk should have arrived is stuck, not slow
-        result = browser.result(url, min(PAGE_TIMEOUT_S, 60 + 30 * chunks))
+        result = browser.result(url, min(_PAGE_TIMEOUT_S, 60 + 30 * chunks))
         return {
             **result,
             "browser": name,
@@ -400,7 +400,7 @@ def add_stream_records(rec, streamed: dict) -> dict | None:
             error=streamed.get("reason"), extra=extra,
         )  # fmt: skip
         return None
-    summary = stream_summary(streamed)
+    summary = _stream_summary(streamed)
     extra.update(
         per_chunk=streamed["chunks"],
         browser_version=streamed["browser_version"],
@@ -415,7 +415,7 @@ def add_stream_records(rec, streamed: dict) -> dict | None:
     return summary
 
 
-def stream_summary(result: dict, chunk_seconds: float = 1.0) -> dict:
+def _stream_summary(result: dict, chunk_seconds: float = 1.0) -> dict:
     """Per-chunk latency p50 and max, the real-time factor (mean latency over the chunk's
     duration) and whether the pipeline kept up (no chunk ever queued behind another)."""
     latencies = np.array([c["latency_ms"] for c in result.get("chunks", [])])

@@ -27,10 +27,10 @@ from pathlib import Path
 
 from fwbench.vocab import BROWSER_LABELS, BROWSERS
 
-CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+_CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 FIREFOX = "/usr/bin/firefox-esr"
-WEBKIT_DRIVER = "/usr/bin/WebKitWebDriver"
-MINIBROWSER = "/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser"
+_WEBKIT_DRIVER = "/usr/bin/WebKitWebDriver"
+_MINIBROWSER = "/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-dev-shm-usage",
@@ -40,14 +40,14 @@ CHROMIUM_ARGS = [
     "--enable-features=WebMachineLearningNeuralNetwork",
 ]
 # Firefox's fake capture device (a tone, not a file) and no permission prompt for it
-FIREFOX_PREFS = {
+_FIREFOX_PREFS = {
     "media.navigator.streams.fake": True,
     "media.navigator.permission.disabled": True,
     "media.autoplay.default": 0,
 }
 # without it WebKitGTK hides SharedArrayBuffer, and onnxruntime-web runs WASM on one thread
 WEBKIT_ENV = {"JSC_useSharedArrayBuffer": "1"}
-INSTALL = "`make browser` installs it (as root)"
+_INSTALL = "`make browser` installs it (as root)"
 
 
 class DriverError(RuntimeError):
@@ -62,23 +62,23 @@ def check_browsers(names: list[str]) -> list[str]:
     return list(names)
 
 
-def chromium_path() -> str | None:
+def _chromium_path() -> str | None:
     found = shutil.which("chromium")
     if found:
         return found
-    return next((p for p in CHROMIUM_CANDIDATES if Path(p).exists()), None)
+    return next((p for p in _CHROMIUM_CANDIDATES if Path(p).exists()), None)
 
 
 def unavailable(name: str) -> str | None:
     """Why ``name`` cannot start here, with the command that fixes it; None if it can."""
-    if name == "chromium" and chromium_path() is None:
-        return f"Chromium is not installed ({INSTALL})"
+    if name == "chromium" and _chromium_path() is None:
+        return f"Chromium is not installed ({_INSTALL})"
     if name == "firefox" and not Path(FIREFOX).exists():
-        return f"Firefox ESR is not installed ({INSTALL})"
+        return f"Firefox ESR is not installed ({_INSTALL})"
     if name == "webkit":
-        missing = [p for p in (WEBKIT_DRIVER, MINIBROWSER) if not Path(p).exists()]
+        missing = [p for p in (_WEBKIT_DRIVER, _MINIBROWSER) if not Path(p).exists()]
         if missing or shutil.which("Xvfb") is None:
-            return f"WebKitGTK's driver, MiniBrowser or Xvfb is not installed ({INSTALL})"
+            return f"WebKitGTK's driver, MiniBrowser or Xvfb is not installed ({_INSTALL})"
         try:
             import selenium  # noqa: F401
         except ImportError:
@@ -186,13 +186,13 @@ def launch(name: str, *, chromium_args: tuple[str, ...] = (), env: dict | None =
         try:
             if name == "chromium":
                 browser = pw.chromium.launch(
-                    executable_path=chromium_path(), args=[*CHROMIUM_ARGS, *chromium_args]
+                    executable_path=_chromium_path(), args=[*CHROMIUM_ARGS, *chromium_args]
                 )
             else:
                 browser = pw.firefox.launch(
                     channel="moz-firefox",
                     executable_path=FIREFOX,
-                    firefox_user_prefs=FIREFOX_PREFS,
+                    firefox_user_prefs=_FIREFOX_PREFS,
                     env={**os.environ, **(env or {})},
                 )
         except Error as exc:
@@ -206,7 +206,7 @@ def launch(name: str, *, chromium_args: tuple[str, ...] = (), env: dict | None =
 def no_sound_server() -> str | None:
     """Why ``sound_server`` cannot start here, with the command that fixes it; None if it can."""
     if shutil.which("pulseaudio") is None:
-        return f"PulseAudio is not installed ({INSTALL})"
+        return f"PulseAudio is not installed ({_INSTALL})"
     return None
 
 
@@ -281,12 +281,12 @@ def _webkit():
 
     with xvfb() as display:
         options = Options()
-        options.binary_location = MINIBROWSER
+        options.binary_location = _MINIBROWSER
         options.add_argument("--automation")
         env = {**os.environ, "DISPLAY": display, **WEBKIT_ENV}
         try:
             driver = webdriver.WebKitGTK(
-                options=options, service=Service(executable_path=WEBKIT_DRIVER, env=env)
+                options=options, service=Service(executable_path=_WEBKIT_DRIVER, env=env)
             )
         except WebDriverException as exc:
             raise DriverError(f"WebKitGTK did not start: {exc.msg or exc}") from exc

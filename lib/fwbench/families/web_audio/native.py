@@ -24,7 +24,7 @@ from fwbench.measure.timing import StopRule, measure_latency
 
 NATIVE = ("torch", "jax", "onnxruntime")
 BROWSER = ("ort-web-wasm", "ort-web-webgpu", "ort-web-webnn")
-RUNTIMES = NATIVE + BROWSER
+_RUNTIMES = NATIVE + BROWSER
 
 
 @dataclass
@@ -40,9 +40,9 @@ class RuntimeResult:
 
 
 def check_runtimes(runtimes) -> list[str]:
-    unknown = [r for r in runtimes if r not in RUNTIMES]
+    unknown = [r for r in runtimes if r not in _RUNTIMES]
     if unknown:
-        raise ValueError(f"unknown runtime {unknown[0]!r}; choose from {RUNTIMES}")
+        raise ValueError(f"unknown runtime {unknown[0]!r}; choose from {_RUNTIMES}")
     return list(runtimes)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from fwbench.models.speech import INPUT_NAMES, SAMPLE_RATE
 
-OUTPUT = "last_hidden_state"
+_OUTPUT = "last_hidden_state"
 # wav2vec2's receptive field is 400 samples (25 ms); ten minutes is far beyond a chunk
 MIN_SAMPLES, MAX_SAMPLES = 400, SAMPLE_RATE * 600
 
@@ -32,7 +32,7 @@ def export_onnx(model, path: Path, example: np.ndarray, kind: str = "wav2vec2") 
         dynamo=True,
         verbose=False,  # its progress lines would fill every executed notebook
         input_names=[INPUT_NAMES[kind]],
-        output_names=[OUTPUT],
+        output_names=[_OUTPUT],
         dynamic_shapes=dynamic,
     )
     program.save(str(path))

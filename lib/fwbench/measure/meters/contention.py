@@ -28,7 +28,7 @@ import psutil
 SHARED_FRACTION = 0.10
 # How often the process tree is sampled: at most this much of a process's last CPU time is missed;
 # each sample reads /proc for the tree, a millisecond or two, so rarely enough to cost nothing
-SAMPLE_INTERVAL_S = 0.5
+_SAMPLE_INTERVAL_S = 0.5
 
 
 @dataclass
@@ -76,7 +76,7 @@ class TreeSampler:
     descendant counted to its last sighting, whether or not anyone of this tree reaps it. A child
     that was already running at ``start()`` is not this interval's work, as with ``os.times``."""
 
-    def __init__(self, interval_s: float = SAMPLE_INTERVAL_S):
+    def __init__(self, interval_s: float = _SAMPLE_INTERVAL_S):
         self.interval_s = interval_s
         self._seen: dict[tuple[int, float], float] = {}
         self._base: dict[tuple[int, float], float] = {}

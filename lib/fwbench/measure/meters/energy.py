@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 POWER_SAMPLE_SECONDS = 0.01
-RAPL_GLOB = "/sys/class/powercap/intel-rapl:[0-9]*"
+_RAPL_GLOB = "/sys/class/powercap/intel-rapl:[0-9]*"
 
 
 @dataclass
@@ -73,7 +73,7 @@ class _PowerSampler(threading.Thread):
 def _rapl_domains() -> list[str]:
     """Package-level RAPL domains whose counters this process can read."""
     readable = []
-    for path in sorted(glob.glob(RAPL_GLOB)):
+    for path in sorted(glob.glob(_RAPL_GLOB)):
         try:
             with open(f"{path}/energy_uj") as fh:
                 int(fh.read())

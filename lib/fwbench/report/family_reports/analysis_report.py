@@ -132,12 +132,12 @@ TRUST = Section(
             when=nonempty("stability"),
         ),
         Note(
-            lambda a: equivalence_sentence(a.equivalence_reach),
+            lambda a: _equivalence_sentence(a.equivalence_reach),
             when=lambda a: bool(a.equivalence_reach),
         ),
         Note(lambda a: sentences.regression_evaluation_sentence(*a.regression_evaluation)),
         Note(
-            lambda a: paired_detector_sentence(a.paired_detector),
+            lambda a: _paired_detector_sentence(a.paired_detector),
             when=lambda a: bool(a.paired_detector),
         ),
         Table(
@@ -159,7 +159,7 @@ TRUST = Section(
 )
 
 
-def round_noise_sentence(noise: pd.DataFrame, run_id: str) -> str:
+def _round_noise_sentence(noise: pd.DataFrame, run_id: str) -> str:
     """This run's round noise beside the other runs of the same arms on this CPU model, by
     protocol (``trust.round_noise_on_this_cpu``)."""
     mine = noise[noise.run_id == run_id]
@@ -183,7 +183,7 @@ def round_noise_sentence(noise: pd.DataFrame, run_id: str) -> str:
     return text
 
 
-def paired_detector_sentence(scores: dict) -> str:
+def _paired_detector_sentence(scores: dict) -> str:
     """The paired-ratio detector's scores on this CPU model's real run-to-run residuals."""
     goal = sequential.GOAL_RECALL
     verdict = (
@@ -208,7 +208,7 @@ def paired_detector_sentence(scores: dict) -> str:
     )
 
 
-def equivalence_sentence(reach: dict) -> str:
+def _equivalence_sentence(reach: dict) -> str:
     """Whether this design can call a pair equivalent (``trust.equivalence_reach``)."""
     text = (
         f"Equivalence: at this campaign's design ({reach['design']}, the fitted variance "
@@ -228,7 +228,7 @@ ROUND_NOISE = Section(
     "model, by the protocol that timed them: the noise a verdict's interval has to carry.",
     (
         Note(
-            lambda a: round_noise_sentence(a.round_noise, a.run_id),
+            lambda a: _round_noise_sentence(a.round_noise, a.run_id),
             when=lambda a: not a.round_noise.empty,
         ),
         Table(

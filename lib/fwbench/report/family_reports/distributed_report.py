@@ -12,7 +12,7 @@ from fwbench.measure import verdicts
 from fwbench.report import charts, sections, tables
 from fwbench.report.items import Figure, Note, Section, Table, nonempty, per_analysis, records
 
-DISTRIBUTED_METRICS = [
+_DISTRIBUTED_METRICS = [
     "step_ms",
     "compute_only_step_ms",
     "grad_allreduce_ms",
@@ -33,7 +33,7 @@ def _distributed_rows(meas: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
     return rows if rows.empty else tables.extra_columns(rows, ["strategy", "world_size"])
 
 
-TIMING_KEYS = ["model", "framework", "strategy", "precision", "world_size", "device_name"]
+_TIMING_KEYS = ["model", "framework", "strategy", "precision", "world_size", "device_name"]
 
 
 def timed_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -44,7 +44,7 @@ def timed_rows(rows: pd.DataFrame) -> pd.DataFrame:
     if rows.empty or "trial" not in rows:
         return rows
     trialled = rows.trial.fillna(0) > 0
-    keys = [rows[k].astype(str) for k in TIMING_KEYS if k in rows]
+    keys = [rows[k].astype(str) for k in _TIMING_KEYS if k in rows]
     if "run_id" in rows:  # a pooled frame: each run's trials decide for that run
         keys.append(rows.run_id.astype(str))
     return rows[trialled | ~trialled.groupby(keys).transform("any")]
@@ -60,10 +60,10 @@ def distributed_table(meas: pd.DataFrame) -> pd.DataFrame:
     """13_distributed's step time, communication share, weak-scaling efficiency and per-rank
     memory: one row per model, framework, strategy, precision and world size (strategy and
     world size live in ``extra``), the median over the timed trials (``timed_rows``)."""
-    rows = _timed(meas, DISTRIBUTED_METRICS)
+    rows = _timed(meas, _DISTRIBUTED_METRICS)
     if rows.empty:
         return pd.DataFrame()
-    return tables.metric_columns(rows, TIMING_KEYS, DISTRIBUTED_METRICS)
+    return tables.metric_columns(rows, _TIMING_KEYS, _DISTRIBUTED_METRICS)
 
 
 def most_trials(meas: pd.DataFrame) -> int:
@@ -72,11 +72,11 @@ def most_trials(meas: pd.DataFrame) -> int:
     rows = _timed(meas, ["step_ms"])
     if rows.empty:
         return 0
-    keys = [rows[k].astype(str) for k in TIMING_KEYS]
+    keys = [rows[k].astype(str) for k in _TIMING_KEYS]
     return int(rows.groupby(keys).trial.nunique().max())
 
 
-def timed_sources(metrics: list[str]):
+def _timed_sources(metrics: list[str]):
     """The notebooks behind a timing table: the timed trials' cells, not the gate's."""
 
     def paths(analysis, _frame: pd.DataFrame) -> list[str]:
@@ -141,7 +141,7 @@ def step_parts_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 # the step-time comparisons a campaign with interleaved trials decides: B ÷ A in steps per second
-SCALING_PAIRS = (
+_SCALING_PAIRS = (
     (("jax", "dp"), ("jax", "dp_fused")),
     (("torch", "ddp"), ("jax", "dp")),
     (("torch", "ddp"), ("jax", "dp_fused")),
@@ -158,7 +158,7 @@ def scaling_rounds(meas: pd.DataFrame) -> pd.DataFrame:
     return tables.arm_rounds(
         rows.assign(arm=rows.framework + " " + rows.strategy),
         ["model", "precision", "world_size"],
-        [(" ".join(a), " ".join(b)) for a, b in SCALING_PAIRS],
+        [(" ".join(a), " ".join(b)) for a, b in _SCALING_PAIRS],
         lambda key, a, b: (key[0], key[1], int(key[2]), a, b),
         lambda a_ms, b_ms: math.log(a_ms / b_ms),
     )
@@ -210,7 +210,7 @@ def parts_sentences(parts: pd.DataFrame) -> list[str]:
     return lines
 
 
-PART_WORDS = {
+_PART_WORDS = {
     "compute_ms": "compute",
     "grad_allreduce_ms": "the gradients' all-reduce",
     "rest_ms": "the rest",
@@ -232,9 +232,9 @@ def gap_sentences(parts: pd.DataFrame, baseline=("torch", "ddp")) -> list[str]:
         if (r.framework, r.strategy) == baseline:
             continue
         gap = r.step_ms - r.step_ms_base
-        extra = {col: getattr(r, col) - getattr(r, f"{col}_base") for col in PART_WORDS}
+        extra = {col: getattr(r, col) - getattr(r, f"{col}_base") for col in _PART_WORDS}
         shares = ", ".join(
-            f"{_signed(ms, '.1f')} ms {PART_WORDS[col]} ({_signed(100 * ms / gap, '.0f')}%)"
+            f"{_signed(ms, '.1f')} ms {_PART_WORDS[col]} ({_signed(100 * ms / gap, '.0f')}%)"
             for col, ms in sorted(extra.items(), key=lambda kv: -abs(kv[1]))
         )
         longer = "longer" if gap >= 0 else "shorter"
@@ -290,7 +290,7 @@ DISTRIBUTED = Section(
             "gate run once before them reports its result in the parity table; its few steps, "
             "compilation among them, are not timings).",
             runs,
-            timed_sources(DISTRIBUTED_METRICS),
+            _timed_sources(_DISTRIBUTED_METRICS),
             when=nonempty(runs),
         ),
         Table(
@@ -303,7 +303,7 @@ DISTRIBUTED = Section(
             "collectives still pay per array: "
             "docs/upstream/xla_cpu_allreduce_per_array.py); dp_fused flattens them into one.",
             parts,
-            timed_sources(["step_ms", "compute_only_step_ms", "grad_allreduce_ms"]),
+            _timed_sources(["step_ms", "compute_only_step_ms", "grad_allreduce_ms"]),
             when=nonempty(parts),
         ),
         Note(
@@ -321,7 +321,7 @@ DISTRIBUTED = Section(
             f"nested in runs; its design stated), *faster*, *{verdicts.EQUIVALENT_WORDS}* or "
             "*inconclusive*; one run calls no winner.",
             scaling,
-            timed_sources(["step_ms"]),
+            _timed_sources(["step_ms"]),
             when=nonempty(scaling),
         ),
         Table(

@@ -41,17 +41,17 @@ from fwbench.vocab import model_label, setting_words
 
 TORCHAX = ("jax", "torchax")
 FLAX = ("jax", "jit")
-TORCH_BEST = "torch"  # picked per configuration: PyTorch's fastest mode in the run
-ARM_LABELS = {TORCHAX: "torchax", FLAX: "Flax twin"}
+_TORCH_BEST = "torch"  # picked per configuration: PyTorch's fastest mode in the run
+_ARM_LABELS = {TORCHAX: "torchax", FLAX: "Flax twin"}
 # (pair, a, b): b's throughput ÷ a's
-PAIRS = (
+_PAIRS = (
     ("Flax twin ÷ torchax", TORCHAX, FLAX),
-    ("torchax ÷ PyTorch", TORCH_BEST, TORCHAX),
-    ("Flax twin ÷ PyTorch", TORCH_BEST, FLAX),
+    ("torchax ÷ PyTorch", _TORCH_BEST, TORCHAX),
+    ("Flax twin ÷ PyTorch", _TORCH_BEST, FLAX),
 )
-PORT = PAIRS[0][0]
+PORT = _PAIRS[0][0]
 # The port's parts by heading (a block of several fused categories is "fused kernels")
-HEADINGS = {
+_HEADINGS = {
     "data movement/layout": "layout",
     "depthwise/grouped convolution": "op choice",
     "attention": "op choice",
@@ -62,7 +62,7 @@ HEADINGS = {
 }
 FUSED = "convolution and matmul kernels with their fused ops"
 OTHER = "other ops"
-HEADING_ORDER = (
+_HEADING_ORDER = (
     "layout",
     "op choice",
     FUSED,
@@ -72,16 +72,16 @@ HEADING_ORDER = (
 )
 
 
-def arm_label(arm: tuple[str, str]) -> str:
-    return ARM_LABELS.get(arm, f"PyTorch {arm[1]}")
+def _arm_label(arm: tuple[str, str]) -> str:
+    return _ARM_LABELS.get(arm, f"PyTorch {arm[1]}")
 
 
-def three_way_arms(this: pd.DataFrame):
+def _three_way_arms(this: pd.DataFrame):
     """Each configuration of ``this`` (one run's ``throughput_samples``) measured all three ways:
     (configuration, {"torch", torchax, Flax twin} -> that arm's row), PyTorch's arm its fastest
     mode."""
     for key, group in this.groupby(tables.CONFIG, sort=True):
-        found = {TORCH_BEST: arms.pick_arm(group, "torch", "best")}
+        found = {_TORCH_BEST: arms.pick_arm(group, "torch", "best")}
         for arm in (TORCHAX, FLAX):
             rows = tables.series_rows(group, {}, *arm)
             found[arm] = rows.iloc[0] if len(rows) == 1 else None
@@ -103,8 +103,8 @@ def three_way_matrix(
         samples = samples.assign(run_id=run_id or "run")
     run_id = run_id or samples.run_id.max()
     rows, parts = [], []
-    for key, found_arms, picked in three_way_arms(samples[samples.run_id == run_id]):
-        for pair, a_name, b_name in PAIRS:
+    for key, found_arms, picked in _three_way_arms(samples[samples.run_id == run_id]):
+        for pair, a_name, b_name in _PAIRS:
             arm_a, arm_b = found_arms[a_name], found_arms[b_name]
             a, b = (arm_a.framework, arm_a.variant), (arm_b.framework, arm_b.variant)
             ident = (*key.values(), pair)
@@ -115,8 +115,8 @@ def three_way_matrix(
                 {
                     **key,
                     "pair": pair,
-                    "a": arm_label(a),
-                    "b": arm_label(b),
+                    "a": _arm_label(a),
+                    "b": _arm_label(b),
                     "a_framework": a[0],
                     "a_variant": a[1],
                     "b_framework": b[0],
@@ -134,7 +134,7 @@ def three_way_matrix(
                     "p_holm": np.nan,
                     "dropped_shared": dropped,
                     # PyTorch's arm picked as its fastest mode on these rounds: no verdict
-                    "picked_on_rounds": picked and TORCH_BEST in (a_name, b_name),
+                    "picked_on_rounds": picked and _TORCH_BEST in (a_name, b_name),
                     "ident": ident,
                 }
             )
@@ -176,7 +176,7 @@ def heading(part) -> str:
     them, where a block holds several categories), the other ops, or time outside every op."""
     if part.kind == "ops" and part.merged:
         return FUSED
-    return HEADINGS.get(part.category, OTHER)
+    return _HEADINGS.get(part.category, OTHER)
 
 
 def port_summary(gaps: pd.DataFrame) -> pd.DataFrame:
@@ -191,7 +191,7 @@ def port_summary(gaps: pd.DataFrame) -> pd.DataFrame:
     table = frame.pivot_table(
         index=keys, columns="heading", values="saved_ms", aggfunc="sum", fill_value=0.0
     )
-    table = table.reindex(columns=[h for h in HEADING_ORDER if h in table.columns])
+    table = table.reindex(columns=[h for h in _HEADING_ORDER if h in table.columns])
     table["total"] = table.sum(axis=1)
     return table.reset_index().drop(columns="slower_variant")
 
@@ -223,7 +223,7 @@ def headline_words(matrix: pd.DataFrame) -> list[str]:
 
 
 # the README's two questions, each a pair of the three-way table
-README_PAIRS = (
+_README_PAIRS = (
     (PORT, "what the port buys on XLA; above 1 the Flax twin is faster"),
     ("torchax ÷ PyTorch", "PyTorch's own graph on XLA against PyTorch; above 1 torchax is faster"),
 )
@@ -236,7 +236,7 @@ def readme_lines(table: pd.DataFrame, report_link: str) -> list[str]:
     if table.empty or "pair" not in table:
         return []
     lines = []
-    for pair, meaning in README_PAIRS:
+    for pair, meaning in _README_PAIRS:
         rows = table[table.pair == pair]
         for (device, precision, threads, design), group in rows.groupby(
             ["device_name", "precision", "threads", "design"], sort=True

@@ -47,7 +47,7 @@ def candidates(analysis) -> pd.DataFrame:
     return table.assign(of_best=table.img_s / best).reset_index(drop=True)
 
 
-def picks_sentences(table: pd.DataFrame) -> list[str]:
+def _picks_sentences(table: pd.DataFrame) -> list[str]:
     """Per framework: how often each candidate was the pick, and the median margin over the
     runner-up."""
     lines = []
@@ -96,7 +96,7 @@ SECTION = Section(
     "best-modes` writes for the verdict runs (modes tuned and jit-tuned); a verdict never picks "
     "a mode on its own rounds.",
     (
-        Each(lambda a: [Note(literal(t)) for t in picks_sentences(candidates(a))]),
+        Each(lambda a: [Note(literal(t)) for t in _picks_sentences(candidates(a))]),
         Figure(
             "candidates",
             "Candidates against the fastest",
@@ -160,7 +160,7 @@ def expert_pairs(analysis) -> pd.DataFrame:
 
 
 @per_analysis
-def expert_gaps(analysis) -> pd.DataFrame:
+def _expert_gaps(analysis) -> pd.DataFrame:
     pairs = expert_pairs(analysis)
     if pairs.empty:
         return pd.DataFrame(columns=why.GAP_COLUMNS)
@@ -183,15 +183,15 @@ EXPERT = Section(
             records("inference", ["throughput_img_s"]),
             drop=("device", "winner"),
         ),
-        Each(lambda a: [Note(literal(t)) for t in why.why_sentences(expert_gaps(a))]),
+        Each(lambda a: [Note(literal(t)) for t in why.why_sentences(_expert_gaps(a))]),
         Table(
             "expert_why",
             "Each gap's parts in ms per profiled call: the slower arm's, the faster arm's and "
             "their difference, per op category (fused blocks as one).",
-            expert_gaps,
+            _expert_gaps,
             records("profile", ["op_time_ms"]),
             drop=("device",),
-            when=nonempty(expert_gaps),
+            when=nonempty(_expert_gaps),
             otherwise="Neither arm of these comparisons was profiled in this run.",
         ),
     ),

@@ -20,14 +20,14 @@ from fwbench.results.layout import slug_settings
 METRIC = "peak_part_bytes"
 PARTS = ["params", "gradients", "optimizer state", "activations", "other"]
 UNPLANNED = "graph"  # the traced step without a plan, which the planner starts from
-PLANS = ("no plan", "tightest μ-TWO plan")
+_PLANS = ("no plan", "tightest μ-TWO plan")
 # cell settings that tell two cells of one model apart without changing what is traced (a
 # variant is a slug less its trial already)
-IGNORED_SETTINGS = ("batch_sizes", "budget_fractions", "compile_budgets", "time_rounds")
+_IGNORED_SETTINGS = ("batch_sizes", "budget_fractions", "compile_budgets", "time_rounds")
 
 
 def _settings(variant: str) -> dict[str, str]:
-    return {k: v for k, v in slug_settings(variant).items() if k not in IGNORED_SETTINGS}
+    return {k: v for k, v in slug_settings(variant).items() if k not in _IGNORED_SETTINGS}
 
 
 def _labels(table: pd.DataFrame) -> pd.Series:
@@ -64,9 +64,9 @@ def breakdown_table(meas: pd.DataFrame) -> pd.DataFrame:
     out = []
     for key, group in rows.groupby(keys, sort=True):
         plans = group[group.method == "mu_two"]
-        chosen = {PLANS[0]: group[group["mode"] == UNPLANNED]}
+        chosen = {_PLANS[0]: group[group["mode"] == UNPLANNED]}
         if not plans.empty:
-            chosen[PLANS[1]] = plans[plans.budget == plans.budget.min()]
+            chosen[_PLANS[1]] = plans[plans.budget == plans.budget.min()]
         for plan, part_rows in chosen.items():
             if part_rows.empty:
                 continue
@@ -110,7 +110,7 @@ def parts_chart(table: pd.DataFrame) -> alt.FacetChart:
         .facet(
             row=alt.Row("label:N", title=None),
             column=alt.Column(
-                "plan:N", sort=[*PLANS, *sorted(set(table.plan) - set(PLANS))], title=None
+                "plan:N", sort=[*_PLANS, *sorted(set(table.plan) - set(_PLANS))], title=None
             ),
         )
     )
@@ -126,7 +126,7 @@ def breakdown_sentences(table: pd.DataFrame) -> list[str]:
     trials = table.groupby(["label", "device_name"]).trials.max()
     out = []
     for (label, device), group in peak_shares(table).groupby(["label", "device_name"], sort=True):
-        unplanned = group[group.plan == PLANS[0]].set_index("batch_size").sort_index()
+        unplanned = group[group.plan == _PLANS[0]].set_index("batch_size").sort_index()
         if unplanned.empty:
             continue
         ends = unplanned.iloc[sorted({0, len(unplanned) - 1})]
@@ -136,7 +136,7 @@ def breakdown_sentences(table: pd.DataFrame) -> list[str]:
         )
         words = f"{label} on {device}: the unplanned step peaks at {peaks}"
         top = unplanned.index[-1]
-        tight = group[(group.plan == PLANS[1]) & (group.batch_size == top)]
+        tight = group[(group.plan == _PLANS[1]) & (group.batch_size == top)]
         if not tight.empty:
             plan = tight.iloc[0]
             words += (

@@ -17,11 +17,9 @@ from __future__ import annotations
 import altair as alt
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 from statsmodels.stats.multitest import multipletests
 
 from fwbench.report.family_reports import memory_curve
-from fwbench.report.tables import paired_rounds
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
 
 MB = 1e6
@@ -30,14 +28,14 @@ COLUMNS = [
     "activation_saved_pct", "iter_time_ms", "time_low", "time_high", "overhead_pct",
     "overhead_low", "overhead_high", "trials", "exact_max_abs_diff",
 ]  # fmt: skip
-ALPHA = 0.05
+ALPHA = memory_curve.ALPHA
 # rows that plan nothing: the traced step as it is, and compiled whole
-NOT_PLANS = ("graph", "compiled_graph")
+_NOT_PLANS = ("graph", "compiled_graph")
 # a saving below this share of the peak is no saving (XLA's plans move by a few buffers)
-NO_SAVING_PCT = 1.0
+_NO_SAVING_PCT = 1.0
 
 
-def framework_of(method: str) -> str:
+def _framework_of(method: str) -> str:
     return "JAX" if method.startswith("jax_") else "PyTorch"
 
 
@@ -52,25 +50,8 @@ def frameworks_table(curve: pd.DataFrame) -> pd.DataFrame:
     rows = curve[with_jax & curve.measured.astype(bool)]
     if rows.empty:
         return pd.DataFrame(columns=COLUMNS)
-    rows = rows.assign(framework=rows.method.map(framework_of), peak_MB=rows.peak_mem_bytes / MB)
+    rows = rows.assign(framework=rows.method.map(_framework_of), peak_MB=rows.peak_mem_bytes / MB)
     return rows.reindex(columns=COLUMNS + ["trial_times_ms", "variant", "device_name"])
-
-
-def _log_ratios(row, reference) -> np.ndarray:
-    found = paired_rounds(memory_curve.point_arm(reference), memory_curve.point_arm(row))
-    if found is None:
-        return np.array([])
-    return np.log(np.asarray(found[1]) / np.asarray(found[0]))
-
-
-def within_goal_p(logs: np.ndarray, overhead_pct: float = OVERHEAD_GOAL_PCT) -> float:
-    """One-sided p-value that a plan's mean log time ratio is below the goal's, over its
-    paired trials (Student's t; NaN for fewer than 2 trials or no spread)."""
-    if len(logs) < 2 or np.std(logs, ddof=1) == 0:
-        return np.nan
-    bound = np.log1p(overhead_pct / 100)
-    t = (logs.mean() - bound) / (logs.std(ddof=1) / np.sqrt(len(logs)))
-    return float(scipy_stats.t.cdf(t, len(logs) - 1))
 
 
 def best_within(group: pd.DataFrame, framework: str) -> dict:
@@ -79,14 +60,19 @@ def best_within(group: pd.DataFrame, framework: str) -> dict:
     where no plan is shown within), how many plans it chose among, and its adjusted p."""
     mine = group[group.framework == framework]
     plans = mine[
-        (mine.method != mine.method.map(memory_curve.reference_of)) & ~mine.kind.isin(NOT_PLANS)
+        (mine.method != mine.method.map(memory_curve.reference_of)) & ~mine.kind.isin(_NOT_PLANS)
     ]
     if plans.empty:
         return {"row": None, "plans": 0, "p_holm": np.nan}
     reference = mine[mine.method == memory_curve.reference_of(plans.method.iloc[0])]
     if reference.empty:
         return {"row": None, "plans": len(plans), "p_holm": np.nan}
-    p = np.array([within_goal_p(_log_ratios(r, reference.iloc[0])) for r in plans.itertuples()])
+    p = np.array(
+        [
+            memory_curve.within_goal_p(memory_curve.log_time_ratios(r, reference.iloc[0]))
+            for r in plans.itertuples()
+        ]
+    )
     tested = ~np.isnan(p)
     adjusted = np.full(len(p), np.nan)
     if tested.any():
@@ -102,10 +88,10 @@ def _plan_words(found: dict, framework: str) -> str:
     row = found["row"]
     if row is None:
         return f"{framework}: none of its {found['plans']} plans is shown within the goal"
-    if row.memory_saved_pct < NO_SAVING_PCT:
+    if row.memory_saved_pct < _NO_SAVING_PCT:
         return (
             f"{framework}: none of its {found['plans']} plans lowers the peak by "
-            f"{NO_SAVING_PCT:g}% or more (the most, {row.method}, {row.memory_saved_pct:.1f}%)"
+            f"{_NO_SAVING_PCT:g}% or more (the most, {row.method}, {row.memory_saved_pct:.1f}%)"
         )
     return (
         f"{framework}: {row.method}, saving {row.memory_saved_pct:.1f}% of the peak at "
@@ -136,7 +122,7 @@ def sentences(table: pd.DataFrame) -> list[str]:
             + "; ".join(_plan_words(best_within(group, f), f) for f in ("PyTorch", "JAX"))
             + f" ({int(group.trials.min())} paired trials)."
         )
-        raised = group[(group.memory_saved_pct <= -NO_SAVING_PCT) & ~group.kind.isin(NOT_PLANS)]
+        raised = group[(group.memory_saved_pct <= -_NO_SAVING_PCT) & ~group.kind.isin(_NOT_PLANS)]
         if not raised.empty:
             out.append(
                 f"{name} at batch {int(batch)}: "

@@ -11,7 +11,7 @@ from fwbench.report.tables import extra_columns
 from fwbench.vocab import MEMORY_EXACT_TOLERANCE, and_list
 
 METRIC = "exact_max_abs_diff"
-GATED_KINDS = ("checkpoint", "compile_budget", "jax_remat", "jax_policy")
+_GATED_KINDS = ("checkpoint", "compile_budget", "jax_remat", "jax_policy")
 TOLERANCE = MEMORY_EXACT_TOLERANCE  # the gate's
 UPSTREAM = "pytorch#190758"  # the partitioner's fresh masks below a budget of 1.0, reported there
 
@@ -20,7 +20,7 @@ def gate_table(meas: pd.DataFrame) -> pd.DataFrame:
     """One row per model, batch size and gated method: the largest gradient difference over
     trials, whether it is within the tolerance, and the tensor furthest off where it is not."""
     rows = meas[(meas.family == "memory") & (meas.metric == METRIC) & meas.value.notna()]
-    rows = rows[[isinstance(e, dict) and e.get("method") in GATED_KINDS for e in rows.extra]]
+    rows = rows[[isinstance(e, dict) and e.get("method") in _GATED_KINDS for e in rows.extra]]
     if rows.empty:
         return pd.DataFrame()
     rows = extra_columns(rows, ["method", "worst_tensor"])

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fwbench.report.family_reports import memory_curve
+from fwbench.report.family_reports import memory_curve, memory_curve_words
 from fwbench.report.readme import rewrite_block
 from fwbench.report.sections import TABLES_DIR
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
@@ -43,7 +43,7 @@ COLUMNS = [
 ]
 
 
-BLOCK = "memory_index"  # the README's marker name: <!-- results:memory_index:start -->
+_BLOCK = "memory_index"  # the README's marker name: <!-- results:memory_index:start -->
 
 
 class MemoryIndexError(ValueError):
@@ -51,15 +51,19 @@ class MemoryIndexError(ValueError):
 
 
 def _goal_words(point: tuple[object, str]) -> str:
-    """The point that decides a kind's verdict on the activation goal and the verdict, as the
+    """The point that decides a kind's verdict on the activation goal and the verdict (with its
+    Holm-adjusted p where it was chosen among several points), as the
     report's sentence has it (``memory_curve.goal_points``), with the floor's label where the
     point's peak is Adam's."""
     best, verdict = point
     if best is None:
         return verdict
     floor = f"; {memory_curve.FLOOR_WORDS}" if memory_curve.is_on_floor(best) else ""
+    among = best.get("points", 0)
+    if among > 1 and pd.notna(best.get("p_holm")):
+        verdict += f", Holm p {best.p_holm:.3g} of {among:.0f}"
     return (
-        f"{best.activation_saved_pct:.1f}% at {memory_curve.overhead_words(best)} "
+        f"{best.activation_saved_pct:.1f}% at {memory_curve_words.overhead_words(best)} "
         f"({best.method}; {verdict}{floor})"
     )
 
@@ -69,12 +73,12 @@ def _worst_interval(timed: pd.DataFrame) -> str:
     decides the bar, or why there is none."""
     if timed.empty:
         return "no quiet trial"
-    widest = memory_curve.widest_time_interval(timed)
+    widest = memory_curve_words.widest_time_interval(timed)
     if widest is None:
         trials = int(timed.quiet_time_trials.min())
         where = "its one trial" if trials == 1 else f"the worst of {trials} or more trials"
         return f"{timed.sim_time_worst_pct.max():.1f}% in {where}: no interval"
-    return memory_curve.interval_words(widest)
+    return memory_curve_words.interval_words(widest)
 
 
 def _settings(slug: str) -> dict[str, str]:
@@ -105,7 +109,7 @@ def cell_rows(table: pd.DataFrame, report: str, run_id: str) -> list[dict]:
     for _, same in table[named].groupby(memory_curve.KEYS[:-1]):
         short[same.index] = _short_names(same.variant)
     for (model, batch, device, _), group in table.groupby(memory_curve.KEYS, sort=True):
-        bars = memory_curve.simulator_bars(group)
+        bars = memory_curve_words.simulator_bars(group)
         points = memory_curve.goal_points(
             group, (*memory_curve.GOAL_KINDS, memory_curve.JAX_GOAL_KIND)
         )
@@ -210,4 +214,4 @@ def block(report_root: Path, readme_dir: Path) -> str:
 
 def update_readme(readme: Path, report_root: Path) -> bool:
     """Rewrite ``readme``'s memory_index block from the reports; True if it changed."""
-    return rewrite_block(readme, BLOCK, lambda: block(report_root, Path(readme).parent))
+    return rewrite_block(readme, _BLOCK, lambda: block(report_root, Path(readme).parent))

@@ -8,6 +8,7 @@ from fwbench.report import charts, sections, tables
 from fwbench.report.family_reports import (
     memory_breakdown,
     memory_curve,
+    memory_curve_words,
     memory_frameworks,
     memory_gate,
 )
@@ -23,7 +24,7 @@ from fwbench.report.items import (
     records,
 )
 
-MEMORY_METHOD_COLUMNS = {"model", "framework", "peak_mem_bytes"}
+_MEMORY_METHOD_COLUMNS = {"model", "framework", "peak_mem_bytes"}
 
 
 @per_analysis
@@ -53,7 +54,7 @@ def gates(analysis):
     return memory_gate.gate_table(analysis.meas)
 
 
-def gate_notes(analysis, failing: bool) -> list:
+def _gate_notes(analysis, failing: bool) -> list:
     """The gate's sentences where some baseline failed (``failing``: they lead the section, a
     silently wrong gradient being the first thing to know) or where all passed (after the curve)."""
     table = gates(analysis)
@@ -73,8 +74,8 @@ METHODS = Section(
     "activation_saved_pct is the peak a method saves against the eager step as a share of "
     "it. Swap plans (mu_two_swap@f) are simulated only, at the bandwidth named.",
     (
-        Each(lambda a: gate_notes(a, failing=True)),
-        Each(lambda a: [Note(literal(t)) for t in memory_curve.sentences(curve(a))]),
+        Each(lambda a: _gate_notes(a, failing=True)),
+        Each(lambda a: [Note(literal(t)) for t in memory_curve_words.sentences(curve(a))]),
         Figure(
             "memory_curve",
             "Memory-time curve",
@@ -114,7 +115,7 @@ METHODS = Section(
             records("memory"),
             when=nonempty(frameworks),
         ),
-        Each(lambda a: gate_notes(a, failing=False)),
+        Each(lambda a: _gate_notes(a, failing=False)),
         Table(
             "memory_gate",
             "The baselines' float64 gradient gate: per method, the largest difference of any "
@@ -159,7 +160,7 @@ METHODS = Section(
             "Peak memory by method",
             "Peak memory of one training iteration per memory-saving method, per framework.",
             lambda a: charts.by_mode_bars(methods(a), "peak_mem_bytes", "peak memory (bytes)"),
-            when=lambda a: MEMORY_METHOD_COLUMNS <= set(methods(a).columns),
+            when=lambda a: _MEMORY_METHOD_COLUMNS <= set(methods(a).columns),
         ),
     ),
     empty=lambda a: methods(a).empty or "mode" not in methods(a),

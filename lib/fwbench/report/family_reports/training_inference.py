@@ -22,7 +22,7 @@ from fwbench.vocab import framework_label, model_label
 
 STEP, FORWARD = "step_time_p50_ms", "latency_p50_ms"
 KEYS = ["model", "framework", "mode", "device_name", "precision", "threads", "batch_size"]
-PAIR = ["run_id", "trial"]
+_PAIR = ["run_id", "trial"]
 
 
 def _side(meas: pd.DataFrame, family: str, metric: str) -> pd.DataFrame:
@@ -31,7 +31,7 @@ def _side(meas: pd.DataFrame, family: str, metric: str) -> pd.DataFrame:
     # images only: a text or speech model's records name their inputs, and their image size is
     # only the notebook's parameter
     rows = rows[rows.image_size.notna() & rows.inputs.fillna("image").eq("image")]
-    return rows[[*KEYS, "image_size", *PAIR, "value"]]
+    return rows[[*KEYS, "image_size", *_PAIR, "value"]]
 
 
 def step_over_forward(meas: pd.DataFrame) -> pd.DataFrame:
@@ -51,7 +51,7 @@ def step_over_forward(meas: pd.DataFrame) -> pd.DataFrame:
     forward = _side(meas, "inference", FORWARD)
     if step.empty or forward.empty:
         return pd.DataFrame(columns=columns)
-    on = [*KEYS, "image_size", *PAIR]
+    on = [*KEYS, "image_size", *_PAIR]
     pairs = step.merge(forward, on=on, suffixes=("_step", "_forward"))
     if pairs.empty:
         return pd.DataFrame(columns=columns)

@@ -24,7 +24,7 @@ from fwbench.report.items import (
 )
 from fwbench.vocab import framework_label, model_label
 
-TRAINING_SPEED = [
+_TRAINING_SPEED = [
     "step_time_p50_ms",
     "step_time_p95_ms",
     "throughput_img_s",
@@ -36,14 +36,14 @@ TRAINING_SPEED = [
 
 # The float64 rows are the gate (their status is the check's); the fp32 rows are measurements of
 # how rounding grows, with the step at which the fp32 losses first part by more than 1e-3.
-FP64_PARITY_METRICS = [
+_FP64_PARITY_METRICS = [
     "fp64_loss_parity_max_rel",
     "fp64_param_parity_max_rel",
     "fp64_bn_stats_parity_max_rel",
 ]
 
 
-PARITY_METRICS = FP64_PARITY_METRICS + [
+PARITY_METRICS = _FP64_PARITY_METRICS + [
     "loss_parity_max_rel",
     "param_parity_max_rel",
     "bn_stats_parity_max_rel",
@@ -218,7 +218,7 @@ def summary_sentences(analysis) -> list[str]:
     """The executive summary's training lines: speed and the fairness checks, time to accuracy,
     and a step's time over a forward's."""
     said = training_sentences(
-        matrix(analysis), parity_checks(analysis), convergence_checks(analysis)
+        matrix(analysis), _parity_checks(analysis), _convergence_checks(analysis)
     )
     said += training_tta.sentences(training_tta.pooled(analysis))
     steps = training_inference.step_forward(analysis)
@@ -242,7 +242,7 @@ def matrix(analysis):
 
 @per_analysis
 def speed(analysis):
-    return tables.metric_table(analysis.meas, TRAINING_SPEED, "training")
+    return tables.metric_table(analysis.meas, _TRAINING_SPEED, "training")
 
 
 @per_analysis
@@ -256,17 +256,17 @@ def parity_steps(analysis):
 
 
 @per_analysis
-def parity_checks(analysis):
+def _parity_checks(analysis):
     return check_table(analysis.meas, PARITY_METRICS)
 
 
 @per_analysis
-def convergence_steps(analysis):
+def _convergence_steps(analysis):
     return convergence_curves(analysis.meas)
 
 
 @per_analysis
-def convergence_checks(analysis):
+def _convergence_checks(analysis):
     return check_table(analysis.meas, CONVERGENCE_METRICS)
 
 
@@ -317,7 +317,7 @@ TRAINING = Section(
             "Training step time (p50, p95), images/s, compile time, peak memory and energy "
             "per step (median over trials).",
             speed,
-            records("training", TRAINING_SPEED),
+            records("training", _TRAINING_SPEED),
             drop=("device",),
             when=nonempty(speed),
         ),
@@ -334,7 +334,7 @@ TRAINING = Section(
             "training_parity",
             "Largest relative difference, JAX against PyTorch: per-step loss, parameters and "
             "BatchNorm statistics after the last step.",
-            parity_checks,
+            _parity_checks,
             records("training", PARITY_METRICS),
             when=nonempty(parity_steps),
         ),
@@ -344,15 +344,15 @@ TRAINING = Section(
             "Train loss per step and validation top-1 per epoch, both frameworks from the same "
             "weights, batches and learning-rate schedule (dropout on, each side its own "
             "masks).",
-            lambda a: charts.convergence_chart(convergence_steps(a)),
-            when=nonempty(convergence_steps),
+            lambda a: charts.convergence_chart(_convergence_steps(a)),
+            when=nonempty(_convergence_steps),
         ),
         Table(
             "training_convergence",
             "Validation top-1 (%) after the last epoch and mean train loss over the last epoch.",
-            convergence_checks,
+            _convergence_checks,
             records("training", CONVERGENCE_METRICS),
-            when=nonempty(convergence_steps),
+            when=nonempty(_convergence_steps),
         ),
         *training_inference.ITEMS,
     ),

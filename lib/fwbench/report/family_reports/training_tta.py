@@ -23,19 +23,19 @@ from fwbench.vocab import framework_label, model_label
 SEARCH, TTA = "search_score_s", "time_to_accuracy_s"
 
 
-EXTRA = [
+_EXTRA = [
     "lr", "reached", "best_top1", "compile_s", "target", "replicate", "search_trial", "losses",
     "evals",
 ]  # fmt: skip
 # what makes two runs the same study (settings every record of 15_time_to_accuracy carries)
 DESIGN = ["target", "evals_per_epoch", "max_epochs", "search_trials", "search_seed"]
 # fewer evaluations than this before the target, and the seconds are mostly the step's speed
-MIN_EVALS = 10
+_MIN_EVALS = 10
 
 
 def _rows(meas: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The family's records of ``metric`` with the attempt's details as columns."""
-    return tables.extra_columns(meas[(meas.family == "training") & (meas.metric == metric)], EXTRA)
+    return tables.extra_columns(meas[(meas.family == "training") & (meas.metric == metric)], _EXTRA)
 
 
 def same_design(meas: pd.DataFrame, run_id: str) -> pd.DataFrame:
@@ -59,7 +59,7 @@ def _json_key(value):
     return tuple(value) if isinstance(value, list) else value
 
 
-def evals_to_target(rows: pd.DataFrame) -> pd.Series:
+def _evals_to_target(rows: pd.DataFrame) -> pd.Series:
     """How many evaluations each attempt ran before and at the one that reached the target."""
     return rows.evals.map(lambda e: len(e) if isinstance(e, list) else np.nan)
 
@@ -97,7 +97,7 @@ def best_table(meas: pd.DataFrame) -> pd.DataFrame:
                 "tta_median_s": float(reached.value.median()) if len(reached) else np.nan,
                 "tta_min_s": float(reached.value.min()) if len(reached) else np.nan,
                 "tta_max_s": float(reached.value.max()) if len(reached) else np.nan,
-                "evals_median": float(evals_to_target(reached).median())
+                "evals_median": float(_evals_to_target(reached).median())
                 if len(reached)
                 else np.nan,
                 "compile_s": float(group.compile_s.median()),
@@ -109,7 +109,7 @@ def best_table(meas: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def tta_rounds(meas: pd.DataFrame, with_compile: bool = False) -> pd.DataFrame:
+def _tta_rounds(meas: pd.DataFrame, with_compile: bool = False) -> pd.DataFrame:
     """The verdicts' rounds of JAX against PyTorch: one per run, model and data order both
     frameworks reached the target in, ``y`` the log of JAX's seconds over PyTorch's; with
     ``with_compile`` each side's seconds include the compile of its step (JAX's, before the
@@ -132,8 +132,8 @@ def tta_rounds(meas: pd.DataFrame, with_compile: bool = False) -> pd.DataFrame:
 def tta_verdicts(meas: pd.DataFrame) -> pd.DataFrame:
     """JAX ÷ PyTorch seconds to the target per model (above 1: JAX takes longer), the data
     orders as rounds, with the interval, design and verdict; and the two best learning rates."""
-    found = tables.estimated(tta_rounds(meas), imported=None)
-    compiled = tables.estimated(tta_rounds(meas, with_compile=True), imported=None)
+    found = tables.estimated(_tta_rounds(meas), imported=None)
+    compiled = tables.estimated(_tta_rounds(meas, with_compile=True), imported=None)
     best = best_table(meas)
     out = []
     for model, (e, v) in sorted(found.items()):
@@ -216,9 +216,9 @@ def _compile_and_evals(r, rows: pd.DataFrame) -> str:
     counted = ", ".join(f"{framework_label(f)} {n:.0f}" for f, n in sorted(evals.items()))
     fewest = min(evals.values(), default=np.nan)
     caveat = (
-        f"; fewer than {MIN_EVALS}, so the seconds say more about the step's speed than about "
+        f"; fewer than {_MIN_EVALS}, so the seconds say more about the step's speed than about "
         "convergence"
-        if fewest < MIN_EVALS
+        if fewest < _MIN_EVALS
         else ""
     )
     return (
@@ -229,7 +229,7 @@ def _compile_and_evals(r, rows: pd.DataFrame) -> str:
     )
 
 
-def search_chart(meas: pd.DataFrame) -> alt.FacetChart:
+def _search_chart(meas: pd.DataFrame) -> alt.FacetChart:
     rows = _rows(meas, SEARCH)
     data = pd.DataFrame(
         {
@@ -255,7 +255,7 @@ def search_chart(meas: pd.DataFrame) -> alt.FacetChart:
     )
 
 
-def loss_chart(meas: pd.DataFrame) -> alt.FacetChart:
+def _loss_chart(meas: pd.DataFrame) -> alt.FacetChart:
     rows = _rows(meas, TTA)
     data = pd.DataFrame(
         [
@@ -326,7 +326,7 @@ SECTION = Section(
             "The search",
             "This run's search: each attempt's score (seconds to the target; a miss penalised) "
             "against its learning rate, per model and framework.",
-            lambda a: search_chart(a.meas),
+            lambda a: _search_chart(a.meas),
         ),
         Table(
             "tta_best",
@@ -351,7 +351,7 @@ SECTION = Section(
             "tta_losses",
             "Training loss at the best configuration",
             "Per step, each data order's training loss until it reached the target.",
-            lambda a: loss_chart(a.meas),
+            lambda a: _loss_chart(a.meas),
         ),
     ),
     when=nonempty(best),

@@ -24,7 +24,7 @@ WEB_AUDIO_METRICS = [
     "first_call_s",
     "max_rel_err_vs_torch",
 ]
-RUNTIME_LABELS = {
+_RUNTIME_LABELS = {
     "torch": "PyTorch eager",
     "jax": "JAX jit",
     "onnxruntime": "native ONNX Runtime",
@@ -66,7 +66,7 @@ def skipped_table(meas: pd.DataFrame) -> pd.DataFrame:
     return rows[KEYS + ["status", "error"]].drop_duplicates().reset_index(drop=True)
 
 
-CAPABILITY_COLUMNS = {
+_CAPABILITY_COLUMNS = {
     "browser": "browser",
     "wasmSimd": "WASM SIMD",
     "sharedArrayBuffer": "WASM threads (SharedArrayBuffer)",
@@ -115,7 +115,7 @@ def capability_table(meas: pd.DataFrame) -> pd.DataFrame:
         caps = extra.get("capabilities", {})
         found.append(
             {
-                **{k: caps.get(k) for k in CAPABILITY_COLUMNS},
+                **{k: caps.get(k) for k in _CAPABILITY_COLUMNS},
                 "browser": browser_label(
                     caps.get("browser", "chromium"), caps.get("browser_version")
                 ),
@@ -129,16 +129,16 @@ def capability_table(meas: pd.DataFrame) -> pd.DataFrame:
     table = table.sort_values(["browser", "threads"], kind="stable", ignore_index=True)
     follows = table.groupby("browser")[["threads", "hardwareConcurrency"]].apply(_follows)
     table["follows"] = table.browser.map(follows)
-    return table[list(CAPABILITY_COLUMNS)].rename(columns=CAPABILITY_COLUMNS)
+    return table[list(_CAPABILITY_COLUMNS)].rename(columns=_CAPABILITY_COLUMNS)
 
 
-MISSING = ("", "None", "nan")
+_MISSING = ("", "None", "nan")
 
 
 def _follows(readings: pd.DataFrame) -> str:
     """Whether one browser's hardwareConcurrency equalled the cores pinned at every setting:
     only a reading that moves with the pinning shows it follows it (one setting cannot)."""
-    if (readings.threads == "").any() or readings.hardwareConcurrency.isin(MISSING).any():
+    if (readings.threads == "").any() or readings.hardwareConcurrency.isin(_MISSING).any():
         return "not recorded"
     if (readings.threads != readings.hardwareConcurrency).any():
         return "no"
@@ -167,18 +167,18 @@ def _software(meas: pd.DataFrame) -> set[tuple]:
     }
 
 
-SPEECH_LABELS = {"wav2vec2": "wav2vec2-{size}", "whisper": "Whisper-{size}'s encoder"}
+_SPEECH_LABELS = {"wav2vec2": "wav2vec2-{size}", "whisper": "Whisper-{size}'s encoder"}
 
 
 def speech_label(model: str) -> str:
     """ "wav2vec2_base" as "wav2vec2-base", "whisper_base" as "Whisper-base's encoder"."""
     name, _, size = str(model).partition("_")
-    return SPEECH_LABELS[name].format(size=size) if name in SPEECH_LABELS and size else model
+    return _SPEECH_LABELS[name].format(size=size) if name in _SPEECH_LABELS and size else model
 
 
-RUNTIME_NAMES = {label: name for name, label in RUNTIME_LABELS.items()}
+_RUNTIME_NAMES = {label: name for name, label in _RUNTIME_LABELS.items()}
 BROWSER_NAMES = {label: name for name, label in BROWSER_LABELS.items()}
-COMPARED = ["model", "framework", "browser", "threads", "audio_seconds"]
+_COMPARED = ["model", "framework", "browser", "threads", "audio_seconds"]
 
 
 def compared(ratios: pd.DataFrame, meas: pd.DataFrame) -> pd.DataFrame:
@@ -188,7 +188,7 @@ def compared(ratios: pd.DataFrame, meas: pd.DataFrame) -> pd.DataFrame:
     without an interval. ``framework`` and ``browser`` are the records' names."""
     if not ratios.empty:
         return ratios.assign(
-            framework=ratios.runtime.map(lambda r: RUNTIME_NAMES.get(r, r)),
+            framework=ratios.runtime.map(lambda r: _RUNTIME_NAMES.get(r, r)),
             browser=ratios.browser.map(lambda b: BROWSER_NAMES.get(b, b)),
             ratio=ratios.rtf_ratio,
         )
@@ -201,7 +201,7 @@ def compared(ratios: pd.DataFrame, meas: pd.DataFrame) -> pd.DataFrame:
     both = web.merge(native, on=setting, suffixes=("", "_native"))
     return both.assign(
         ratio=both.rtf / both.rtf_native, ci_low=math.nan, ci_high=math.nan, design="", verdict=""
-    )[[*COMPARED, "ratio", "ci_low", "ci_high", "design", "verdict", "rtf", "rtf_native"]]
+    )[[*_COMPARED, "ratio", "ci_low", "ci_high", "design", "verdict", "rtf", "rtf_native"]]
 
 
 def _verdict_words(row) -> str:
@@ -233,7 +233,7 @@ def sentences(ratios: pd.DataFrame, meas: pd.DataFrame) -> list[str]:
     software = _software(meas)
     out = []
     for row in rows.itertuples():
-        label = RUNTIME_LABELS.get(row.framework, row.framework)
+        label = _RUNTIME_LABELS.get(row.framework, row.framework)
         if (row.model, row.framework, row.browser, row.threads, row.audio_seconds) in software:
             label = f"software {label} (a CPU rasteriser, not a GPU)"
         threads = f"{int(row.threads)} thread" + ("s" if int(row.threads) != 1 else "")
@@ -256,7 +256,7 @@ def summary_sentence(rows: pd.DataFrame, meas: pd.DataFrame) -> list[str]:
     # a software WebGPU adapter is a correctness check, not a speed worth a summary's range
     software = _software(meas)
     if not rows.empty:
-        rows = rows[[tuple(r) not in software for r in rows[COMPARED].itertuples(index=False)]]
+        rows = rows[[tuple(r) not in software for r in rows[_COMPARED].itertuples(index=False)]]
     if rows.empty:
         return []
     names = _browser_names(meas)
@@ -266,7 +266,7 @@ def summary_sentence(rows: pd.DataFrame, meas: pd.DataFrame) -> list[str]:
         pace = f"ran {span} slower than native ONNX Runtime"
     else:
         pace = f"ran at {span} native ONNX Runtime's real-time factor"
-    runtimes = and_list(sorted({RUNTIME_LABELS.get(f, f) for f in rows.framework}))
+    runtimes = and_list(sorted({_RUNTIME_LABELS.get(f, f) for f in rows.framework}))
     browsers = and_list(names.get(b, browser_label(b)) for b in sorted(set(rows.browser)))
     threads = sorted(set(rows.threads.astype(int)))
     over = (
@@ -357,7 +357,7 @@ def ratio_table(rounds: pd.DataFrame) -> pd.DataFrame:
         rows.append(
             {
                 "model": model,
-                "runtime": RUNTIME_LABELS.get(runtime, runtime),
+                "runtime": _RUNTIME_LABELS.get(runtime, runtime),
                 "browser": browser_label(browser),
                 "threads": threads,
                 "audio_seconds": seconds,
@@ -376,7 +376,7 @@ def ratio_table(rounds: pd.DataFrame) -> pd.DataFrame:
 def rtf_chart(table: pd.DataFrame) -> alt.Chart:
     frame = table.assign(
         runtime=[
-            f"{RUNTIME_LABELS.get(f, f)} · {browser_label(b)}" if b else RUNTIME_LABELS.get(f, f)
+            f"{_RUNTIME_LABELS.get(f, f)} · {browser_label(b)}" if b else _RUNTIME_LABELS.get(f, f)
             for f, b in zip(table.framework, table.browser, strict=True)
         ],
         setting=[
@@ -408,7 +408,7 @@ def readme_lines(ratios: pd.DataFrame, capabilities: pd.DataFrame, report_link: 
     Runtime's (``ratio_table``) across models and thread counts at the longest audio, with the
     range its 95% intervals span; then what each browser offered the page."""
     out = []
-    wasm = ratios[ratios.runtime == RUNTIME_LABELS["ort-web-wasm"]] if len(ratios) else ratios
+    wasm = ratios[ratios.runtime == _RUNTIME_LABELS["ort-web-wasm"]] if len(ratios) else ratios
     if len(wasm):
         seconds = wasm.audio_seconds.max()
         wasm = wasm[wasm.audio_seconds == seconds]
@@ -433,7 +433,7 @@ def readme_lines(ratios: pd.DataFrame, capabilities: pd.DataFrame, report_link: 
             + f". Shorter audio and every runtime: the [report]({report_link})."
         )
     if len(capabilities):
-        out.append("What each browser offered the page: " + capability_sentence(capabilities))
+        out.append("What each browser offered the page: " + _capability_sentence(capabilities))
     return out
 
 
@@ -441,7 +441,7 @@ def _span(low: float, high: float) -> str:
     return f"{low:.2f}×" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}×"
 
 
-def capability_sentence(capabilities: pd.DataFrame) -> str:
+def _capability_sentence(capabilities: pd.DataFrame) -> str:
     """One sentence per browser version: WASM SIMD and threads, cross-origin isolation, its WebGPU
     adapter and WebNN (``capability_table``'s columns)."""
     clauses = []
