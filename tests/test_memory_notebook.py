@@ -78,7 +78,7 @@ def test_the_notebook_measures_jax_planners_beside_torch_and_the_report_pairs_th
         "    params: {model: resnet18, image_size: 32, batch_sizes: [2], budget_fractions: [0.5],\n"
         "             checkpoint_every: [1], sqrt_n: false, profile_iters: 1, timing_iters: 1,\n"
         "             time_rounds: 1, swap_bandwidth_gbs: 0.0, jax_planners: true,\n"
-        "             jax_policies: [nothing_saveable]}\n"
+        "             jax_policies: [nothing_saveable], jax_compile_cache: true}\n"
         "    trials: 2\n"
     )
     out = tmp_path / "out"
