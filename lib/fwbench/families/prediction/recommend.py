@@ -311,23 +311,32 @@ def evaluate(table: pd.DataFrame, *, seed: int = 0) -> pd.DataFrame:
         mine = mine.sort_values("run_id").drop_duplicates(dataset.CONFIG, keep="last")
         predicted = forecast.predict_rows(fitted, mine)
         rows += _batch_queries(mine, predicted)
-        for (device_name, image_size), on_device in mine.groupby(["device_name", "image_size"]):
-            timed = on_device[on_device.latency_p95_s.notna()]
-            if len(timed) >= 2 and fitted.get("latency_p95_s") is not None:
-                cap = float(timed.latency_p95_s.median())
-                found = choice(timed, predicted.loc[timed.index], cap)
-                rows.append(
-                    {
-                        "query": "latency",
-                        "model": model,
-                        "device_name": device_name,
-                        "image_size": int(image_size),
-                        "cap_ms": cap * 1000,
-                        "candidates": len(timed),
-                        **found,
-                    }
-                )
+        if fitted.get("latency_p95_s") is not None:
+            rows += _latency_queries(mine, predicted)
     return pd.DataFrame(rows)
+
+
+def _latency_queries(measured: pd.DataFrame, predicted: pd.DataFrame) -> list[dict]:
+    """The ``latency`` queries of ``measured`` (one model's configurations): at each device and
+    image size with two or more measured p95 latencies, the pick that ``predicted`` (same index)
+    makes under a cap at their median, against the measured best under it."""
+    rows = []
+    for (device_name, image_size), on_device in measured.groupby(["device_name", "image_size"]):
+        timed = on_device[on_device.latency_p95_s.notna()]
+        if len(timed) >= 2:
+            cap = float(timed.latency_p95_s.median())
+            rows.append(
+                {
+                    "query": "latency",
+                    "model": timed.model.iloc[0],
+                    "device_name": device_name,
+                    "image_size": int(image_size),
+                    "cap_ms": cap * 1000,
+                    "candidates": len(timed),
+                    **choice(timed, predicted.loc[timed.index], cap),
+                }
+            )
+    return rows
 
 
 def _batch_queries(measured: pd.DataFrame, predicted: pd.DataFrame) -> list[dict]:
@@ -363,16 +372,7 @@ def baseline_queries(table: pd.DataFrame, like: pd.DataFrame) -> pd.DataFrame:
         ranked = baselines.rule_ranking(
             mine, baselines.majority_winner(table[table.model != model])
         )
-        rows += _batch_queries(mine, ranked)
-        for (device_name, image_size), on_device in mine.groupby(["device_name", "image_size"]):
-            timed = on_device[on_device.latency_p95_s.notna()]
-            if len(timed) >= 2:
-                cap = float(timed.latency_p95_s.median())
-                rows.append(
-                    {"query": "latency", "model": model, "device_name": device_name,
-                     "image_size": int(image_size), "cap_ms": cap * 1000,
-                     "candidates": len(timed), **choice(timed, ranked.loc[timed.index], cap)}
-                )  # fmt: skip
+        rows += _batch_queries(mine, ranked) + _latency_queries(mine, ranked)
     found = pd.DataFrame(rows)
     if found.empty:
         return found

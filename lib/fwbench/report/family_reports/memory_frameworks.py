@@ -17,7 +17,6 @@ from __future__ import annotations
 import altair as alt
 import numpy as np
 import pandas as pd
-from statsmodels.stats.multitest import multipletests
 
 from fwbench.report.family_reports import memory_curve
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
@@ -67,21 +66,13 @@ def best_within(group: pd.DataFrame, framework: str) -> dict:
     reference = mine[mine.method == memory_curve.reference_of(plans.method.iloc[0])]
     if reference.empty:
         return {"row": None, "plans": len(plans), "p_holm": np.nan}
-    p = np.array(
-        [
-            memory_curve.within_goal_p(memory_curve.log_time_ratios(r, reference.iloc[0]))
-            for r in plans.itertuples()
-        ]
-    )
-    tested = ~np.isnan(p)
-    adjusted = np.full(len(p), np.nan)
-    if tested.any():
-        adjusted[tested] = multipletests(p[tested], alpha=ALPHA, method="holm")[1]
+    adjusted = memory_curve.holm_within_goal(plans, mine)
+    tested = int(adjusted.notna().sum())
     shown = plans.assign(p_holm=adjusted)[adjusted < ALPHA]
     if shown.empty:
-        return {"row": None, "plans": int(tested.sum()), "p_holm": np.nan}
+        return {"row": None, "plans": tested, "p_holm": np.nan}
     row = shown.loc[shown.memory_saved_pct.idxmax()]
-    return {"row": row, "plans": int(tested.sum()), "p_holm": float(row.p_holm)}
+    return {"row": row, "plans": tested, "p_holm": float(row.p_holm)}
 
 
 def _plan_words(found: dict, framework: str) -> str:
