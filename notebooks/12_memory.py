@@ -46,10 +46,11 @@ compile_locality = True  # Inductor's reorder_for_locality pass in every compila
 swap_bandwidth_gbs = 12.0  # copy bandwidth the swap plans assume; 0 plans no swap
 exact_check = True  # prove every rewritten graph in float64, gate every baseline
 replay_random = True  # may recompute dropout masks (generator state restored); False: never
-# JAX's planners on the model's Flax twin (ResNets): jax.checkpoint on the same segments as the
-# checkpointing baselines, and each of jax_policies on every block
+# JAX's planners on the model's Flax twin (ResNets, bert): jax.checkpoint on the same segments as
+# the checkpointing baselines, and each of jax_policies on every block
 jax_planners = False
 jax_policies = ["dots_saveable", "dots_with_no_batch_dims_saveable", "nothing_saveable"]
+jax_budgets = []  # 0 to 1: a policy that keeps this share of the twin's named activations (bert)
 jax_compile_cache = False  # keep XLA's programs on disk so that later trials load them
 seed = 0
 
@@ -239,10 +240,13 @@ rec.emit()
 # %% [markdown]
 # ## JAX's planners on the Flax twin (`jax_planners`)
 # The same model as a Flax module (weights ported from torch's), trained by the same step (Adam,
-# softmax cross-entropy, BatchNorm in training mode) under `jax.jit`: `jax_none` recomputes
+# softmax cross-entropy, BatchNorm in training mode; for `bert` the masked-LM loss with dropout
+# active, `models/flax_bert.py`) under `jax.jit`: `jax_none` recomputes
 # nothing; `jax_remat_every_<k>` and `jax_remat_sqrt_n` put `nnx.remat` (`jax.checkpoint`)
 # around the checkpointing baselines' segments; `jax_policy_<name>` puts it around every block
-# with one of JAX's standard policies. Peak and activation memory are XLA's accounting of the
+# with one of JAX's standard policies; `jax_budget@<b>` around every block with the policy that
+# saves the named values a knapsack keeps within share b of their bytes (the budget-matched
+# counterpart of the μ-TWO plan). Peak and activation memory are XLA's accounting of the
 # compiled step (`memory_analysis()`: arguments + outputs − donated + temporaries; the
 # temporaries are the activations and working buffers), exact for what XLA allocates; savings
 # and overheads are against `jax_none`. Every plan's gradients are checked against the plain
@@ -260,12 +264,12 @@ if jax_planners:
             jax_remat.run_batch(
                 model,
                 bs,
-                image_size=image_size,
-                num_classes=num_classes,
+                inputs=jax_remat.Inputs(image_size, num_classes, seq_len, encoder_size),
                 rule=rule,
                 checkpoint_every=checkpoint_every,
                 sqrt_n=sqrt_n,
                 policies=jax_policies,
+                budgets=jax_budgets,
                 exact_check=exact_check,
                 tolerance=MEMORY_EXACT_TOLERANCE,
                 rotation=trial - 1,
@@ -276,8 +280,8 @@ if jax_planners:
         ignore_index=True,
     )
     jax_rec = Recorder(
-        "memory", extra={"settings": {"jax_policies": jax_policies}}, model=model,
-        framework="jax", device=device, device_name=device_name, precision="fp32",
+        "memory", extra={"settings": {"jax_policies": jax_policies, "jax_budgets": jax_budgets}},
+        model=model, framework="jax", device=device, device_name=device_name, precision="fp32",
     )  # fmt: skip
     memory_records.add_records(jax_rec, jax_summary, jax_remat.PEAK_SOURCE)
     jax_rec.emit()

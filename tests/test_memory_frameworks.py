@@ -96,3 +96,34 @@ def test_the_activation_goal_is_met_only_after_holm_across_the_budgets_chosen_am
     one = group[group.method.isin(["none", "mu_two@0.5"])]
     best, verdict = memory_curve.goal_points(one, ("mu_two",))["mu_two"]
     assert (best.method, verdict) == ("mu_two@0.5", "meets")
+
+
+def test_planners_given_the_same_budget_are_put_side_by_side():
+    def plan(method, kind, framework, budget, saved, overhead):
+        return {
+            "model": "bert",
+            "batch_size": 8,
+            "framework": framework,
+            "method": method,
+            "kind": kind,
+            "budget": budget,
+            "memory_saved_pct": saved,
+            "overhead_pct": overhead,
+            "overhead_low": overhead - 2,
+            "overhead_high": overhead + 2,
+        }
+
+    table = pd.DataFrame([
+        plan("mu_two@0.5", "mu_two", "PyTorch", 0.5, 48.0, 12.0),
+        plan("compile_budget_0.5", "compile_budget", "PyTorch", 0.5, 30.0, -20.0),
+        plan("compiled_graph", "compiled_graph", "PyTorch", None, 0.0, -25.0),
+        plan("jax_budget@0.5", "jax_budget", "JAX", 0.5, 0.2, 1.0),
+        plan("mu_two@0.3", "mu_two", "PyTorch", 0.3, 66.0, 20.0),  # no other planner at 0.3
+    ])  # fmt: skip
+    (said,) = memory_frameworks.budget_sentences(table)
+    assert said.startswith("BERT (masked LM) at batch 8, budget 0.5: fwbench's μ-TWO plan saves")
+    mu, torch_budget, jax_budget = said.split(" (each against")[0].split("; ")
+    assert "48.0% of the peak at +12.0% [+10.0, +14.0]" in mu
+    assert "-20.0% [-22.0, -18.0] step time (compiled without a budget: -25.0%)" in torch_budget
+    assert "JAX's budget policy saves 0.2%" in jax_budget
+    assert memory_frameworks.budget_sentences(table[table.budget != 0.5]) == []

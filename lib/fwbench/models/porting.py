@@ -68,7 +68,7 @@ def layernorm_links(ln, prefix: str) -> list[Link]:
     return [Link(f"{prefix}.weight", ln.scale), Link(f"{prefix}.bias", ln.bias)]
 
 
-def _as_numpy(value) -> np.ndarray:
+def as_numpy(value) -> np.ndarray:
     # Always a copy: JAX on CPU may alias a numpy buffer, and torch updates its buffers in place.
     if hasattr(value, "detach"):  # torch.Tensor, without importing torch here
         return value.detach().cpu().numpy().copy()
@@ -89,7 +89,7 @@ def port_state_dict(links: list[Link], state_dict: Mapping) -> None:
             f"state_dict does not match the Flax model: missing {missing[:5]}, unused {unused[:5]}"
         )
     for link in links:
-        value = link.to_flax(_as_numpy(state_dict[link.key]))
+        value = link.to_flax(as_numpy(state_dict[link.key]))
         current = link.variable.get_value()
         if tuple(value.shape) != tuple(current.shape):
             raise ValueError(

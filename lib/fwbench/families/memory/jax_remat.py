@@ -9,7 +9,10 @@ The methods a JAX user has, named beside PyTorch's in ``footprint``:
 - ``jax_policy_<name>``: ``nnx.remat`` around every block with one of JAX's standard policies
   (``jax.checkpoint_policies``), which saves what the policy names and recomputes the rest:
   ``dots_saveable`` keeps every convolution's and matmul's output, and
-  ``dots_with_no_batch_dims_saveable`` only the matmuls without a batch dimension.
+  ``dots_with_no_batch_dims_saveable`` only the matmuls without a batch dimension;
+- ``jax_budget@<share>``: ``nnx.remat`` around every block with ``save_only_these_names`` over
+  the values the twin names, chosen to keep at most that share of their bytes
+  (``jax_budget``): the budget-matched counterpart of fwbench's μ-TWO plan.
 
 **Peak memory** is XLA's own accounting of the compiled step (``compiled.memory_analysis()``):
 its arguments, plus its outputs, less the outputs that reuse a donated argument's buffer, plus
@@ -18,7 +21,10 @@ pass's working buffers; they are what a planner changes. This is what XLA alloca
 sample: the analogue of PyTorch's "inputs + the allocator's peak" in ``footprint``.
 
 The step is Adam (optax, torch's defaults) on the softmax cross-entropy, parameters and optimizer
-state donated, BatchNorm in training mode: the same step ``footprint.EagerStep`` runs.
+state donated, BatchNorm in training mode: the same step ``footprint.EagerStep`` runs. For
+``bert`` (``models/flax_bert.py``) the loss is the masked-language-model loss over the masked
+positions and dropout is active; a recomputed segment replays its dropout masks from the same
+random state (JAX's keys are inputs of the recomputation), which the float64 gate checks.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import optax
 import pandas as pd
 from flax import nnx
 
+from fwbench.families.memory import jax_budget
 from fwbench.families.memory.footprint import checkpoint_sizes
 from fwbench.measure.timing import StopRule, measure_latency
 from fwbench.models import equivalence
@@ -56,8 +63,13 @@ class _JaxMeasurement:
     source: str = PEAK_SOURCE
 
 
-def method_name(size: int | None = None, policy: str | None = None) -> str:
-    """``jax_none``, ``jax_remat_every_<k>``, ``jax_remat_sqrt_n`` or ``jax_policy_<name>``."""
+def method_name(
+    size: int | None = None, policy: str | None = None, budget: float | None = None
+) -> str:
+    """``jax_none``, ``jax_remat_every_<k>``, ``jax_remat_sqrt_n``, ``jax_policy_<name>`` or
+    ``jax_budget@<share>``."""
+    if budget is not None:
+        return f"jax_budget@{budget:g}"
     if policy is not None:
         if policy not in POLICIES:
             raise ValueError(f"unknown JAX checkpoint policy {policy!r}; one of {POLICIES}")
@@ -88,9 +100,17 @@ def forward(model, x, size: int = 0, policy: Callable | None = None):
     return model.head(x)
 
 
+def _cross_entropy(logits, y):
+    """The mean softmax cross-entropy over the targets that are not negative: every image's
+    label, a masked-LM batch's masked positions (``cases.IGNORE`` elsewhere), as torch's
+    ``cross_entropy`` with ``ignore_index``."""
+    counted = y >= 0
+    each = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.where(counted, y, 0))
+    return jnp.sum(jnp.where(counted, each, 0.0)) / jnp.sum(counted)
+
+
 def loss_fn(model, x, y, size: int = 0, policy: Callable | None = None):
-    logits = forward(model, x, size, policy)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+    return _cross_entropy(forward(model, x, size, policy), y)
 
 
 def train_step(size: int = 0, policy: Callable | None = None, lr: float = 1e-3):
@@ -164,8 +184,7 @@ def gradients(model, x, y, run: Callable | None = None) -> dict:
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
     def loss_of(params):
-        logits = run(nnx.merge(graphdef, params, rest, copy=True), x)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+        return _cross_entropy(run(nnx.merge(graphdef, params, rest, copy=True), x), y)
 
     flat = jax.tree_util.tree_flatten_with_path(jax.grad(loss_of)(params))[0]
     return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in flat}
@@ -190,33 +209,68 @@ def gate(
     return {"exact_max_abs_diff": worst, "worst_tensor": where, "passed": worst <= tolerance}
 
 
-def twin(model: str, image_size: int, num_classes: int, seed: int = 0):
-    """The Flax twin of ``model`` (the registry's, weights ported from torch's seeded ones); a
-    planner needs its ``stem``, ``blocks()`` and ``head``."""
+@dataclass(frozen=True)
+class Inputs:
+    """What a model's batch is made of: images (``image_size``, ``num_classes``) or, for
+    ``bert``, token sequences (``seq_len``, ``encoder_size`` as in ``cases.ENCODER_CONFIGS``)."""
+
+    image_size: int = 224
+    num_classes: int = 1000
+    seq_len: int = 128
+    encoder_size: str = "base"
+
+
+def twin(model: str, inputs: Inputs, seed: int = 0):
+    """The Flax twin of ``model``, weights ported from torch's seeded ones: the registry's for an
+    image model, ``flax_bert``'s for ``bert`` (the memory family's masked-LM BERT, dropout
+    active). A planner needs its ``stem``, ``blocks()`` and ``head``."""
+    if model == "bert":
+        from fwbench.families.memory import cases
+        from fwbench.models import flax_bert
+
+        case = cases.build_case(
+            "bert", 1, seq_len=inputs.seq_len, encoder_size=inputs.encoder_size, seed=seed
+        )
+        return flax_bert.from_torch(case.model, seed=seed)
     from fwbench.models import build_pair
 
-    _, flax_model = build_pair(model, seed=seed, num_classes=num_classes, image_size=image_size)
+    _, flax_model = build_pair(
+        model, seed=seed, num_classes=inputs.num_classes, image_size=inputs.image_size
+    )
     if not all(hasattr(flax_model, part) for part in ("stem", "blocks", "head")):
-        raise ValueError(f"{model}'s Flax twin has no blocks to plan over (ResNets have)")
+        raise ValueError(f"{model}'s Flax twin has no blocks to plan over (ResNets and bert have)")
     return flax_model
 
 
-def batch(batch_size: int, image_size: int, num_classes: int, seed: int = 0, dtype=np.float32):
+def batch(model: str, batch_size: int, inputs: Inputs, seed: int = 0, dtype=np.float32):
+    """One batch and its targets as numpy: the masked-LM batch torch's ``cases.build_case``
+    draws from the same seed for ``bert`` (token ids and mask, ``cases.IGNORE`` where no
+    target), else random images (NHWC, ``dtype``) and labels."""
+    if model == "bert":
+        import torch
+
+        from fwbench.families.memory import cases
+
+        vocab = cases.ENCODER_CONFIGS[inputs.encoder_size][-1]
+        gen = torch.Generator().manual_seed(seed)
+        tokens, targets = cases.masked_lm_batch(batch_size, inputs.seq_len, vocab, gen)
+        return tokens.numpy().astype(np.int32), targets.numpy().astype(np.int32)
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((batch_size, image_size, image_size, 3)).astype(dtype)
-    return x, rng.integers(0, num_classes, batch_size).astype(np.int32)
+    size = inputs.image_size
+    x = rng.standard_normal((batch_size, size, size, 3)).astype(dtype)
+    return x, rng.integers(0, inputs.num_classes, batch_size).astype(np.int32)
 
 
 def run_batch(
     model: str,
     batch_size: int,
     *,
-    image_size: int,
-    num_classes: int,
+    inputs: Inputs,
     rule: StopRule,
     checkpoint_every: list[int] = (1,),
     sqrt_n: bool = True,
     policies: list[str] = POLICIES,
+    budgets: list[float] = (),
     exact_check: bool = True,
     tolerance: float = 1e-10,
     rotation: int = 0,
@@ -224,12 +278,20 @@ def run_batch(
 ) -> pd.DataFrame:
     """Every JAX method on ``model``'s twin at one batch size, measured in turn from position
     ``rotation``: a frame shaped like ``memory_records.summary_frame`` (savings and overheads against
-    ``jax_none``), with each plan's float64 gate where ``exact_check``."""
+    ``jax_none``), with each plan's float64 gate where ``exact_check``. ``budgets`` adds a
+    policy per budget that saves the twin's named activations a knapsack picks (``jax_budget``)."""
     from fwbench.families.memory.footprint import rotated
 
-    flax_model = twin(model, image_size, num_classes, seed)
+    flax_model = twin(model, inputs, seed)
     found = methods(len(flax_model.blocks()), list(checkpoint_every), sqrt_n, list(policies))
-    x, y = (jnp.asarray(a) for a in batch(batch_size, image_size, num_classes, seed))
+    x, y = (jnp.asarray(a) for a in batch(model, batch_size, inputs, seed))
+    saved = {}  # a budget policy's names, chosen on this batch's sizes
+    if budgets:
+        named = _named_activations(flax_model, x)
+        for budget in budgets:
+            name = method_name(budget=budget)
+            saved[name] = jax_budget.choose(named, budget)
+            found.append((name, 1, jax_budget.policy(saved[name])))
     measured = {
         name: measure(flax_model, x, y, name, size, policy, rule)
         for name, size, policy in rotated(found, rotation)
@@ -238,7 +300,7 @@ def run_batch(
     if exact_check:
         with equivalence.float64_on_cpu():
             model64 = equivalence.flax_float64(flax_model)
-            x64, y64 = (jnp.asarray(a) for a in batch(2, image_size, num_classes, seed, np.float64))
+            x64, y64 = (jnp.asarray(a) for a in batch(model, 2, inputs, seed, np.float64))
             plain = gradients(model64, x64, y64)  # once, for every plan
             for name, size, policy in found[1:]:
                 gates[name] = gate(model64, x64, y64, tolerance, size, policy, plain=plain)
@@ -248,6 +310,8 @@ def run_batch(
         m = measured[name]
         rows.append({
             "batch_size": batch_size, "method": name, "kind": _kind(name),
+            "budget": float(name.split("@")[1]) if name in saved else None,
+            "saved_names": saved.get(name),
             "peak_bytes": m.peak_bytes, "xla_temp_bytes": m.temp_bytes,
             "iter_time_ms": m.summary["p50"], "n": len(m.iter_ms),
             "iter_ci_low_ms": m.summary["median_ci_low"],
@@ -277,9 +341,20 @@ def use_compile_cache() -> str:
     return folder
 
 
+def _named_activations(model, x) -> list:
+    """The values the twin's blocks name (``checkpoint_name``) in one forward pass of ``x``."""
+    graphdef, state = nnx.split(model)
+    return jax_budget.named_activations(
+        lambda state, x: forward(nnx.merge(graphdef, state), x), state, x
+    )
+
+
 def _kind(name: str) -> str:
     """A method's line on the memory-time curve, as ``study.method_kind`` names PyTorch's:
-    ``jax_remat`` for the segmentings, ``jax_policy`` for the policies, ``jax_none``."""
+    ``jax_remat`` for the segmentings, ``jax_policy`` for the policies, ``jax_budget`` for the
+    budget policies, ``jax_none``."""
+    if name.startswith("jax_budget@"):
+        return "jax_budget"
     for kind in ("jax_remat", "jax_policy"):
         if name.startswith(kind + "_"):
             return kind

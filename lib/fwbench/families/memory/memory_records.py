@@ -236,6 +236,8 @@ def add_records(rec, frame: pd.DataFrame, peak_source: str) -> None:
         method = {"method": row["kind"]}
         if row.get("budget") is not None and not pd.isna(row["budget"]):
             method["budget"] = float(row["budget"])
+        if isinstance(row.get("saved_names"), list):  # a JAX budget policy's knapsack
+            method["saved_names"] = row["saved_names"]
         if row.get("inductor_locality") is False:  # runs with the pass on (its default) omit it
             method["inductor_locality"] = False
         if not row.get("measured", True):

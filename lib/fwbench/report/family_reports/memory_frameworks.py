@@ -50,7 +50,7 @@ def frameworks_table(curve: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame(columns=COLUMNS)
     rows = rows.assign(framework=rows.method.map(_framework_of), peak_MB=rows.peak_mem_bytes / MB)
-    return rows.reindex(columns=COLUMNS + ["trial_times_ms", "variant", "device_name"])
+    return rows.reindex(columns=COLUMNS + ["budget", "trial_times_ms", "variant", "device_name"])
 
 
 def best_within(group: pd.DataFrame, framework: str) -> dict:
@@ -123,6 +123,44 @@ def sentences(table: pd.DataFrame) -> list[str]:
                 )
                 + "."
             )
+    return out
+
+
+# the planners a user gives a budget, in the words a sentence names them by
+_BUDGETED = {
+    "mu_two": "fwbench's μ-TWO plan",
+    "compile_budget": "torch.compile's activation_memory_budget",
+    "jax_budget": "JAX's budget policy",
+}
+
+
+def budget_sentences(table: pd.DataFrame) -> list[str]:
+    """Per model, batch size and budget given to two planners or more: what each saved and its
+    step time, against its own framework's plain step. A budget means something of its own to
+    each planner, so the savings, measured, are what compare."""
+    rows = table[table.kind.isin(list(_BUDGETED)) & table.budget.notna()] if len(table) else table
+    out = []
+    for (model, batch, budget), group in rows.groupby(["model", "batch_size", "budget"], sort=True):
+        if group.kind.nunique() < 2:
+            continue
+        compiled = table[(table.model == model) & (table.batch_size == batch)
+                         & (table.kind == "compiled_graph")]  # fmt: skip
+        parts = []
+        for r in group.sort_values("kind", key=lambda k: k.map(list(_BUDGETED).index)).itertuples():
+            words = (
+                f"{_BUDGETED[r.kind]} saves {r.memory_saved_pct:.1f}% of the peak at "
+                f"{r.overhead_pct:+.1f}% [{r.overhead_low:+.1f}, {r.overhead_high:+.1f}] step time"
+            )
+            if r.kind == "compile_budget" and not compiled.empty:
+                words += f" (compiled without a budget: {compiled.overhead_pct.iloc[0]:+.1f}%)"
+            parts.append(words)
+        out.append(
+            f"{memory_curve.MODEL_WORDS.get(model, model)} at batch {int(batch)}, budget "
+            f"{budget:g}: " + "; ".join(parts) + " (each against its own framework's plain "
+            "step; μ-TWO's budget is the share of the activation memory left at the peak, "
+            "torch's the share of the activations its partitioner saves, JAX's policy's the "
+            "share of the twin's named values' bytes it keeps)."
+        )
     return out
 
 

@@ -11,7 +11,7 @@ from fwbench.report.tables import extra_columns
 from fwbench.vocab import MEMORY_EXACT_TOLERANCE, and_list
 
 METRIC = "exact_max_abs_diff"
-_GATED_KINDS = ("checkpoint", "compile_budget", "jax_remat", "jax_policy")
+_GATED_KINDS = ("checkpoint", "compile_budget", "jax_remat", "jax_policy", "jax_budget")
 TOLERANCE = MEMORY_EXACT_TOLERANCE  # the gate's
 UPSTREAM = "pytorch#190758"  # the partitioner's fresh masks below a budget of 1.0, reported there
 

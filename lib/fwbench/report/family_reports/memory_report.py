@@ -95,12 +95,16 @@ METHODS = Section(
             when=nonempty(curve),
         ),
         Each(lambda a: [Note(literal(t)) for t in memory_frameworks.sentences(frameworks(a))]),
+        Each(
+            lambda a: [Note(literal(t)) for t in memory_frameworks.budget_sentences(frameworks(a))]
+        ),
         Figure(
             "memory_frameworks",
             "Planners in both frameworks",
             "Peak memory against step time for PyTorch's methods and JAX's on the same model "
-            "and batch size (JAX: the Flax twin under jit, jax.checkpoint on the same segments "
-            "and with JAX's standard policies), one line per framework and kind of plan; the "
+            "and batch size (JAX: the Flax twin under jit, jax.checkpoint on the same segments, "
+            "with JAX's standard policies and with budget policies), one line per framework and "
+            "kind of plan; the "
             "horizontal rule is the time's 95% t-interval over trials. Each framework's peak is "
             "its own accounting: PyTorch's allocator, XLA's buffer assignment.",
             lambda a: memory_frameworks.pareto_chart(frameworks(a)),
