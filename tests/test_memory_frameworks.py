@@ -127,3 +127,5 @@ def test_planners_given_the_same_budget_are_put_side_by_side():
     assert "-20.0% [-22.0, -18.0] step time (compiled without a budget: -25.0%)" in torch_budget
     assert "JAX's budget policy saves 0.2%" in jax_budget
     assert memory_frameworks.budget_sentences(table[table.budget != 0.5]) == []
+    empty = memory_frameworks.frameworks_table(pd.DataFrame())  # no cell ran JAX's planners
+    assert memory_frameworks.budget_sentences(empty) == []

@@ -138,8 +138,10 @@ def budget_sentences(table: pd.DataFrame) -> list[str]:
     """Per model, batch size and budget given to two planners or more: what each saved and its
     step time, against its own framework's plain step. A budget means something of its own to
     each planner, so the savings, measured, are what compare."""
-    rows = table[table.kind.isin(list(_BUDGETED)) & table.budget.notna()] if len(table) else table
     out = []
+    if table.empty or "budget" not in table:
+        return out
+    rows = table[table.kind.isin(list(_BUDGETED)) & table.budget.notna()]
     for (model, batch, budget), group in rows.groupby(["model", "batch_size", "budget"], sort=True):
         if group.kind.nunique() < 2:
             continue
