@@ -7,7 +7,6 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 
 from fwbench.families.memory import cases, jax_remat
 from fwbench.measure.timing import StopRule
