@@ -118,4 +118,6 @@ def test_the_notebook_measures_jax_planners_beside_torch_and_the_report_pairs_th
     assert {r["extra"]["method"] for r in budget} == {"jax_budget"}
     assert all(r["extra"]["budget"] == 0.5 and r["extra"]["saved_names"] for r in budget)
     (side_by_side,) = memory_frameworks.budget_sentences(table)
-    assert "fwbench's μ-TWO plan saves" in side_by_side and "JAX's budget policy saves" in side_by_side
+    assert (
+        "fwbench's μ-TWO plan saves" in side_by_side and "JAX's budget policy saves" in side_by_side
+    )
