@@ -15,6 +15,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from fwbench.models import porting
 from fwbench.models.conv import Conv
@@ -34,6 +35,12 @@ def _conv(cin: int, cout: int, k: int, stride: int, rngs: nnx.Rngs) -> Conv:
         use_bias=False,
         rngs=rngs,
     )
+
+
+def _named(x, name: str):
+    # a name a checkpoint policy can save by (families/memory/jax_budget.py); the compiled
+    # program is the same without one
+    return checkpoint_name(x, name)
 
 
 def _downsample(cin: int, cout: int, stride: int, rngs: nnx.Rngs) -> nnx.Sequential | None:
@@ -58,10 +65,10 @@ class BasicBlock(nnx.Module):
 
     def __call__(self, x):
         identity = x
-        y = jax.nn.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
+        y = _named(jax.nn.relu(_named(self.bn1(_named(self.conv1(x), "conv1")), "bn1")), "relu1")
+        y = _named(self.bn2(_named(self.conv2(y), "conv2")), "bn2")
         if self.downsample is not None:
-            identity = self.downsample(x)
+            identity = _named(self.downsample(x), "shortcut")
         return jax.nn.relu(y + identity)
 
 
@@ -81,11 +88,11 @@ class Bottleneck(nnx.Module):
 
     def __call__(self, x):
         identity = x
-        y = jax.nn.relu(self.bn1(self.conv1(x)))
-        y = jax.nn.relu(self.bn2(self.conv2(y)))
-        y = self.bn3(self.conv3(y))
+        y = _named(jax.nn.relu(_named(self.bn1(_named(self.conv1(x), "conv1")), "bn1")), "relu1")
+        y = _named(jax.nn.relu(_named(self.bn2(_named(self.conv2(y), "conv2")), "bn2")), "relu2")
+        y = _named(self.bn3(_named(self.conv3(y), "conv3")), "bn3")
         if self.downsample is not None:
-            identity = self.downsample(x)
+            identity = _named(self.downsample(x), "shortcut")
         return jax.nn.relu(y + identity)
 
 
