@@ -8,6 +8,9 @@ blocks each of the four stages holds (``BLOCKS``); stem, stage widths and stride
 Every padding is written out as ((p, p), (p, p)) like torch's symmetric ``padding=p``. Flax's
 "SAME" would pad (0, 1) for a stride-2 3x3 conv on an even input, which shifts every window by one
 pixel and breaks parity with torch, so it is never used here.
+
+Each block names the values it makes (``layers.named``: conv1, bn1, relu1, ..., shortcut), so a
+JAX checkpoint policy can save some of them by name (``families/memory/jax_budget.py``).
 """
 
 from __future__ import annotations
@@ -15,11 +18,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jax.ad_checkpoint import checkpoint_name
 
 from fwbench.models import porting
 from fwbench.models.conv import Conv
-from fwbench.models.layers import TorchBatchNorm
+from fwbench.models.layers import TorchBatchNorm, named
 
 WIDTHS, STRIDES = (64, 128, 256, 512), (1, 2, 2, 2)  # per layerN: the block's inner width, stride
 
@@ -35,12 +37,6 @@ def _conv(cin: int, cout: int, k: int, stride: int, rngs: nnx.Rngs) -> Conv:
         use_bias=False,
         rngs=rngs,
     )
-
-
-def _named(x, name: str):
-    # a name a checkpoint policy can save by (families/memory/jax_budget.py); the compiled
-    # program is the same without one
-    return checkpoint_name(x, name)
 
 
 def _downsample(cin: int, cout: int, stride: int, rngs: nnx.Rngs) -> nnx.Sequential | None:
@@ -65,10 +61,10 @@ class BasicBlock(nnx.Module):
 
     def __call__(self, x):
         identity = x
-        y = _named(jax.nn.relu(_named(self.bn1(_named(self.conv1(x), "conv1")), "bn1")), "relu1")
-        y = _named(self.bn2(_named(self.conv2(y), "conv2")), "bn2")
+        y = named(jax.nn.relu(named(self.bn1(named(self.conv1(x), "conv1")), "bn1")), "relu1")
+        y = named(self.bn2(named(self.conv2(y), "conv2")), "bn2")
         if self.downsample is not None:
-            identity = _named(self.downsample(x), "shortcut")
+            identity = named(self.downsample(x), "shortcut")
         return jax.nn.relu(y + identity)
 
 
@@ -88,11 +84,11 @@ class Bottleneck(nnx.Module):
 
     def __call__(self, x):
         identity = x
-        y = _named(jax.nn.relu(_named(self.bn1(_named(self.conv1(x), "conv1")), "bn1")), "relu1")
-        y = _named(jax.nn.relu(_named(self.bn2(_named(self.conv2(y), "conv2")), "bn2")), "relu2")
-        y = _named(self.bn3(_named(self.conv3(y), "conv3")), "bn3")
+        y = named(jax.nn.relu(named(self.bn1(named(self.conv1(x), "conv1")), "bn1")), "relu1")
+        y = named(jax.nn.relu(named(self.bn2(named(self.conv2(y), "conv2")), "bn2")), "relu2")
+        y = named(self.bn3(named(self.conv3(y), "conv3")), "bn3")
         if self.downsample is not None:
-            identity = _named(self.downsample(x), "shortcut")
+            identity = named(self.downsample(x), "shortcut")
         return jax.nn.relu(y + identity)
 
 
