@@ -63,6 +63,7 @@ from fwbench.families.prediction import (
     predictor,
     ratio,
 )
+from fwbench.measure.goals import Goal
 from fwbench.pipeline.campaign import find_repo_root
 from fwbench.results import db as fw_db
 from fwbench.results.records import Recorder
@@ -304,15 +305,9 @@ for row in summary.itertuples():
     metric, bound = vocab.PREDICTION_GOALS[row.holdout]
     value = getattr(row, metric)
     at_most = metric in vocab.PREDICTION_ERROR_METRICS
-    better = value <= bound if at_most else value >= bound
-    word = "meets" if better else f"misses by {abs(value - bound):.1f} points"
     # a goal is met only where the predictor also beats what a user gets without it
     floor = against[metric].get(row.holdout) if metric in against else None
-    if floor is not None and pd.notna(floor):
-        beats = value < floor if at_most else value > floor
-        word += f"; the baseline's {floor:.1f}%: {'beaten' if beats else 'not beaten'}"
-        if better and not beats:
-            word = f"not met: within the bound but no better than the baseline ({floor:.1f}%)"
+    word = Goal(value, bound, at_most, None if pd.isna(floor) else float(floor)).words()
     lines.append(
         f"- **{row.holdout}** hold-out ({row.n} predictions): MAPE {row.mape_pct:.1f}%, "
         f"{row.within_15pct:.0f}% within ±15%, worst {row.worst_pct:.0f}%, interval held "

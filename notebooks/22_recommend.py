@@ -34,6 +34,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fwbench.families.prediction import baselines, forecast, frozen, frozen_score, recommend
+from fwbench.measure.goals import Goal
 from fwbench.pipeline.campaign import find_repo_root
 from fwbench.results import db as fw_db
 from fwbench.results.records import Recorder
@@ -50,6 +51,7 @@ print(f"{len(table)} configurations of {table.model.nunique() if len(table) else
 
 # %%
 queries = recommend.evaluate(table, seed=seed) if len(table) else pd.DataFrame()
+rule = f"constant rule ({baselines.NAME})"  # how a verdict names the baseline
 rec = Recorder("prediction", extra={"seed": seed})
 if queries.empty:
     reason = "no model has two or more measured configurations on one device to choose between"
@@ -77,19 +79,9 @@ if not queries.empty:
     lines = []
     for kind, group in queries.groupby("query"):
         share = shares[kind]
-        verdict = (
-            "meets"
-            if share >= goal_share_pct
-            else (f"misses by {goal_share_pct - share:.1f} points")
-        )
         # a goal is met only where the predictor's picks also beat the constant rule's
         floor = rule_shares.get(kind)
-        if floor is not None:
-            verdict += f"; the constant rule ({baselines.NAME}): {floor:.0f}%, " + (
-                "beaten" if share > floor else "not beaten"
-            )
-            if share >= goal_share_pct and share <= floor:
-                verdict = f"not met: no better than the constant rule's {floor:.0f}%"
+        verdict = Goal(share, goal_share_pct, False, floor).words(rule)
         worst = group.sort_values("regret_pct").iloc[-1]
         causes = all_causes[all_causes["query"] == kind]
         why = "; ".join(
@@ -146,11 +138,6 @@ else:
     test_share = recommend.record_queries(
         rec, test_queries, goal_regret_pct, {"test": "frozen set"}
     )["batch"]
-    verdict = (
-        "meets"
-        if test_share >= goal_share_pct
-        else f"misses by {goal_share_pct - test_share:.1f} points"
-    )
     # the constant rule on the same queries, its framework the training table's majority winner
     ruled = recommend.committed_baseline_queries(
         pd.read_csv(scored_file), baselines.majority_winner(table)
@@ -158,11 +145,7 @@ else:
     floor = recommend.record_queries(
         rec, ruled, goal_regret_pct, {"test": "frozen set", "predictor": baselines.NAME}
     )["batch"]
-    verdict += f"; the constant rule ({baselines.NAME}): {floor:.0f}%, " + (
-        "beaten" if test_share > floor else "not beaten"
-    )
-    if test_share >= goal_share_pct and test_share <= floor:
-        verdict = f"not met: no better than the constant rule's {floor:.0f}%"
+    verdict = Goal(test_share, goal_share_pct, False, floor).words(rule)
     worst = test_queries.sort_values("regret_pct").iloc[-1]
     display(
         Markdown(

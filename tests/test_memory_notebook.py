@@ -78,7 +78,8 @@ def test_the_notebook_measures_jax_planners_beside_torch_and_the_report_pairs_th
         "    params: {model: resnet18, image_size: 32, batch_sizes: [2], budget_fractions: [0.5],\n"
         "             checkpoint_every: [1], sqrt_n: false, profile_iters: 1, timing_iters: 1,\n"
         "             time_rounds: 1, swap_bandwidth_gbs: 0.0, jax_planners: true,\n"
-        "             jax_policies: [nothing_saveable], jax_compile_cache: true}\n"
+        "             jax_policies: [nothing_saveable], jax_budgets: [0.5],\n"
+        "             jax_compile_cache: true}\n"
         "    trials: 2\n"
     )
     out = tmp_path / "out"
@@ -95,7 +96,7 @@ def test_the_notebook_measures_jax_planners_beside_torch_and_the_report_pairs_th
         ]
     jax_rows = [r for r in records if r["framework"] == "jax"]
     peaks = {r["mode"]: r["value"] for r in jax_rows if r["metric"] == "peak_mem_bytes"}
-    plans = {"jax_remat_every_1", "jax_policy_nothing_saveable"}
+    plans = {"jax_remat_every_1", "jax_policy_nothing_saveable", "jax_budget@0.5"}
     assert set(peaks) == {"jax_none", *plans}
     # XLA's own accounting of each compiled step: its temporaries, within its peak (on XLA:CPU
     # a plan does not lower them: docs/upstream/xla_cpu_remat_cse.py)
@@ -111,3 +112,12 @@ def test_the_notebook_measures_jax_planners_beside_torch_and_the_report_pairs_th
     assert jax_plan.trials == 2 and pd.notna(jax_plan.overhead_pct)  # against jax_none, paired
     said = memory_frameworks.sentences(table)
     assert said and said[0].startswith("resnet18 at batch 2: the plain training step holds")
+    # the JAX policy given μ-TWO's budget keeps some of the blocks' named values, and the report
+    # puts the two planners given budget 0.5 side by side
+    budget = [r for r in jax_rows if r["mode"] == "jax_budget@0.5"]
+    assert {r["extra"]["method"] for r in budget} == {"jax_budget"}
+    assert all(r["extra"]["budget"] == 0.5 and r["extra"]["saved_names"] for r in budget)
+    (side_by_side,) = memory_frameworks.budget_sentences(table)
+    assert (
+        "fwbench's μ-TWO plan saves" in side_by_side and "JAX's budget policy saves" in side_by_side
+    )

@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.ad_checkpoint import checkpoint_name
 
 from fwbench.models import porting
+from fwbench.models.layers import named
 
 _LN_EPS = 1e-12  # BertConfig's layer_norm_eps
 _TOKEN_TYPES = 2  # BertConfig's type_vocab_size
@@ -36,11 +36,6 @@ _TOKEN_TYPES = 2  # BertConfig's type_vocab_size
 def _layer_norm(dim: int, rngs: nnx.Rngs) -> nnx.LayerNorm:
     # two-pass variance like torch; the fast E[x^2] - E[x]^2 form loses digits
     return nnx.LayerNorm(dim, epsilon=_LN_EPS, use_fast_variance=False, rngs=rngs)
-
-
-def _named(x, name: str):
-    # a name a checkpoint policy can save by (families/memory/jax_budget.py); no-op otherwise
-    return checkpoint_name(x, name)
 
 
 def _gelu(x):
@@ -87,19 +82,19 @@ class _EncoderLayer(nnx.Module):
         def heads(t):
             return t.reshape(n, s, self.heads, head_dim).transpose(0, 2, 1, 3)
 
-        q = heads(_named(self.query(x), "query"))
-        k = heads(_named(self.key(x), "key"))
-        v = heads(_named(self.value(x), "value"))
+        q = heads(named(self.query(x), "query"))
+        k = heads(named(self.key(x), "key"))
+        v = heads(named(self.value(x), "value"))
         with jax.named_scope("attention"):
             logits = jnp.einsum("nhqd,nhkd->nhqk", q, k) / math.sqrt(head_dim) + bias
-            probs = _named(jax.nn.softmax(_named(logits, "attention_logits"), axis=-1),
+            probs = named(jax.nn.softmax(named(logits, "attention_logits"), axis=-1),
                            "attention_probs")  # fmt: skip
-            weights = _named(self.attention_dropout(probs), "attention_weights")
+            weights = named(self.attention_dropout(probs), "attention_weights")
             context = jnp.einsum("nhqk,nhkd->nqhd", weights, v).reshape(n, s, hidden)
-        out = _named(self.attention_out(_named(context, "context")), "attention_dense")
-        x = _named(self.attention_norm(x + self.attention_out_dropout(out)), "attention_output")
-        h = _named(_gelu(_named(self.intermediate(x), "intermediate")), "intermediate_act")
-        y = _named(self.output(h), "output_dense")
+        out = named(self.attention_out(named(context, "context")), "attention_dense")
+        x = named(self.attention_norm(x + self.attention_out_dropout(out)), "attention_output")
+        h = named(_gelu(named(self.intermediate(x), "intermediate")), "intermediate_act")
+        y = named(self.output(h), "output_dense")
         return self.output_norm(x + self.output_dropout(y)), bias
 
 

@@ -8,6 +8,9 @@ blocks each of the four stages holds (``BLOCKS``); stem, stage widths and stride
 Every padding is written out as ((p, p), (p, p)) like torch's symmetric ``padding=p``. Flax's
 "SAME" would pad (0, 1) for a stride-2 3x3 conv on an even input, which shifts every window by one
 pixel and breaks parity with torch, so it is never used here.
+
+Each block names the values it makes (``layers.named``: conv1, bn1, relu1, ..., shortcut), so a
+JAX checkpoint policy can save some of them by name (``families/memory/jax_budget.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from flax import nnx
 
 from fwbench.models import porting
 from fwbench.models.conv import Conv
-from fwbench.models.layers import TorchBatchNorm
+from fwbench.models.layers import TorchBatchNorm, named
 
 WIDTHS, STRIDES = (64, 128, 256, 512), (1, 2, 2, 2)  # per layerN: the block's inner width, stride
 
@@ -58,10 +61,10 @@ class BasicBlock(nnx.Module):
 
     def __call__(self, x):
         identity = x
-        y = jax.nn.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
+        y = named(jax.nn.relu(named(self.bn1(named(self.conv1(x), "conv1")), "bn1")), "relu1")
+        y = named(self.bn2(named(self.conv2(y), "conv2")), "bn2")
         if self.downsample is not None:
-            identity = self.downsample(x)
+            identity = named(self.downsample(x), "shortcut")
         return jax.nn.relu(y + identity)
 
 
@@ -81,11 +84,11 @@ class Bottleneck(nnx.Module):
 
     def __call__(self, x):
         identity = x
-        y = jax.nn.relu(self.bn1(self.conv1(x)))
-        y = jax.nn.relu(self.bn2(self.conv2(y)))
-        y = self.bn3(self.conv3(y))
+        y = named(jax.nn.relu(named(self.bn1(named(self.conv1(x), "conv1")), "bn1")), "relu1")
+        y = named(jax.nn.relu(named(self.bn2(named(self.conv2(y), "conv2")), "bn2")), "relu2")
+        y = named(self.bn3(named(self.conv3(y), "conv3")), "bn3")
         if self.downsample is not None:
-            identity = self.downsample(x)
+            identity = named(self.downsample(x), "shortcut")
         return jax.nn.relu(y + identity)
 
 

@@ -10,11 +10,19 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 
 def stats_dtype(dtype):
     """The dtype normalisation statistics are computed in: ``dtype`` promoted to at least fp32."""
     return jnp.promote_types(dtype, jnp.float32)
+
+
+def named(x, name: str):
+    """``x`` under a name a checkpoint policy can save it by (``families/memory/jax_budget.py``).
+
+    Without such a policy the compiled program is the same: the name is metadata only."""
+    return checkpoint_name(x, name)
 
 
 class TorchBatchNorm(nnx.Module):

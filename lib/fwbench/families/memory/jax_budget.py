@@ -2,7 +2,7 @@
 
 JAX's standard policies save a fixed kind of value (every matmul's output, or nothing). A user who
 wants "keep at most this share of the activations" names the values a block makes
-(``jax.ad_checkpoint.checkpoint_name``, as ``models/flax_bert.py`` does) and saves only some of
+(``jax.ad_checkpoint.checkpoint_name``, as the BERT and ResNet twins do) and saves only some of
 them (``jax.checkpoint_policies.save_only_these_names``). Which ones is a knapsack: keep the
 names whose recomputation would cost the most, within the budget's bytes, recompute the rest.
 

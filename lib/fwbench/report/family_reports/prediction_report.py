@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from fwbench.measure.goals import Goal
 from fwbench.report import sections
 from fwbench.report.items import Section, Table, empty, per_analysis, records
 from fwbench.vocab import PREDICTION_BASELINE, PREDICTION_ERROR_METRICS, PREDICTION_GOALS
@@ -142,20 +143,12 @@ def readme_lines(table: pd.DataFrame, report_link: str) -> list[str]:
         if goal is not None and not pd.isna(values.get(goal[0], float("nan"))):
             metric, bound = goal
             at_most = metric in PREDICTION_ERROR_METRICS
-            value = values[metric]
-            met = value <= bound if at_most else value >= bound
-            sign = "≤" if at_most else "≥"
             label = dict(_PREDICTION_COLUMNS)[metric]
-            words = f"{label} {sign} {bound:g}%: " + (
-                "met" if met else f"missed by {abs(value - bound):.1f} points"
-            )
             # a goal is met only where the predictor also beats its baseline on the same rows
             floor = baseline.get(str(values[group]), {}).get(metric, float("nan"))
-            if not pd.isna(floor):
-                beats = value < floor if at_most else value > floor
-                words += f"; baseline {floor:.1f}%, " + ("beaten" if beats else "not beaten")
-                if met and not beats:
-                    words = f"{label} {sign} {bound:g}%: not met, no better than the baseline"
+            floor = None if pd.isna(floor) else float(floor)
+            said = Goal(values[metric], bound, at_most, floor).words()
+            words = f"{label} {'≤' if at_most else '≥'} {bound:g}%: {said}"
         body.append([values[group], *cells, words])
     return [
         "Prediction, each row scored only on what no fit saw: the test (models predicted before "
