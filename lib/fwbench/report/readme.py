@@ -95,7 +95,8 @@ def interval_words(matrix: pd.DataFrame) -> str:
     rounds = sorted({int(r) for r in paired.rounds}) if not paired.empty else []
     span = f"{rounds[0]}" if len(rounds) == 1 else f"{rounds[0]}-{rounds[-1]}" if rounds else ""
     if "design" in matrix:
-        designs = ", ".join(sorted(set(matrix.design)))
+        # "; " between designs: one design's own words hold commas
+        designs = "; ".join(sorted(set(matrix.design)))
         return f"95% intervals, design {designs}"
     words = {
         "paired": f"the geometric mean of rounds paired by trial, 95%, over {span} interleaved "

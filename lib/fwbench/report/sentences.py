@@ -217,7 +217,7 @@ def matrix_intro(matrix: pd.DataFrame) -> str:
     )
     if matrix.empty:
         return text
-    designs = ", ".join(sorted(set(matrix.design)))
+    designs = "; ".join(sorted(set(matrix.design)))  # a design's own words hold commas
     fitted = int((matrix.between_term == "fitted").sum())
     imported = int((matrix.between_term == "imported").sum())
     pooled = int((matrix.between_term == "pooled").sum())
