@@ -77,6 +77,8 @@ def _torch_case(kernel: Kernel, rng):
         lead = (f["batch"],) if f["batch"] > 1 else ()
         a, b = tensor(*lead, f["m"], f["k"]), tensor(*lead, f["k"], f["n"])
         return (lambda v: v @ b), a
+    if f["ops"] != 1:
+        raise ValueError("PyTorch eager runs one op per kernel: a chain of ops is JAX's")
     x = tensor(max(f["bytes"] // 8, 1))
     return (lambda v: torch.add(v, 1.0)), x
 
