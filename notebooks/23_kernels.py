@@ -15,13 +15,13 @@
 # Records: family `prediction`, metric `kernel_s` (kind and shape in `extra`) and
 # `empty_call_s`.
 #
-# **Run it:** `fwbench run params/kernels_cpu.yaml` (both frameworks, this CPU).
+# **Run it:** `fwbench run params/kernels_cpu.yaml` (PyTorch eager and JAX jit, this CPU).
 #
 # **Runtime:** about a second per kernel (JAX compiles each one), some 300 kernels per framework
 # with the default grid; a few seconds with `max_kernels` small.
 
 # %% tags=["parameters"]
-framework = "torch"  # one of: torch (eager), jax (jit)
+framework = "torch"  # one of: torch, jax
 threads = 0  # cores (and intra-op threads) to run on, as in 10_inference; 0: all the machine gives
 batch_sizes = [1, 8]  # the grid's batch sizes, and the models' below
 models = []  # registry models whose own kernels join the grid (their shapes measured exactly)

@@ -128,15 +128,18 @@ def test_eager_pytorch_reads_as_its_aten_ops_views_free():
 
 
 @pytest.mark.slow
-def test_both_frameworks_kernels_do_the_same_convolution_and_matmul_work():
+def test_both_frameworks_run_the_same_convolutions_and_matmuls():
     # ResNet-18 at 32 px: the twin's compiled program and PyTorch's aten ops hold the same
-    # convolutions and classifier, whatever XLA fused around them
-    work = {}
+    # convolutions and classifier, whatever XLA fused around them. Its last stages' outputs are
+    # 2x2 and 1x1, which XLA runs with image and filter swapped: the kernels say what was asked
+    from collections import Counter
+
+    found = {}
     for framework in ("torch", "jax"):
-        found = kernels.model_kernels("resnet18", framework, 2, 32)
-        work[framework] = sum(k.flops for k in found if k.kind != MEMORY)
-        assert sum(k.kind in (CONV, GROUPED_CONV) for k in found) >= 17
-    assert work["jax"] == pytest.approx(work["torch"], rel=0.01)
+        ran = kernels.model_kernels("resnet18", framework, 2, 32)
+        found[framework] = Counter((k.kind, k.shape) for k in ran if k.kind != MEMORY)
+    assert found["jax"] == found["torch"]
+    assert sum(n for (kind, _), n in found["jax"].items() if kind == CONV) == 20
 
 
 def _table(rows) -> pd.DataFrame:

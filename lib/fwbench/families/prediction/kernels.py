@@ -209,8 +209,14 @@ def _xla_dot(line: str, shapes: dict[str, str], name: str) -> Kernel | None:
     return Kernel(MATMUL, (batch, m, n, k), name)
 
 
-def xla_kernels(hlo_text: str) -> list[Kernel]:
-    """The kernels of an optimized HLO module (``jit(f).lower(...).compile().as_text()``)."""
+def xla_kernels(hlo_text: str, convs: list[Kernel] | None = None) -> list[Kernel]:
+    """The kernels of an optimized HLO module (``jit(f).lower(...).compile().as_text()``).
+
+    XLA may run a convolution in other terms than the model wrote it: with a small output it
+    swaps the roles of image and filter (``dim_labels=01fb_o01i->f01b``), and its shapes then
+    describe another problem. ``convs``, the convolutions the program asked for
+    (``jaxpr_convs``), name the convolution kernels instead where they are as many; a
+    micro-benchmark of one of them, compiled alone, makes XLA choose as it chose in the model."""
     from fwbench.families.inference.op_categories import entry_kernels
 
     shapes = _defined_shapes(hlo_text)
@@ -230,7 +236,55 @@ def xla_kernels(hlo_text: str) -> list[Kernel]:
             ops = sum(p["opcode"] not in _LAYOUT_ONLY for p in instr["parts"])
             found = Kernel(MEMORY, (moved, max(ops, 1)), instr["name"])
         kernels.append(found)
+    in_hlo = [i for i, k in enumerate(kernels) if k.kind in (CONV, GROUPED_CONV)]
+    if convs is not None and len(convs) == len(in_hlo):
+        for i, asked in zip(in_hlo, convs, strict=True):
+            kernels[i] = Kernel(asked.kind, asked.shape, kernels[i].name)
     return kernels
+
+
+def _conv_eqn(eqn) -> Kernel | None:
+    lhs, rhs = (v.aval.shape for v in eqn.invars[:2])
+    out = eqn.outvars[0].aval.shape
+    numbers = eqn.params["dimension_numbers"]
+    lhs_spec, rhs_spec, out_spec = numbers.lhs_spec, numbers.rhs_spec, numbers.out_spec
+    if len(out_spec) != 4:
+        return None  # a 1-D convolution: its kernel is priced as XLA's HLO describes it
+    return conv_kernel(
+        lhs[lhs_spec[0]],
+        lhs[lhs_spec[1]],
+        out[out_spec[1]],
+        rhs[rhs_spec[2]],
+        rhs[rhs_spec[3]],
+        eqn.params["window_strides"][0],
+        out[out_spec[2]],
+        out[out_spec[3]],
+        eqn.params["feature_group_count"],
+        "conv_general_dilated",
+    )
+
+
+def jaxpr_convs(fn, *args) -> list[Kernel]:
+    """The 2-D convolutions ``fn(*args)`` asks for, in the terms it wrote them (batch, channels,
+    filter, stride, output size, groups), read off its traced program (``jax.make_jaxpr``),
+    nested calls included."""
+    import jax
+
+    found: list[Kernel] = []
+
+    def walk(jaxpr) -> None:
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "conv_general_dilated":
+                kernel = _conv_eqn(eqn)
+                if kernel is not None:
+                    found.append(kernel)
+            for param in eqn.params.values():
+                inner = getattr(param, "jaxpr", None)
+                if inner is not None:
+                    walk(getattr(inner, "jaxpr", inner))
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return found
 
 
 # ---------------------------------------------------------------------------------- PyTorch
@@ -327,4 +381,4 @@ def model_kernels(
     compiled = side.jitted.lower(side.state, x).compile(
         compiler_options=side.compiler_options or None
     )
-    return xla_kernels(compiled.as_text())
+    return xla_kernels(compiled.as_text(), jaxpr_convs(side.jitted, side.state, x))
