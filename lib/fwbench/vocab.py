@@ -125,8 +125,12 @@ FAMILIES = {
     "21": "analysis",
 }
 # Notebooks whose number another family took first: 21_orders (the trust experiment, family
-# analysis) was there before the prediction family's 21_prediction and 22_recommend.
-NOTEBOOK_FAMILIES = {"21_prediction": "prediction", "22_recommend": "prediction"}
+# analysis) was there before the prediction family's 21_prediction, 22_recommend and 23_kernels.
+NOTEBOOK_FAMILIES = {
+    "21_prediction": "prediction",
+    "22_recommend": "prediction",
+    "23_kernels": "prediction",
+}
 
 # What the runner tells a kernel (and a record reads back); a kernel started by hand has none.
 ENV_RUN_ID = "FWBENCH_RUN_ID"

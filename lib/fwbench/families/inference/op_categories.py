@@ -232,3 +232,30 @@ def hlo_categories(hlo_text: str) -> dict[str, str]:
         for instructions in computations.values()
         for instr in instructions
     }
+
+
+_ENTRY = re.compile(r"^\s*ENTRY\s+%?([\w.\-]+)")
+
+
+def entry_kernels(hlo_text: str) -> list[dict]:
+    """The kernels an optimized HLO module runs, in order: each instruction of its entry
+    computation that computes or moves data (parameters, constants, tuples and bitcasts do
+    neither), with ``parts``, the instructions it runs (a fusion's ops, nested fusions
+    flattened; itself otherwise), and its ``category``. A fusion is one kernel."""
+    computations = _parse_hlo(hlo_text)
+    entry = next((m.group(1) for m in map(_ENTRY.match, hlo_text.splitlines()) if m), None)
+    if entry not in computations:
+        raise ValueError("the HLO text has no ENTRY computation")
+    kernels = []
+    for instr in computations[entry]:
+        if instr["opcode"] in _TRIVIAL:
+            continue
+        parts = [i for i in _constituents(instr, computations) if i["opcode"] not in _TRIVIAL]
+        kernels.append(
+            {
+                **instr,
+                "parts": parts or [instr],
+                "category": _instruction_category(instr, computations),
+            }
+        )
+    return kernels

@@ -168,21 +168,28 @@ def _census(model, example, formulas: dict) -> _Census:
 def torch_features(name: str, batch_size: int, image_size: int | None = None) -> Features:
     """The features of registry model ``name`` (any torchvision classification model) at one batch
     size, from forward passes on the meta device: nothing is allocated or computed."""
+    from fwbench.models.registry import get_spec
+
+    size = image_size or get_spec(name).image_size
+    return module_features(meta_model(name, size), batch_size, size, name=name)
+
+
+def meta_model(name: str, image_size: int):
+    """Registry model ``name`` on PyTorch's meta device, in eval mode: shapes, no storage."""
     import torch
 
     from fwbench.models.registry import get_spec
 
     spec = get_spec(name)
-    size = image_size or spec.image_size
     try:
         with torch.device("meta"):
-            model = spec.torch_model(image_size=size)
+            model = spec.torch_model(image_size=image_size)
     except NotImplementedError:
         # a constructor that computes its own widths with tensors (torchvision's RegNets read
         # them back with .tolist()) cannot run on the meta device: build it on the CPU, then
         # drop its storage by moving it there
-        model = spec.torch_model(image_size=size).to("meta")
-    return module_features(model.eval(), batch_size, size, name=name)
+        model = spec.torch_model(image_size=image_size).to("meta")
+    return model.eval()
 
 
 def module_features(model, batch_size: int, image_size: int, *, name: str = "") -> Features:
