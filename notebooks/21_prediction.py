@@ -307,7 +307,7 @@ for row in summary.itertuples():
     at_most = metric in vocab.PREDICTION_ERROR_METRICS
     # a goal is met only where the predictor also beats what a user gets without it
     floor = against[metric].get(row.holdout) if metric in against else None
-    word = Goal(value, bound, at_most, None if pd.isna(floor) else float(floor)).words()
+    word = Goal(value, bound, at_most, floor).words()
     lines.append(
         f"- **{row.holdout}** hold-out ({row.n} predictions): MAPE {row.mape_pct:.1f}%, "
         f"{row.within_15pct:.0f}% within ±15%, worst {row.worst_pct:.0f}%, interval held "

@@ -32,6 +32,15 @@ def test_a_goal_is_met_within_its_bound_and_ahead_of_its_baseline(goal, met, wor
     assert goal.words() == words
 
 
+def test_numpy_figures_read_as_plain_ones():
+    # a table's figures are numpy floats; their comparisons must still say "not met"
+    import numpy as np
+
+    goal = Goal(np.float64(8.0), 10.0, True, np.float64(6.0))
+    assert goal.beats is False and goal.met is False
+    assert goal.words() == "not met, no better than the baseline"
+
+
 def test_the_baseline_is_named_as_the_caller_names_it():
     said = Goal(80.0, 90.0, False, 85.0).words("constant rule (no model)")
     assert said == "missed by 10.0 points; constant rule (no model) 85.0%, not beaten"

@@ -20,16 +20,17 @@ class Goal:
     at_most: bool  # an error is held to at most its bound, a share to at least
     floor: float | None = None  # the baseline's figure on the same rows, if any
 
+    # bool(): a numpy figure compares to numpy's bool, which `is False` would not recognise
     @property
     def within(self) -> bool:
-        return self.value <= self.bound if self.at_most else self.value >= self.bound
+        return bool(self.value <= self.bound if self.at_most else self.value >= self.bound)
 
     @property
     def beats(self) -> bool | None:
         """Whether the figure is better than the baseline's; None without a baseline."""
         if self.floor is None or math.isnan(self.floor):
             return None
-        return self.value < self.floor if self.at_most else self.value > self.floor
+        return bool(self.value < self.floor if self.at_most else self.value > self.floor)
 
     @property
     def met(self) -> bool:

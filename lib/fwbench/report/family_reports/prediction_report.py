@@ -146,7 +146,6 @@ def readme_lines(table: pd.DataFrame, report_link: str) -> list[str]:
             label = dict(_PREDICTION_COLUMNS)[metric]
             # a goal is met only where the predictor also beats its baseline on the same rows
             floor = baseline.get(str(values[group]), {}).get(metric, float("nan"))
-            floor = None if pd.isna(floor) else float(floor)
             said = Goal(values[metric], bound, at_most, floor).words()
             words = f"{label} {'≤' if at_most else '≥'} {bound:g}%: {said}"
         body.append([values[group], *cells, words])
