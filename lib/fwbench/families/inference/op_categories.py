@@ -241,7 +241,7 @@ def entry_kernels(hlo_text: str) -> list[dict]:
     """The kernels an optimized HLO module runs, in order: each instruction of its entry
     computation that computes or moves data (parameters, constants, tuples and bitcasts do
     neither), with ``parts``, the instructions it runs (a fusion's ops, nested fusions
-    flattened; itself otherwise), and its ``category``. A fusion is one kernel."""
+    flattened; itself otherwise). A fusion is one kernel."""
     computations = _parse_hlo(hlo_text)
     entry = next((m.group(1) for m in map(_ENTRY.match, hlo_text.splitlines()) if m), None)
     if entry not in computations:
@@ -251,11 +251,5 @@ def entry_kernels(hlo_text: str) -> list[dict]:
         if instr["opcode"] in _TRIVIAL:
             continue
         parts = [i for i in _constituents(instr, computations) if i["opcode"] not in _TRIVIAL]
-        kernels.append(
-            {
-                **instr,
-                "parts": parts or [instr],
-                "category": _instruction_category(instr, computations),
-            }
-        )
+        kernels.append({**instr, "parts": parts or [instr]})
     return kernels

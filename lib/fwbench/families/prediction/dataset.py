@@ -72,7 +72,8 @@ def identified(device: str, device_name: str) -> bool:
     return device != "cpu" or bool(_IDENTIFIED_CPU.search(device_name or ""))
 
 
-def _extra(value) -> dict:
+def parse_extra(value) -> dict:
+    """A record's ``extra`` as a dict, from the index's JSON text (or a dict already)."""
     if isinstance(value, dict):
         return value
     return json.loads(value) if value else {}
@@ -83,7 +84,7 @@ def trial_rows(con, sql: str = _MEASURED_SQL) -> pd.DataFrame:
     named hardware, a thread count on a CPU, no channels_last arm, an image model; ``extra``
     parsed to dicts and ``image_size`` read from it."""
     frame = con.execute(sql).df()
-    frame["extra"] = frame["extra"].map(_extra)
+    frame["extra"] = frame["extra"].map(parse_extra)
     frame["image_size"] = [int(e.get("image_size") or 224) for e in frame.extra]
     frame["channels_last"] = [bool(e.get("channels_last")) for e in frame.extra]
     frame["threads"] = frame["threads"].fillna(0).astype(int)

@@ -52,6 +52,13 @@ def _input_size(out: int, k: int, stride: int) -> int:
     return (out - 1) * stride + k - 2 * _padding(k)
 
 
+def _conv_input(f: dict) -> tuple[int, int]:
+    """A convolution kernel's input height and width, for its fields ``f``."""
+    return _input_size(f["hout"], f["kh"], f["stride"]), _input_size(
+        f["wout"], f["kw"], f["stride"]
+    )
+
+
 def _torch_case(kernel: Kernel, rng):
     import torch
     import torch.nn.functional as F
@@ -62,8 +69,7 @@ def _torch_case(kernel: Kernel, rng):
         return torch.from_numpy(rng.standard_normal(shape, dtype=np.float32))
 
     if kernel.kind in (CONV, GROUPED_CONV):
-        h = _input_size(f["hout"], f["kh"], f["stride"])
-        w_in = _input_size(f["wout"], f["kw"], f["stride"])
+        h, w_in = _conv_input(f)
         x = tensor(f["batch"], f["cin"], h, w_in)
         w = tensor(f["cout"], f["cin"] // f["groups"], f["kh"], f["kw"])
         b = tensor(f["cout"])
@@ -94,8 +100,7 @@ def _jax_case(kernel: Kernel, rng):
         return jnp.asarray(rng.standard_normal(shape, dtype=np.float32))
 
     if kernel.kind in (CONV, GROUPED_CONV):
-        h = _input_size(f["hout"], f["kh"], f["stride"])
-        w_in = _input_size(f["wout"], f["kw"], f["stride"])
+        h, w_in = _conv_input(f)
         x = array(f["batch"], h, w_in, f["cin"])
         w = array(f["kh"], f["kw"], f["cin"] // f["groups"], f["cout"])
         b = array(f["cout"])

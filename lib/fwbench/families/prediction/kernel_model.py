@@ -15,13 +15,12 @@ modes generate kernels this does not read; they are left to the op-category pred
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
-from fwbench.families.prediction import kernels
+from fwbench.families.prediction import dataset, kernels
 from fwbench.families.prediction.kernel_prices import KernelPrices, Setting, kind_shares
 
 # (framework, mode) -> which micro-benchmarks price its kernels
@@ -39,7 +38,7 @@ def micro_benchmarks(con, device_name: str, threads: int) -> tuple[pd.DataFrame,
     seconds), from every 23_kernels run on ``device_name`` at ``threads`` (a shape measured in
     several runs keeps its median)."""
     rows = con.execute(_KERNELS_SQL, [device_name, threads]).df()
-    rows["extra"] = [e if isinstance(e, dict) else json.loads(e or "{}") for e in rows.extra]
+    rows["extra"] = rows["extra"].map(dataset.parse_extra)
     timed = rows[rows.metric == "kernel_s"]
     table = pd.DataFrame(
         {
