@@ -12,7 +12,8 @@
 # run the same function (01_validation proves it). Inputs are seeded random batches already on the
 # device, rotated. A batch size that runs out of memory is recorded as `oom` and the loop goes on.
 # Each framework runs at its defaults or at a documented best practice (`fwbench run --help` lists
-# the modes): PyTorch eager, torch.compile (default, max-autotune, freezing), channels_last; JAX jit
+# the modes): PyTorch eager, torch.compile (default, max-autotune, freezing; one static graph per
+# batch size, or with `dynamic_shapes` one graph for any batch size), channels_last; JAX jit
 # of the stock Flax layers or of the twin's expert form (`jit-expert`: convolutions written as a
 # JAX engineer writes them for the device, proven equal in float64), under a declared XLA option
 # set (`xla_options`). Modes `tuned` and `jit-tuned` run what a tuning run chose for each batch
@@ -39,6 +40,8 @@ mode = "default"  # one of: default, eager, compile, compile-max-autotune, compi
 xla_options = "default"  # one of: default, ynn-dots-only, ynn-off, ynn-fused, vector-512, onednn, autotune-off, no-triton-gemm
 tuning_path = ""  # modes tuned and jit-tuned: the selection file `fwbench best-modes` wrote
 channels_last = False
+# torch.compile modes: one graph for any batch size (dynamic=True); else one static graph per size
+dynamic_shapes = False
 cudnn_benchmark = False
 batch_sizes = [1, 8]
 image_size = 224
@@ -75,7 +78,8 @@ settings = fw_precision.configure(framework, precision)
 # what runs at each batch size: the campaign's mode, or for a tuned mode the tuning run's pick
 picks = bench.picks(
     framework, mode, batch_sizes, channels_last=channels_last and spec.kind == "cnn",
-    xla_options=xla_options, tuning_path=tuning_path, device_name=name, precision=precision,
+    dynamic_shapes=dynamic_shapes, xla_options=xla_options, tuning_path=tuning_path,
+    device_name=name, precision=precision,
     threads=threads, model=model, image_size=image_size,
 )  # fmt: skip
 if framework == "torch":
@@ -85,7 +89,8 @@ if framework == "torch":
     settings["torch.backends.cudnn.benchmark"] = cudnn_benchmark
     torch_model = build_torch(model, seed=seed, image_size=image_size)
     sides = bench.Sides(lambda pick: bench.TorchSide(
-        bench.own_copy(torch_model, picks), kind, precision, pick["mode"], pick["channels_last"]
+        bench.own_copy(torch_model, picks), kind, precision, pick["mode"], pick["channels_last"],
+        pick.get("dynamic_shapes", False),
     ))  # fmt: skip
 elif mode == "torchax":
     # PyTorch's own graph on XLA (any model build_torch makes): proven the same function as
@@ -120,6 +125,8 @@ rec = Recorder(
         "channels_last": bool(
             channels_last and spec.kind == "cnn" and framework == "torch" and mode != "tuned"
         ),
+        # only where set, so the records of every cell made before this choice read the same
+        **({"dynamic_shapes": True} if bench.own_dynamic(mode, picks) else {}),
         "xla_options": xla_options if framework == "jax" else None,
         "image_size": image_size,
         # only for a text or speech model, so an image model's records are unchanged

@@ -153,6 +153,25 @@ def test_select_takes_the_fastest_and_breaks_ties_by_name():
     assert picks["torch"]["candidate"] == "compile"
 
 
+def test_a_graph_for_any_batch_size_is_a_candidate_of_its_own_and_eager_has_none():
+    meas = _meas(
+        [
+            ("torch", "compile-freeze", {}, 6.0),
+            ("torch", "compile-freeze", {"dynamic_shapes": True}, 11.0),
+            ("torch", "eager", {"dynamic_shapes": True}, 5.0),
+        ]
+    )
+    table = best_modes.candidates(meas)
+    assert set(table.candidate) == {"compile-freeze", "compile-freeze+dynamic", "eager"}
+    pick = best_modes.select(meas, campaign="c", run_id="r")["picks"][0]
+    assert pick["choice"] == {"mode": "compile-freeze", "channels_last": False, "dynamic_shapes": True}
+    assert pick["runner_up"] == "compile-freeze"
+    # a pick made before the choice existed (no key) is the static graph, as it always was
+    assert best_modes.candidate_name("torch", {"mode": "compile", "channels_last": True}) == (
+        "compile+channels_last"
+    )
+
+
 def test_a_configuration_without_a_pick_names_what_to_run():
     selection = best_modes.select(_meas([("torch", "eager", {}, 5.0)]), campaign="c", run_id="r")
     key = dict(device_name="cpu X", precision="fp32", threads=2, model="m", image_size=224)
@@ -206,6 +225,8 @@ def test_run_help_explains_every_mode_and_option_set():
             assert mode in done.stdout
     for name in compiler.all_option_set_names():
         assert name in done.stdout
+    for name in vocab.TORCH_OPTION_HELP:
+        assert f"torch {name}:" in done.stdout
 
 
 def test_unknown_option_sets_are_refused():

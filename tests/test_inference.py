@@ -74,3 +74,55 @@ def test_non_memory_errors_are_not_mistaken_for_oom():
         vocab.resolve_mode("jax", "compile")
     assert vocab.resolve_mode("jax", "default") == "jit"
     assert vocab.resolve_mode("torch", "default") == "eager"
+
+
+def _small_cnn():
+    """Convolution, BatchNorm (which freezing folds), a depthwise convolution and a head."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1, groups=8),
+        nn.BatchNorm2d(8),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    )
+    for bn in (net[1], net[4]):  # running statistics of their own, so folding them shows
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+    return net.eval()
+
+
+@pytest.mark.parametrize(
+    "mode, dynamic, graphs",
+    # batch sizes 2, 3, 4: one static graph each; one graph for all three when dynamic (dynamo's
+    # automatic switch, which a side never uses, would give 2: static for 2, dynamic from 3 on)
+    [("compile-freeze", False, 3), ("compile", True, 1)],
+)
+def test_compiled_modes_compute_eagers_function_in_float64_with_the_graphs_they_declare(
+    mode, dynamic, graphs
+):
+    import copy
+
+    import torch
+    from torch._dynamo.utils import counters
+
+    eager = _small_cnn().double()
+    side = bench.TorchSide(copy.deepcopy(eager), "cpu", "fp32", mode, False, dynamic=dynamic)
+    side.model.double()  # the graph is traced at the first call, so it is traced in float64
+    assert side.ran()["dynamic_shapes"] is dynamic
+    counters.clear()
+    for bs in (2, 3, 4):
+        x = torch.randn(bs, 3, 12, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(bs))
+        with torch._inductor.config.patch(freezing=mode == "compile-freeze"):
+            got = side(x)
+        with torch.no_grad():
+            want = eager(x)
+        assert torch.allclose(got, want, rtol=1e-12, atol=1e-12), (bs, (got - want).abs().max())
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert not bench.TorchSide(_small_cnn(), "cpu", "fp32", "eager", False, dynamic=True).dynamic

@@ -76,6 +76,12 @@ MODE_HELP = {
     "this model, batch size and device (read from the campaign's tuning_path)",
     "torchax": "PyTorch's own graph run by XLA through torchax (never JAX's side of a comparison)",
 }
+# PyTorch's options beside its mode (10_inference parameters); a tuning run tries them as candidates.
+TORCH_OPTION_HELP = {
+    "channels_last": "a CNN's weights and inputs in NHWC memory format",
+    "dynamic_shapes": "torch.compile modes: one graph for any batch size (dynamic=True); without "
+    "it one static graph per batch size, whatever sizes the cell ran before",
+}
 # Modes a tuning run resolves: their cell reads its choice from a committed selection file, made
 # from a tuning run before the verdict runs (measure/best_modes.py), so no verdict ever picks a
 # mode on the rounds it judges.

@@ -22,6 +22,8 @@ def _modes_epilog() -> str:
     for framework, modes in vocab.INFERENCE_MODES.items():
         for mode in modes:
             lines.append(f"  {framework} {mode}: {vocab.MODE_HELP[mode]}")
+    lines.append("PyTorch's options (parameters, true or false):")
+    lines += [f"  torch {name}: {words}" for name, words in vocab.TORCH_OPTION_HELP.items()]
     lines.append("JAX's XLA option sets (parameter xla_options, modes jit and jit-expert):")
     for device, sets in compiler.XLA_OPTION_SETS.items():
         for name, (_, words) in sets.items():

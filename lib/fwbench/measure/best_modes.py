@@ -30,10 +30,15 @@ class NoChoice(LookupError):
 
 
 def candidate(framework: str, mode: str, extra: dict) -> dict:
-    """What a cell runs (a tuning record's ``extra``, or a cell's own ``channels_last`` and
-    ``xla_options``), as a tuned cell would run it again."""
+    """What a cell runs (a tuning record's ``extra``, or a cell's own ``channels_last``,
+    ``dynamic_shapes`` and ``xla_options``), as a tuned cell would run it again. A graph compiled
+    for any batch size says so; a static one, as every pick made before that choice existed, does
+    not, so older selection files read the same."""
     if framework == "torch":
-        return {"mode": mode, "channels_last": bool(extra.get("channels_last"))}
+        choice = {"mode": mode, "channels_last": bool(extra.get("channels_last"))}
+        if extra.get("dynamic_shapes") and mode != "eager":
+            choice["dynamic_shapes"] = True
+        return choice
     ran = extra.get("ran") or {}
     return {
         "layers": vocab.twin_layers(mode),
@@ -42,9 +47,14 @@ def candidate(framework: str, mode: str, extra: dict) -> dict:
 
 
 def candidate_name(framework: str, choice: dict) -> str:
-    """A candidate in words as tables show it: "compile-freeze+channels_last", "expert+ynn-off"."""
+    """A candidate in words as tables show it: "compile-freeze+channels_last", "compile+dynamic",
+    "expert+ynn-off"."""
     if framework == "torch":
-        return choice["mode"] + ("+channels_last" if choice.get("channels_last") else "")
+        return (
+            choice["mode"]
+            + ("+channels_last" if choice.get("channels_last") else "")
+            + ("+dynamic" if choice.get("dynamic_shapes") else "")
+        )
     return f"{choice['layers']}+{choice['xla_options']}"
 
 

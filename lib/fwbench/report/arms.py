@@ -21,11 +21,14 @@ COPY_SUFFIX = "#copy"
 
 
 def variant(framework: str, mode: str, extra: dict) -> str:
-    """A record's arm name: its mode, with channels_last, a non-default XLA option set or an
-    A/A copy's suffix where it has one ("compile+channels_last", "jit+ynn-off", "jit#copy")."""
+    """A record's arm name: its mode, with channels_last, a graph for any batch size, a non-default
+    XLA option set or an A/A copy's suffix where it has one ("compile+channels_last",
+    "compile+dynamic", "jit+ynn-off", "jit#copy")."""
     name = mode
     if framework == "torch" and extra.get("channels_last"):
-        name = f"{mode}+channels_last"
+        name = f"{name}+channels_last"
+    if framework == "torch" and extra.get("dynamic_shapes"):
+        name = f"{name}+dynamic"
     # a declared XLA option set other than the default is an arm of its own (a tuning run's)
     if framework == "jax" and extra.get("xla_options") not in (None, "", "default"):
         name = f"{mode}+{extra['xla_options']}"

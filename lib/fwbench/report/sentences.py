@@ -505,7 +505,8 @@ def _ratio_method(samples: list[pd.DataFrame]) -> str:
         "Best modes take each framework's tuned arm (modes tuned and jit-tuned: the candidate a "
         "tuning run picked before this run), else its only arm, else its fastest arm in this run, "
         "which then calls no winner (the pick would favour it); candidates are PyTorch's eager, "
-        "torch.compile, max-autotune and freezing, with or without channels_last, and JAX's jit "
+        "torch.compile, max-autotune and freezing, with or without channels_last, compile and "
+        "freezing also with one graph for any batch size, and JAX's jit "
         "of the stock or the expert layers under each XLA option set. Defaults are PyTorch eager "
         "against JAX jit."
     )

@@ -61,7 +61,9 @@ def is_oom(exc: BaseException) -> bool:
 
 
 class TorchSide:
-    def __init__(self, model, device: str, prec: str, mode: str, channels_last: bool):
+    def __init__(
+        self, model, device: str, prec: str, mode: str, channels_last: bool, dynamic: bool = False
+    ):
         import torch
 
         mode = vocab.resolve_mode("torch", mode)
@@ -69,6 +71,10 @@ class TorchSide:
             raise ValueError("a tuned mode is resolved to a concrete one before a side is built")
         self.device, self.mode = device, mode
         self.channels_last = channels_last
+        # compiled for any batch size (torch.compile's dynamic=True), else one static graph per
+        # batch size: never dynamo's automatic switch after a second shape, which would make a
+        # batch size's graph depend on the batch sizes a cell ran before it
+        self.dynamic = bool(dynamic) and mode != "eager"
         self.dtype = precision.torch_dtype(prec)
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         model = model.to(device=device, dtype=self.dtype, memory_format=self.memory_format).eval()
@@ -78,7 +84,7 @@ class TorchSide:
         else:
             compile_mode = "max-autotune" if mode == "compile-max-autotune" else "default"
             torch._dynamo.reset()
-            self.forward_fn = torch.compile(model, mode=compile_mode)
+            self.forward_fn = torch.compile(model, mode=compile_mode, dynamic=self.dynamic)
 
     def inputs(self, batches: list[np.ndarray]):
         import torch
@@ -116,12 +122,13 @@ class TorchSide:
             result.compile_s = first_call_overhead(lambda: self(x), self.sync)
 
     def ran(self) -> dict:
-        """What this side runs: its mode, memory format and inductor's freezing."""
+        """What this side runs: its mode, memory format, shapes and inductor's freezing."""
         import torch
 
         return {
             "mode": self.mode,
             "channels_last": bool(self.channels_last),
+            "dynamic_shapes": self.dynamic,
             "inductor_freezing": self.mode == "compile-freeze",
             "mkldnn": bool(torch.backends.mkldnn.is_available()),
         }
@@ -241,6 +248,7 @@ def picks(
     channels_last: bool,
     xla_options: str,
     tuning_path: str,
+    dynamic_shapes: bool = False,
     **configuration,
 ) -> dict[int, dict]:
     """What runs at each batch size: the cell's own mode, or for a tuned mode
@@ -253,7 +261,11 @@ def picks(
         if mode in vocab.TORCH_GRAPH_MODES:
             own = {"mode": mode}
         else:
-            given = {"channels_last": channels_last, "xla_options": xla_options}
+            given = {
+                "channels_last": channels_last,
+                "dynamic_shapes": dynamic_shapes,
+                "xla_options": xla_options,
+            }
             own = best_modes.candidate(framework, mode, given)
         return {bs: own for bs in batch_sizes}
     selection = best_modes.read(tuning_path)
@@ -270,6 +282,12 @@ def picks(
             },
         }
     return found
+
+
+def own_dynamic(mode: str, picks: dict) -> bool:
+    """Whether a cell's own mode (not a tuned one, whose picks say it per batch size) compiles
+    one graph for any batch size."""
+    return mode not in vocab.TUNED_MODES and any(p.get("dynamic_shapes") for p in picks.values())
 
 
 def pick_extra(pick: dict) -> dict:
