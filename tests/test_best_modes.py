@@ -164,7 +164,11 @@ def test_a_graph_for_any_batch_size_is_a_candidate_of_its_own_and_eager_has_none
     table = best_modes.candidates(meas)
     assert set(table.candidate) == {"compile-freeze", "compile-freeze+dynamic", "eager"}
     pick = best_modes.select(meas, campaign="c", run_id="r")["picks"][0]
-    assert pick["choice"] == {"mode": "compile-freeze", "channels_last": False, "dynamic_shapes": True}
+    assert pick["choice"] == {
+        "mode": "compile-freeze",
+        "channels_last": False,
+        "dynamic_shapes": True,
+    }
     assert pick["runner_up"] == "compile-freeze"
     # a pick made before the choice existed (no key) is the static graph, as it always was
     assert best_modes.candidate_name("torch", {"mode": "compile", "channels_last": True}) == (
