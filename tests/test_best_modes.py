@@ -107,7 +107,7 @@ def test_tuned_cells_run_the_pick_and_record_it(tuned):
     for row in records[records.batch_size.notna()].itertuples():
         pick = row.extra["tuned_pick"]
         assert pick["candidate"] == picks[row.framework]["candidate"]
-        assert pick["tuning"] == selection["tuning"]
+        assert pick["tuning"] == selection["tuning"] == [picks[row.framework]["tuning_run"]]
         ran = row.extra["ran"]
         if row.framework == "jax":
             assert (ran["layers"], ran["xla_options"]) == tuple(

@@ -116,6 +116,8 @@ def select(meas: pd.DataFrame, *, campaign: str, run_id: str) -> dict:
                 "runner_up": None if runner is None else runner.candidate,
                 "runner_up_img_s": None if runner is None else round(float(runner.img_s), 3),
                 "candidates": int(len(ranked)),
+                # the run it came from: a file holds several runs' picks
+                "tuning_run": {"campaign": campaign, "run_id": run_id},
             }
         )
     return {"format": _FORMAT, "tuning": [{"campaign": campaign, "run_id": run_id}], "picks": picks}

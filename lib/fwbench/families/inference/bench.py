@@ -278,7 +278,7 @@ def picks(
                 "candidate": pick["candidate"],
                 "tuning_img_s": pick["img_s"],
                 "runner_up": pick["runner_up"],
-                "tuning": selection["tuning"],
+                "tuning": [pick["tuning_run"]],  # the pick's own run, of the file's several
             },
         }
     return found
