@@ -54,7 +54,7 @@ def _downsample(cin: int, cout: int, stride: int, rngs: nnx.Rngs) -> nnx.Sequent
 
 class BasicBlock(nnx.Module):
     expansion = 1  # output channels per unit of inner width, torchvision's ``block.expansion``
-    convs = 2  # conv1..conv2, each with its bn1..bn2: what ``_block_links`` walks
+    convs = 2  # conv1..conv2, each with its bn1..bn2: what ``block_links`` walks
 
     def __init__(self, cin: int, width: int, stride: int, *, rngs: nnx.Rngs, **_shape):
         # torchvision builds BasicBlock with one group of 64 only (``ResNet`` refuses the rest)
@@ -176,9 +176,6 @@ class ResNet(nnx.Module):
         return self.fc(jnp.mean(x, axis=(1, 2)))
 
 
-_ResNet50 = ResNet  # the name from before other depths existed; ``depth`` defaults to 50
-
-
 def build_flax(
     num_classes: int = 1000,
     *,
@@ -200,7 +197,7 @@ def _join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
 
-def _block_links(block: BasicBlock | Bottleneck, prefix: str = "") -> list[porting.Link]:
+def block_links(block: BasicBlock | Bottleneck, prefix: str = "") -> list[porting.Link]:
     """One block's links; ``prefix`` is its torch path, e.g. "layer2.0" ("" for a bare block)."""
     out = []
     for i in range(1, block.convs + 1):
@@ -213,12 +210,9 @@ def _block_links(block: BasicBlock | Bottleneck, prefix: str = "") -> list[porti
     return out
 
 
-bottleneck_links = _block_links  # the name from before BasicBlock existed
-
-
 def links(model: ResNet) -> list[porting.Link]:
     out = porting.conv_links(model.conv1, "conv1") + porting.batchnorm_links(model.bn1, "bn1")
     for s, stage in enumerate(model.stages):
         for b, block in enumerate(stage):
-            out += _block_links(block, f"layer{s + 1}.{b}")
+            out += block_links(block, f"layer{s + 1}.{b}")
     return out + porting.linear_links(model.fc, "fc")
