@@ -279,12 +279,15 @@ if len(kernel_held) and kernel_held.predicted.notna().any():
         lineage_held,
         baselines.add_to_holdout(kernel_held, table, "lineage"),
     )
-    for r in kernel_scores[kernel_scores.predictor == "kernels"].itertuples():
-        extra = {"holdout": "lineage", "predictor": "kernels", "setting": r.setting}
+    # the kernel-level predictor's scores, and the other two on the same rows beside them
+    named = {"kernels": "kernels", "op categories": "op categories, kernel rows",
+             baselines.NAME: f"{baselines.NAME}, kernel rows"}  # fmt: skip
+    for r in kernel_scores.itertuples():
+        extra = {"holdout": "lineage", "predictor": named[r.predictor], "setting": r.setting}
         for metric in (*predictor.SCORE_METRICS, "correct_winner_rate"):
             n = r.decided_pairs if metric == "correct_winner_rate" else r.n
             if pd.notna(getattr(r, metric)):
-                rec.add(metric, getattr(r, metric), "%", n=n, extra=extra)
+                rec.add(metric, getattr(r, metric), "%", n=int(n), extra=extra)
     display(kernel_scores)
     shares = [c for c in kernel_held.columns if c.startswith("share:")]
     display(
