@@ -26,6 +26,12 @@
 # (`make browser`: Debian's Chromium, Firefox ESR and WebKitGTK) and onnxruntime-web (`make web`);
 # where one is missing or does not start, its rows are `skipped` with the reason, and the cell
 # still succeeds. A WASM run whose browser gave it fewer threads than asked is `failed`.
+# `threads` is each runtime's compute threads; `cores` the cores the kernel, and the browser it
+# starts, may use (0: as many as threads). With more cores than threads, a browser's own
+# processes (its renderer's main thread, its GPU and network processes) run beside WASM's threads
+# rather than on their core, and native ONNX Runtime gets the same cores: at one thread both get
+# one compute thread and two cores. PyTorch and JAX run with cores equal to threads (JAX's thread
+# pool follows the cores the process may use).
 #
 # **Runtime:** the defaults (tiny, 1 s, one thread) take about a minute and a half on a 2-core
 # CPU per browser (Firefox's start takes 3-4 s): the kernel's imports, the ONNX export, each
@@ -50,6 +56,7 @@ runtimes = [
 ]  # one of: torch, jax, onnxruntime, ort-web-wasm, ort-web-webgpu, ort-web-webnn
 browsers = ["chromium", "firefox", "webkit"]  # one of: chromium, firefox, webkit
 threads = 1
+cores = 0  # 0: as many as threads; more: each runtime's threads with the browser beside them
 min_iters = 5
 min_seconds = 1.0
 streaming = False
@@ -86,7 +93,9 @@ if not audio_seconds or min(audio_seconds) <= 0:
     raise ValueError(f"audio_seconds must be positive, got {audio_seconds}")
 if model == "whisper" and max(audio_seconds) > whisper_window_s:
     raise ValueError(f"Whisper's encoder hears at most {whisper_window_s} s, got {audio_seconds}")
-threads = fw_device.limit_threads(threads)  # the kernel, and the browser it starts, on these cores
+# the kernel, and the browser it starts, on these cores; each runtime runs `threads` of them
+cores = fw_device.limit_threads(cores or threads)
+threads = native.check_threads(threads, cores, runtimes)
 configure("torch", "fp32")
 configure("jax", "fp32")
 root = find_repo_root(Path.cwd())
@@ -99,7 +108,7 @@ if model == "whisper":
         model_name += f"_{whisper_window_s}s"
 rec = Recorder(
     "web_audio",
-    extra={"model_size": model_size, "speech_model": model, **window},
+    extra={"model_size": model_size, "speech_model": model, **window, "cores": cores},
     model=model_name,
     device="cpu",
     device_name=fw_device.cpu_device_name(),
@@ -114,7 +123,7 @@ files = Path(work.name)
 torch_model, flax_model = build_speech(model, model_size, seed=seed, window_s=whisper_window_s)
 # JAX runs the Flax twin where there is one, else PyTorch's own module through torchax
 jax_mode = "jit" if flax_model is not None else "torchax"
-print(f"{model_name} · {threads} thread(s) · {fw_device.cpu_device_name()}")
+print(f"{model_name} · {threads} thread(s) on {cores} core(s) · {fw_device.cpu_device_name()}")
 
 # %% [markdown]
 # ## JAX computes the same function (float64)
@@ -272,7 +281,8 @@ ok = table.dropna(subset=["rtf"]).assign(
     where=lambda t: [f"{r} · {b}" if b else r for r, b in zip(t.runtime, t.browser, strict=True)]
 )
 alt.Chart(
-    ok, title=f"{model_name}: real-time factor ({threads} thread(s); below 1 keeps up)"
+    ok,
+    title=f"{model_name}: real-time factor ({threads} thread(s), {cores} core(s); below 1 keeps up)",
 ).mark_bar().encode(
     x=alt.X("where:N", sort="y", title="runtime"),
     xOffset="audio s:N",

@@ -58,6 +58,7 @@ from fwbench.families.prediction import (
     forecast,
     frozen,
     frozen_score,
+    kernel_model,
     peaks,
     prediction_charts,
     predictor,
@@ -250,10 +251,60 @@ for r in ratio_scores.itertuples():
 ratio_scores if len(ratio_scores) else "no JAX-vs-PyTorch pair to score"
 
 # %% [markdown]
+# ## Kernel by kernel: the kernel-level predictor on the lineage hold-out
+# The op-category predictor prices a model by what its ops ask for; the kernel-level one
+# (`fwbench.families.prediction.kernel_model`) by what runs: each kernel the framework launches
+# (XLA's fusions and library calls, eager PyTorch's aten ops) priced from micro-benchmarks of its
+# own kind timed on the same CPU (23_kernels, `params/kernels_cpu.yaml`), summed, plus the call's
+# measured overhead, times one scale per setting fitted on the other lineages' rows. Settings:
+# PyTorch eager, JAX jit of the stock twin, JAX through torchax, on each CPU model and thread
+# count the index has micro-benchmarks for. Beside it, on the same rows: the op-category
+# predictor's lineage hold-out and the baseline. The four study models' own kernels are in the
+# micro-benchmark table (their shapes priced by measurement); a new model's are priced from
+# their neighbours, which only the frozen test scores.
+
+# %%
+kernel_held = (
+    kernel_model.holdout_from_index(
+        db_file, table, progress=lambda items: tqdm(items, desc="kernels")
+    )
+    if len(table)
+    else table
+)
+kernel_scores = pd.DataFrame()
+if len(kernel_held) and kernel_held.predicted.notna().any():
+    kernel_held = kernel_held[kernel_held.predicted.notna()]
+    kernel_scores = kernel_model.side_by_side(
+        kernel_held,
+        lineage_held,
+        baselines.add_to_holdout(kernel_held, table, "lineage"),
+    )
+    # the kernel-level predictor's scores, and the other two on the same rows beside them
+    named = {"kernels": "kernels", "op categories": "op categories, kernel rows",
+             baselines.NAME: f"{baselines.NAME}, kernel rows"}  # fmt: skip
+    for r in kernel_scores.itertuples():
+        extra = {"holdout": "lineage", "predictor": named[r.predictor], "setting": r.setting}
+        for metric in (*predictor.SCORE_METRICS, "correct_winner_rate"):
+            n = r.decided_pairs if metric == "correct_winner_rate" else r.n
+            if pd.notna(getattr(r, metric)):
+                rec.add(metric, getattr(r, metric), "%", n=int(n), extra=extra)
+    display(kernel_scores)
+    shares = [c for c in kernel_held.columns if c.startswith("share:")]
+    display(
+        kernel_held.assign(error_pct=(kernel_held.predicted / kernel_held.seconds - 1) * 100)[
+            ["model", "framework", "mode", "batch_size", "seconds", "summed_s", "predicted",
+             "error_pct", *shares]
+        ].round(4)
+    )  # fmt: skip
+else:
+    print("no micro-benchmarks for a CPU model the table has rows of: run params/kernels_cpu.yaml")
+
+# %% [markdown]
 # ## The frozen test: models nobody looked at, scored once
 # The hold-outs above are validation: the predictor was designed while reading them. The test is
-# the frozen set (`params/frozen_test.yaml`): models drawn before the predictor changed, predicted
-# and committed before they were measured, scored once by `fwbench freeze-test --score`. Its
+# each frozen set (`params/frozen_test.yaml`, then `params/frozen_test_<name>.yaml`): models drawn
+# before the predictor changed, predicted and committed before they were measured, scored once by
+# `fwbench freeze-test --score`. Its
 # figures are quoted apart from the hold-outs', with how many times the set has been scored,
 # and beside the baselines on the same rows (FLOPs scaled from the nearest training model of the
 # setting; always the framework that won most of the training pairs), which need no scoring.
@@ -261,23 +312,28 @@ ratio_scores if len(ratio_scores) else "no JAX-vs-PyTorch pair to score"
 # set was frozen: if anything, a stricter yardstick.
 
 # %%
-test_campaign = root / "params" / f"{frozen.CAMPAIGN}.yaml"
-predictions_file, score_file = frozen_score.paths(test_campaign)
-test_score = json.loads(score_file.read_text()) if score_file.is_file() else None
-if test_score is None:
-    state = "predicted, not yet measured" if predictions_file.is_file() else "not yet predicted"
-    print(f"the frozen set is {state}: no test figure yet")
-else:
-    extra = {"test": "frozen set", "times_scored": test_score["times_scored"]}
+for test_campaign in frozen.set_files(root):
+    label = frozen.set_label(test_campaign)
+    predictions_file, score_file = frozen_score.paths(test_campaign)
+    test_score = json.loads(score_file.read_text()) if score_file.is_file() else None
+    if test_score is None:
+        state = "predicted, not yet measured" if predictions_file.is_file() else "not yet predicted"
+        print(f"the {label} is {state}: no test figure yet")
+        continue
+    extra = {"test": label, "times_scored": test_score["times_scored"]}
     for metric, name in frozen_score.RECORDED.items():
         if test_score.get(metric) is not None:
             rec.add(name, test_score[metric], "%", n=test_score["measured"], extra=extra)
-    test_table = frozen_score.goal_table(test_score)
-    display(test_table)
+    display(Markdown(f"**The {label}** (`{test_campaign.name}`)"))
+    display(frozen_score.goal_table(test_score))
     scored_rows = pd.read_csv(score_file.with_suffix(".csv"))
-    # the baselines on the same rows, beside the single scoring (which they never change)
-    measured_set = frozen_score.newest_run(frozen_score.measured_rows(db_file), frozen.CAMPAIGN)
-    test_base = baselines.test_scores(scored_rows, measured_set, table)
+    # the baselines on the same rows, beside the single scoring (which they never change), from
+    # a training table without the set's own models (a scored set's rows are training data now)
+    measured_set = frozen_score.newest_run(
+        frozen_score.measured_rows(db_file), test_campaign.stem
+    )
+    own = set(frozen.campaign_models(test_campaign))
+    test_base = baselines.test_scores(scored_rows, measured_set, table[~table.model.isin(own)])
     base_extra = {**extra, "predictor": baselines.NAME}
     for metric, name in frozen_score.RECORDED.items():
         if pd.notna(test_base.get(metric, float("nan"))):

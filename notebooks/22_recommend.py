@@ -118,7 +118,7 @@ if not queries.empty:
 
 # %% [markdown]
 # ## On the frozen test set
-# The models of the frozen set (`params/frozen_test.yaml`) were predicted, and the predictions
+# The models of each frozen set (`params/frozen_test*.yaml`) were predicted, and the predictions
 # committed, before anyone measured them; `fwbench freeze-test --score` scored them once. Here
 # the same committed predictions pick a configuration at each batch size (PyTorch eager or JAX
 # through torchax, the set's two settings), and the pick pays its measured gap to the best. This
@@ -127,29 +127,32 @@ if not queries.empty:
 # predictions do not hold, so the set has batch queries only.
 
 # %%
-test_campaign = root / "params" / f"{frozen.CAMPAIGN}.yaml"
-scored_file = frozen_score.paths(test_campaign)[1].with_suffix(".csv")
-test_queries = (
-    recommend.committed_queries(pd.read_csv(scored_file)) if scored_file.is_file() else None
-)
-if test_queries is None or test_queries.empty:
-    print("the frozen set is not scored yet: no test figure")
-else:
-    test_share = recommend.record_queries(
-        rec, test_queries, goal_regret_pct, {"test": "frozen set"}
-    )["batch"]
+for test_campaign in frozen.set_files(root):
+    label = frozen.set_label(test_campaign)
+    scored_file = frozen_score.paths(test_campaign)[1].with_suffix(".csv")
+    test_queries = (
+        recommend.committed_queries(pd.read_csv(scored_file)) if scored_file.is_file() else None
+    )
+    if test_queries is None or test_queries.empty:
+        print(f"the {label} is not scored yet: no test figure")
+        continue
+    test_share = recommend.record_queries(rec, test_queries, goal_regret_pct, {"test": label})[
+        "batch"
+    ]
     # the constant rule on the same queries, its framework the training table's majority winner
+    # without the set's own models (a scored set's rows are training data now)
+    own = set(frozen.campaign_models(test_campaign))
     ruled = recommend.committed_baseline_queries(
-        pd.read_csv(scored_file), baselines.majority_winner(table)
+        pd.read_csv(scored_file), baselines.majority_winner(table[~table.model.isin(own)])
     )
     floor = recommend.record_queries(
-        rec, ruled, goal_regret_pct, {"test": "frozen set", "predictor": baselines.NAME}
+        rec, ruled, goal_regret_pct, {"test": label, "predictor": baselines.NAME}
     )["batch"]
     verdict = Goal(test_share, goal_share_pct, False, floor).words(rule)
     worst = test_queries.sort_values("regret_pct").iloc[-1]
     display(
         Markdown(
-            f"On the frozen set the committed predictions' picks have regret ≤ "
+            f"On the {label} the committed predictions' picks have regret ≤ "
             f"{goal_regret_pct:g}% in {test_share:.0f}% of {len(test_queries)} batch queries "
             f"(goal ≥ {goal_share_pct:g}%): {verdict}. Median regret "
             f"{test_queries.regret_pct.median():.1f}%; the worst, {worst.regret_pct:.1f}%, on "

@@ -95,6 +95,27 @@ def test_the_score_counts_errors_coverage_and_winners_on_decided_pairs_only():
     assert empty["mape_pct"] is None and set(empty["met"].values()) == {None}
 
 
+def test_the_kernel_level_predictor_takes_the_settings_it_covers_and_both_are_scored():
+    rows = [_row("a", "torch", 1.0, 1.0, [1.0] * 3), _row("a", "jax", 4.0, 2.0, [0.5] * 3)]
+    predictions = pd.DataFrame([guess for guess, _ in rows])
+    measured = pd.DataFrame([seen for _, seen in rows])
+    # the kernel-level predictor covers torch eager only here; it says 1.1 s [1.0, 1.2]
+    kernel = predictions.iloc[:1][["model", "framework", "mode", "batch_size", "image_size"]]
+    kernel = kernel.assign(precision="fp32", threads=2, predicted_s=1.1, low_s=1.0, high_s=1.2)
+    both = frozen_score.with_kernel_predictions(predictions, kernel)
+    assert list(both.predictor) == ["kernels", "op categories"]
+    assert list(both.predicted_s) == [1.1, 4.0] and list(both.low_s) == [1.0, 4.0 / 1.5]
+    assert list(both.category_predicted_s) == [1.0, 4.0]
+    _, summary = frozen_score.score(both, measured)
+    assert summary["mape_pct"] == pytest.approx((10 + 100) / 2)
+    assert summary["by_predictor"]["kernels"]["mape_pct"] == pytest.approx(10.0)
+    assert summary["by_predictor"]["op categories"]["mape_pct"] == pytest.approx(100.0)
+    assert summary["category_mape_pct"] == pytest.approx((0 + 100) / 2)
+    # nothing covered: the op-category predictor's predictions, named so
+    alone = frozen_score.with_kernel_predictions(predictions, pd.DataFrame())
+    assert set(alone.predictor) == {"op categories"} and list(alone.predicted_s) == [1.0, 4.0]
+
+
 SET = """\
 campaign: frozen_test
 order: interleaved

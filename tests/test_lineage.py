@@ -29,6 +29,9 @@ def test_every_model_the_registry_can_build_has_a_known_lineage():
         (["vit_b_16", "swin_t", "maxvit_t", "hf_vit_base"], "vision transformer"),
         (["vgg11", "alexnet"], "vgg/alexnet"),
         (["googlenet", "inception_v3"], "inception"),
+        # a hybrid of convolution and attention is not filed under either by a prefix
+        (["hf_mobilevit_small"], "mobilevit"),
+        (["hf_levit_128s"], "levit"),
     ],
 )
 def test_siblings_share_a_lineage(siblings, expected):
@@ -140,7 +143,14 @@ def test_freeze_test_writes_the_campaign_and_its_draw_and_never_replaces_them(
     assert lineage(models[0]) not in recorded.trained_lineages
     from fwbench.pipeline.campaign import load_campaign
 
-    assert len(load_campaign(out).cells) == 6 * 2 * 3  # two frameworks, three trials
+    from fwbench.models import registry
+
+    twins = [m for m in models if registry.get_spec(m).has_twin]
+    assert twins  # resnet34 or vit_b_32 drawn: the JAX twins' steps are written
+    # PyTorch eager and compile and torchax for all six, JAX jit and jit-expert for the twins
+    cells = load_campaign(out).cells
+    assert len(cells) == (6 * 3 + 2 * len(twins)) * 3  # three trials each
+    assert {c.parameters["model"] for c in cells if c.parameters["mode"] == "jit"} == set(twins)
 
     written = out.read_bytes()
     assert cli.main([*args, "--out", str(out)]) == 2  # never replaced

@@ -196,10 +196,10 @@ def test_bottleneck_train_mode_gradients_and_running_stats_match():
     equivalence.randomize_torch_(block, seed=5)
     flax_block = _abstract_twin(
         lambda: flax_resnet.Bottleneck(256, 128, 2, rngs=nnx.Rngs(0)),
-        flax_resnet.bottleneck_links,
+        flax_resnet.block_links,
         block.state_dict(),
     )
-    links = flax_resnet.bottleneck_links(flax_block)
+    links = flax_resnet.block_links(flax_block)
     block.train()
     flax_block.train()
 

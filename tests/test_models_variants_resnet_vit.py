@@ -1,5 +1,5 @@
-"""ResNet-18/34/101/152 and ViT-B/32: the depth and patch variants of the ResNet-50 and ViT-B/16
-twins compute what torchvision computes.
+"""ResNet-18/34/101/152, ResNeXt, Wide ResNet and ViT-B/32: the depth, group, width and patch
+variants of the ResNet-50 and ViT-B/16 twins compute what torchvision computes.
 
 The shared code is proven in depth by test_models_resnet_vit.py (gradients, train mode, fp32); here
 each variant only has to be built as torchvision builds it, so three checks suffice: parameter
@@ -27,6 +27,10 @@ from fwbench.models import build_pair, equivalence, get_spec, porting
 jax.config.update("jax_default_matmul_precision", "highest")
 
 SMALL_SIZE = {"resnet18": 64, "resnet34": 64, "resnet101": 64, "resnet152": 64, "vit_b_32": 64}
+# grouped and widened Bottlenecks: one ResNeXt and the Wide ResNet (ResNeXt-101 shares every
+# line of code with ResNeXt-50; its counts and links are checked, not its float64 logits again)
+SMALL_SIZE |= {"resnext50_32x4d": 64, "wide_resnet50_2": 64}
+COUNTED = [*SMALL_SIZE, "resnext101_32x8d"]
 MODELS = list(SMALL_SIZE)
 FP64_LOGIT_TOL = 1e-10
 BATCH = 2
@@ -50,7 +54,7 @@ def _torch_state_keys(name: str) -> frozenset[str]:
     return frozenset(k for k in state if not k.endswith("num_batches_tracked"))
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", COUNTED)
 def test_parameter_count_matches_torchvision(name):
     spec = get_spec(name)
     flax_params = jax.tree.leaves(nnx.state(_native_abstract(name), nnx.Param))
@@ -60,7 +64,7 @@ def test_parameter_count_matches_torchvision(name):
     assert sum(p.numel() for p in torch_model.parameters()) == spec.param_count
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", COUNTED)
 def test_links_cover_every_variable_and_every_torch_key(name):
     flax_model = _native_abstract(name)
     links = _links(name, flax_model)

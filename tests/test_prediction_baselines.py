@@ -109,6 +109,29 @@ def test_the_readme_meets_a_goal_only_where_the_predictor_beats_its_baseline():
     assert "· baseline |" not in body  # the baseline rows are read, not listed
 
 
+def test_every_frozen_set_is_a_test_row_held_to_the_tests_goal(tmp_path):
+    from fwbench.report import sections
+
+    table = pd.DataFrame(
+        {
+            "hold-out or query": [
+                "test: frozen set", "test: frozen set kernels",
+                "test: frozen set kernels · baseline", "hold-out: lineage · kernels",
+            ],
+            "mape_pct": [48.8, 12.0, 30.0, 20.0],
+        }
+    )  # fmt: skip
+    (tmp_path / "prediction.csv").write_text(table.to_csv(index=False))
+    tables = tmp_path
+    lines = prediction_report.readme_part({}, tables, "r.md")
+    body = "\n".join(lines)
+    assert "| test: frozen set kernels | 12.0% |" in body
+    assert "MAPE ≤ 15%: met; baseline 30.0%, beaten" in body
+    assert "MAPE ≤ 15%: not met" in body  # the first set, 48.8%
+    assert "· kernels" not in body  # another predictor's validation rows stay in the report
+    assert sections.read_table(tables, "prediction").shape[0] == 4
+
+
 def test_a_baseline_is_recorded_as_its_own_row_of_the_prediction_table():
     meas = pd.DataFrame(
         [

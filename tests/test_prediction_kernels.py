@@ -320,3 +320,27 @@ def test_the_predictor_fits_a_scale_per_setting_and_predicts_from_kernels():
     assert got["share:conv"].iloc[0] == 1.0 and got["share:memory"].iloc[0] == 0.0
     with pytest.raises(KeyError, match="torch eager"):
         predictor.predict(training.iloc[:1].assign(framework="torch", mode="eager"))
+
+
+def test_a_lineage_is_predicted_with_a_scale_fitted_on_the_other_lineages_only():
+    from fwbench.families.prediction.kernel_model import KernelPredictor, lineage_holdout
+
+    kernel = _conv(14)
+    table = _table([("jax", CONV, kernel.shape, 1e-3), ("torch", CONV, kernel.shape, 1e-3)])
+    predictor = KernelPredictor(table, {"jax": 0.0}, lambda model, fw, mode, b, s: [kernel] * b)
+    # ResNets run at 5x their kernels, the other lineages at 2x; torch eager only in one lineage
+    scale = {"resnet18": 5.0, "resnet50": 5.0, "vit_b_16": 2.0, "mobilenet_v3_small": 2.0}
+    rows = [
+        {"model": m, "framework": "jax", "mode": "jit", "batch_size": b, "image_size": 224,
+         "seconds": s * 1e-3 * b}
+        for m, s in scale.items() for b in (1, 8)
+    ] + [{"model": "vit_b_16", "framework": "torch", "mode": "eager", "batch_size": 1,
+          "image_size": 224, "seconds": 1e-3}]  # fmt: skip
+    held = lineage_holdout(predictor, pd.DataFrame(rows))
+    resnet = held[(held.model == "resnet50") & (held.batch_size == 8)].iloc[0]
+    assert resnet.fold == "resnet" and resnet.predicted == pytest.approx(2.0 * 8e-3)
+    vit = held[(held.model == "vit_b_16") & (held.framework == "jax")]
+    assert vit.predicted.to_numpy() == pytest.approx(np.array([1, 8]) * 1e-3 * np.median([5, 5, 2] * 2))
+    eager = held[held.framework == "torch"].iloc[0]
+    assert not eager.setting_seen and np.isnan(eager.predicted)
+    assert (held["share:conv"] == 1.0).all() and list(held.index) == list(range(len(rows)))

@@ -191,3 +191,29 @@ def test_a_browser_label_shortens_to_the_release_people_name():
     # every WebKitGTK release starts with 2: its major alone names none of them
     assert audio.browser_label("webkit", "2.50.6", major=True) == "WebKitGTK 2.50"
     assert audio.browser_label("webkit", "2.50.6") == "WebKitGTK 2.50.6"
+
+
+def test_a_cell_with_more_cores_than_threads_says_so_in_its_tables():
+    # at one thread, native ONNX Runtime and the browsers on two cores; older rows name no cores
+    meas = _records(trials=[1, 2])
+    one = meas.threads == 1
+    meas.loc[one, "extra"] = [{**e, "cores": 2} for e in meas.extra[one]]
+    table = audio.runtime_table(meas)
+    assert set(zip(table.threads, table.cores)) == {(1, 2), (2, 2)}
+    caps = audio.capability_table(meas)
+    assert set(caps["cores pinned"]) == {"2"}
+    # the reading is judged against the cores pinned: Chromium said 1 at one thread on two cores
+    assert set(caps.set_index("browser").loc["Chromium 156.0.8078.114", "reading follows the pinning"]) == {"no"}
+    older = audio.runtime_table(_records(trials=[1]))
+    assert (older.cores == older.threads).all()
+
+
+def test_pytorch_and_jax_run_with_cores_equal_to_threads():
+    from fwbench.families.web_audio import native
+
+    assert native.check_threads(1, 2, ["onnxruntime", "ort-web-wasm"]) == 1
+    assert native.check_threads(2, 2, ["torch", "jax"]) == 2
+    with pytest.raises(ValueError, match="JAX's thread pool follows the cores"):
+        native.check_threads(1, 2, ["jax", "onnxruntime"])
+    with pytest.raises(ValueError, match="threads must be 1 to cores"):
+        native.check_threads(3, 2, ["onnxruntime"])

@@ -17,37 +17,55 @@ import pandas as pd
 from fwbench.commands.common import EXIT_OK, fail
 from fwbench.results import db
 
-# What the set's models are measured with: each framework as a user runs it by default on a CPU
-# (PyTorch eager; PyTorch's own module on XLA through torchax, as none of them has a Flax twin),
-# fp32 on both cores, a single image and a small batch, in interleaved trials
-CAMPAIGN = """\
+# What the set's models are measured with: each framework as a user runs it on a CPU, by default
+# and at its documented best that needs no tuning run (PyTorch eager and torch.compile; JAX jit of
+# the stock and of the expert Flax twin, for the drawn models that have one; PyTorch's own module
+# on XLA through torchax, for all), fp32 on both cores, a single image and a small batch, in
+# interleaved trials
+HEADER = """\
 # The predictor's frozen test set: {size} models drawn by `fwbench freeze-test --seed {seed}
 # --max-gflops {max_gflops:g}` from the {candidates} models the registry can build that no campaign
 # had measured and that cost at most {max_gflops:g} GFLOPs per image at 224 px, spread over
 # {lineages} lineages, the first drawn from one the training table lacks ({first}). The draw's
-# inputs are in frozen_test.draw.json. Its models stay out of every training table; the
-# predictions for these cells are committed before the campaign runs, and it is scored once.
-# Estimate: `fwbench run params/frozen_test.yaml --dry-run`.
-campaign: frozen_test
+# inputs are in {name}.draw.json. Its models stay out of every training table until it is
+# scored; the predictions for these cells are committed before the campaign runs, and it is
+# scored once. Estimate: `fwbench run params/{name}.yaml --dry-run`.
+campaign: {name}
 order: interleaved
 seed: {seed}
 rerun_shared: 2
 steps:
+"""
+STEP = """\
   - notebook: 10_inference
-    params: {{framework: torch, mode: eager, device: cpu, precision: fp32, threads: 2,
-             image_size: 224, batch_sizes: [1, 8], min_iters: 3, min_seconds: 0.5, warmup: 2,
-             block_size: 3}}
-    trials: 3
-    grid:
-      model: [{models}]
-  - notebook: 10_inference
-    params: {{framework: jax, mode: torchax, device: cpu, precision: fp32, threads: 2,
+    params: {{framework: {framework}, mode: {mode}, device: cpu, precision: fp32, threads: 2,
              image_size: 224, batch_sizes: [1, 8], min_iters: 3, min_seconds: 0.5, warmup: 2,
              block_size: 3}}
     trials: 3
     grid:
       model: [{models}]
 """
+# (framework, mode, only the models with a Flax twin)
+SETTINGS = (
+    ("torch", "eager", False),
+    ("torch", "compile", False),
+    ("jax", "jit", True),
+    ("jax", "jit-expert", True),
+    ("jax", "torchax", False),
+)
+
+
+def campaign_text(name: str, models: list[str], twins: list[str], **header) -> str:
+    """The set's campaign file: the header, then one step per setting over the drawn models
+    (the JAX twins' steps over ``twins`` only, left out where none has a twin)."""
+    steps = [
+        STEP.format(framework=framework, mode=mode, models=", ".join(twins if own else models))
+        for framework, mode, own in SETTINGS
+        if models and (twins or not own)
+    ]
+    return HEADER.format(name=name, **header) + "".join(steps)
+
+
 _MIN_LINEAGES = 4
 
 
@@ -121,6 +139,12 @@ def gflops(model: str) -> float:
     return features.torch_features(model, 1, 224).total_flops / 1e9
 
 
+def _progress(desc: str):
+    from tqdm.auto import tqdm
+
+    return lambda items: tqdm(items, desc=desc, file=sys.stderr)
+
+
 def handle(args) -> int:
     if args.predict:
         return predict(args)
@@ -133,6 +157,7 @@ def draw(args) -> int:
     from tqdm.auto import tqdm
 
     from fwbench.families.prediction import frozen
+    from fwbench.models import registry
     from fwbench.models.lineage import lineage
 
     out = Path(args.out)
@@ -163,15 +188,18 @@ def draw(args) -> int:
     if args.dry_run:
         return EXIT_OK
     out.parent.mkdir(parents=True, exist_ok=True)
+    twins = [m for m in found.models if registry.get_spec(m).has_twin]
     out.write_text(
-        CAMPAIGN.format(
+        campaign_text(
+            out.stem,
+            found.models,
+            twins,
             size=args.size,
             seed=args.seed,
             max_gflops=args.max_gflops,
             candidates=len(pool),
             lineages=len(lineages),
             first=lineage(found.models[0]),
-            models=", ".join(found.models),
         )
     )
     draw_path.write_text(found.to_json())
@@ -183,7 +211,7 @@ def predict(args) -> int:
     """The set's predictions on this machine, before any of its models is measured."""
     from fwbench.commands.common import indexed, load_training_table
     from fwbench.commands.predict_cmd import machine_ceiling
-    from fwbench.families.prediction import answers, forecast, frozen_score
+    from fwbench.families.prediction import answers, forecast, frozen_score, kernel_model
     from fwbench.measure.device import cpu_device_name
     from fwbench.pipeline.campaign import CampaignError, load_campaign
 
@@ -226,6 +254,16 @@ def predict(args) -> int:
         mine = configs[(configs.precision == precision) & (configs.threads == threads)]
         parts.append(frozen_score.predict_set(table, mine.reset_index(drop=True), ceiling))
     found = pd.concat(parts, ignore_index=True)
+    # the kernel-level predictor where it covers a setting (fp32, with this CPU's micro-benchmarks)
+    priced = [
+        kernel_model.predict_from_index(
+            db_path, table, mine, device_name, int(threads), progress=_progress("kernels")
+        ).assign(threads=int(threads), precision="fp32")
+        for threads, mine in configs[configs.precision == "fp32"].groupby("threads")
+    ]
+    found = frozen_score.with_kernel_predictions(
+        found, pd.concat(priced, ignore_index=True) if priced else pd.DataFrame()
+    )
     print(found.to_string(index=False))
     if args.dry_run:
         return EXIT_OK

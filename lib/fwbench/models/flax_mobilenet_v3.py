@@ -163,7 +163,6 @@ class _Arch(NamedTuple):
 
 
 _ARCHS = {"small": _Arch(_SMALL_SETTING, 1024), "large": _Arch(_LARGE_SETTING, 1280)}
-_LAST_CHANNEL = _ARCHS["small"].last_channel  # Small's, the name's meaning before Large existed
 BN_EPS, BN_MOMENTUM = 1e-3, 0.01
 
 

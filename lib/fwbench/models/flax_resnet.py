@@ -1,9 +1,13 @@
-"""ResNet-18/34/50/101/152 in Flax NNX, layer for layer as torchvision builds them.
+"""ResNet-18/34/50/101/152, ResNeXt-50 32x4d and Wide ResNet-50-2 in Flax NNX, layer for layer
+as torchvision builds them.
 
 Like torchvision, 18 and 34 stack ``BasicBlock`` (two 3x3 convs) and 50, 101 and 152 stack
 ``Bottleneck`` (1x1, 3x3, 1x1, four times wider out than in) in v1.5 form: the stride sits on the
 3x3 conv, not on the first 1x1 as in the paper. Depths differ only in the block and in how many
 blocks each of the four stages holds (``BLOCKS``); stem, stage widths and strides are shared.
+ResNeXt and Wide ResNet are Bottleneck ResNets whose 3x3 convolution is grouped (``groups``) or
+wider (``width_per_group``): its width is ``planes * width_per_group / 64 * groups``, as
+torchvision computes it.
 
 Every padding is written out as ((p, p), (p, p)) like torch's symmetric ``padding=p``. Flax's
 "SAME" would pad (0, 1) for a stride-2 3x3 conv on an even input, which shifts every window by one
@@ -26,7 +30,7 @@ from fwbench.models.layers import TorchBatchNorm, named
 WIDTHS, STRIDES = (64, 128, 256, 512), (1, 2, 2, 2)  # per layerN: the block's inner width, stride
 
 
-def _conv(cin: int, cout: int, k: int, stride: int, rngs: nnx.Rngs) -> Conv:
+def _conv(cin: int, cout: int, k: int, stride: int, rngs: nnx.Rngs, groups: int = 1) -> Conv:
     pad = k // 2
     return Conv(
         cin,
@@ -34,6 +38,7 @@ def _conv(cin: int, cout: int, k: int, stride: int, rngs: nnx.Rngs) -> Conv:
         (k, k),
         (stride, stride),
         padding=((pad, pad), (pad, pad)),
+        feature_group_count=groups,
         use_bias=False,
         rngs=rngs,
     )
@@ -49,9 +54,10 @@ def _downsample(cin: int, cout: int, stride: int, rngs: nnx.Rngs) -> nnx.Sequent
 
 class BasicBlock(nnx.Module):
     expansion = 1  # output channels per unit of inner width, torchvision's ``block.expansion``
-    convs = 2  # conv1..conv2, each with its bn1..bn2: what ``_block_links`` walks
+    convs = 2  # conv1..conv2, each with its bn1..bn2: what ``block_links`` walks
 
-    def __init__(self, cin: int, width: int, stride: int, *, rngs: nnx.Rngs):
+    def __init__(self, cin: int, width: int, stride: int, *, rngs: nnx.Rngs, **_shape):
+        # torchvision builds BasicBlock with one group of 64 only (``ResNet`` refuses the rest)
         cout = width * self.expansion
         self.conv1 = _conv(cin, width, 3, stride, rngs)
         self.bn1 = TorchBatchNorm(width)
@@ -72,11 +78,21 @@ class Bottleneck(nnx.Module):
     expansion = 4
     convs = 3
 
-    def __init__(self, cin: int, width: int, stride: int, *, rngs: nnx.Rngs):
-        cout = width * self.expansion
+    def __init__(
+        self,
+        cin: int,
+        planes: int,
+        stride: int,
+        *,
+        rngs: nnx.Rngs,
+        groups: int = 1,
+        width_per_group: int = 64,
+    ):
+        cout = planes * self.expansion
+        width = int(planes * (width_per_group / 64.0)) * groups
         self.conv1 = _conv(cin, width, 1, 1, rngs)
         self.bn1 = TorchBatchNorm(width)
-        self.conv2 = _conv(width, width, 3, stride, rngs)
+        self.conv2 = _conv(width, width, 3, stride, rngs, groups)
         self.bn2 = TorchBatchNorm(width)
         self.conv3 = _conv(width, cout, 1, 1, rngs)
         self.bn3 = TorchBatchNorm(cout)
@@ -103,10 +119,20 @@ BLOCKS = {
 
 
 class ResNet(nnx.Module):
-    def __init__(self, num_classes: int = 1000, *, depth: int = 50, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        num_classes: int = 1000,
+        *,
+        depth: int = 50,
+        groups: int = 1,
+        width_per_group: int = 64,
+        rngs: nnx.Rngs,
+    ):
         if depth not in BLOCKS:
             raise ValueError(f"no ResNet-{depth}: torchvision builds depths {sorted(BLOCKS)}")
         block, counts = BLOCKS[depth]
+        if block is BasicBlock and (groups, width_per_group) != (1, 64):
+            raise ValueError("BasicBlock has one group of width 64, as in torchvision")
         self.conv1 = Conv(
             3, 64, (7, 7), (2, 2), padding=((3, 3), (3, 3)), use_bias=False, rngs=rngs
         )
@@ -115,7 +141,16 @@ class ResNet(nnx.Module):
         for width, blocks, stride in zip(WIDTHS, counts, STRIDES, strict=True):
             stage = []
             for i in range(blocks):
-                stage.append(block(cin, width, stride if i == 0 else 1, rngs=rngs))
+                stage.append(
+                    block(
+                        cin,
+                        width,
+                        stride if i == 0 else 1,
+                        rngs=rngs,
+                        groups=groups,
+                        width_per_group=width_per_group,
+                    )
+                )
                 cin = width * block.expansion
             stages.append(nnx.List(stage))
         self.stages = nnx.List(stages)
@@ -141,23 +176,28 @@ class ResNet(nnx.Module):
         return self.fc(jnp.mean(x, axis=(1, 2)))
 
 
-_ResNet50 = ResNet  # the name from before other depths existed; ``depth`` defaults to 50
-
-
 def build_flax(
-    num_classes: int = 1000, *, rngs: nnx.Rngs, image_size: int = 224, depth: int = 50
+    num_classes: int = 1000,
+    *,
+    rngs: nnx.Rngs,
+    image_size: int = 224,
+    depth: int = 50,
+    groups: int = 1,
+    width_per_group: int = 64,
 ) -> ResNet:
-    """ResNet-``depth``; ``image_size`` is accepted for a uniform contract but a CNN does not
-    depend on it."""
+    """ResNet-``depth`` (a ResNeXt with ``groups``, a Wide ResNet with ``width_per_group``);
+    ``image_size`` is accepted for a uniform contract but a CNN does not depend on it."""
     del image_size
-    return ResNet(num_classes, depth=depth, rngs=rngs)
+    return ResNet(
+        num_classes, depth=depth, groups=groups, width_per_group=width_per_group, rngs=rngs
+    )
 
 
 def _join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
 
-def _block_links(block: BasicBlock | Bottleneck, prefix: str = "") -> list[porting.Link]:
+def block_links(block: BasicBlock | Bottleneck, prefix: str = "") -> list[porting.Link]:
     """One block's links; ``prefix`` is its torch path, e.g. "layer2.0" ("" for a bare block)."""
     out = []
     for i in range(1, block.convs + 1):
@@ -170,12 +210,9 @@ def _block_links(block: BasicBlock | Bottleneck, prefix: str = "") -> list[porti
     return out
 
 
-bottleneck_links = _block_links  # the name from before BasicBlock existed
-
-
 def links(model: ResNet) -> list[porting.Link]:
     out = porting.conv_links(model.conv1, "conv1") + porting.batchnorm_links(model.bn1, "bn1")
     for s, stage in enumerate(model.stages):
         for b, block in enumerate(stage):
-            out += _block_links(block, f"layer{s + 1}.{b}")
+            out += block_links(block, f"layer{s + 1}.{b}")
     return out + porting.linear_links(model.fc, "fc")

@@ -41,6 +41,19 @@ MODELS = {
     "hf_focalnet_tiny": _Entry(
         f"{__name__}:focalnet_tiny", "image", 224, "transformer", "FocalNet-T (HF)"
     ),
+    # blocks no torchvision model is built from, each the default (smallest published) config:
+    # MobileViT (inverted residuals, then attention over unfolded patches of the feature map),
+    # LeViT (attention with BatchNorm and a shrinking, subsampling stack), SwiftFormer (additive
+    # attention: no token-by-token matrix) and CvT (convolutional token embeddings and
+    # projections inside attention)
+    "hf_mobilevit_small": _Entry(
+        f"{__name__}:mobilevit_small", "image", 256, "cnn", "MobileViT-S (HF)"
+    ),
+    "hf_levit_128s": _Entry(f"{__name__}:levit_128s", "image", 224, "transformer", "LeViT-128S (HF)"),
+    "hf_swiftformer_xs": _Entry(
+        f"{__name__}:swiftformer_xs", "image", 224, "cnn", "SwiftFormer-XS (HF)"
+    ),
+    "hf_cvt_13": _Entry(f"{__name__}:cvt_13", "image", 224, "transformer", "CvT-13 (HF)"),
 }
 
 
@@ -101,3 +114,31 @@ def focalnet_tiny(num_classes: int = 1000) -> LastHidden:
     return LastHidden(
         FocalNetModel(FocalNetConfig(), add_pooling_layer=False)
     )  # the default: T (SRF)
+
+
+def mobilevit_small(num_classes: int = 1000) -> LastHidden:
+    from transformers import MobileViTConfig, MobileViTModel
+
+    del num_classes
+    return LastHidden(MobileViTModel(MobileViTConfig(), expand_output=True))  # the default: S
+
+
+def levit_128s(num_classes: int = 1000) -> LastHidden:
+    from transformers import LevitConfig, LevitModel
+
+    del num_classes
+    return LastHidden(LevitModel(LevitConfig()))  # the default: 128S
+
+
+def swiftformer_xs(num_classes: int = 1000) -> LastHidden:
+    from transformers import SwiftFormerConfig, SwiftFormerModel
+
+    del num_classes
+    return LastHidden(SwiftFormerModel(SwiftFormerConfig()))  # the default: XS
+
+
+def cvt_13(num_classes: int = 1000) -> LastHidden:
+    from transformers import CvtConfig, CvtModel
+
+    del num_classes
+    return LastHidden(CvtModel(CvtConfig(), add_pooling_layer=False))  # the default: CvT-13

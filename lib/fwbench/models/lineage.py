@@ -32,6 +32,10 @@ LINEAGES: dict[str, tuple[str, ...]] = {
     "text transformer": ("hf_bert",),
     "speech transformer": ("hf_wav2vec2", "wav2vec2"),
     "metaformer": ("hf_poolformer", "hf_focalnet"),
+    "mobilevit": ("hf_mobilevit",),
+    "levit": ("hf_levit",),
+    "swiftformer": ("hf_swiftformer",),
+    "cvt": ("hf_cvt",),
 }
 
 

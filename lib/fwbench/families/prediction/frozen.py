@@ -10,9 +10,11 @@ from the models the registry can build and no campaign has measured, lineage by 
 2. one model from each lineage in turn, drawn at random from what is left of it, until ``size``
    models are drawn (so at least ``min(size, lineages)`` lineages).
 
-The set is a campaign (``params/frozen_test.yaml``) whose grid names the models; its draw's inputs
-sit beside it (``frozen_test.draw.json``) so that anyone can draw it again and get the same list.
-While it is the current set, its models are kept out of every training table (``dataset``).
+The set is a campaign (``params/frozen_test.yaml``, a later one ``params/frozen_test_<name>.yaml``)
+whose grid names the models; its draw's inputs sit beside it (``<campaign>.draw.json``) so that
+anyone can draw it again and get the same list. Until a set is scored, its models are kept out of
+every training table (``dataset``); once scored, its measurements are data like any other, and
+the next set is drawn from models still unmeasured.
 """
 
 from __future__ import annotations
@@ -96,8 +98,24 @@ def campaign_models(path: Path) -> list[str]:
     return found
 
 
+def set_files(root: Path) -> list[Path]:
+    """Every frozen set's campaign file in the repository's params/, the first set first."""
+    found = (root / "params").glob(f"{CAMPAIGN}*.yaml")
+    return sorted(found, key=lambda path: (path.stem != CAMPAIGN, path.stem))
+
+
+def set_label(path: Path) -> str:
+    """How records and reports name the set of campaign file ``path``: "frozen set" for the
+    first, "frozen set <name>" for ``frozen_test_<name>.yaml``."""
+    name = path.stem.removeprefix(CAMPAIGN).strip("_")
+    return f"frozen set {name}" if name else "frozen set"
+
+
 def frozen_models(root: Path) -> set[str]:
-    """The current frozen set's models, kept out of every training table; empty where the
-    repository has none."""
-    path = root / "params" / f"{CAMPAIGN}.yaml"
-    return set(campaign_models(path)) if path.is_file() else set()
+    """The models of every frozen set not yet scored, kept out of every training table; empty
+    where the repository has none."""
+    found: set[str] = set()
+    for path in set_files(root):
+        if not path.with_suffix(".score.json").is_file():
+            found |= set(campaign_models(path))
+    return found

@@ -124,6 +124,31 @@ def predict_set(table: pd.DataFrame, configs: pd.DataFrame, ceiling: pd.Series) 
     return out
 
 
+def with_kernel_predictions(out: pd.DataFrame, kernel: pd.DataFrame) -> pd.DataFrame:
+    """The set's predictions (``predict_set``'s) with the kernel-level predictor's
+    (``kernel_model.predict_from_index``'s) where it covers a setting: ``predicted_s``, ``low_s``
+    and ``high_s`` are the kernel-level ones there (``predictor`` "kernels") and the op-category
+    predictor's elsewhere ("op categories"), which also stay beside them as ``category_*``."""
+    out = out.assign(
+        category_predicted_s=out.predicted_s,
+        category_low_s=out.low_s,
+        category_high_s=out.high_s,
+        predictor="op categories",
+    )
+    if kernel.empty:
+        return out
+    key = ["model", "framework", "mode", "precision", "batch_size", "image_size", "threads"]
+    priced = kernel[[*key, "predicted_s", "low_s", "high_s"]].rename(
+        columns={"predicted_s": "k_point", "low_s": "k_low", "high_s": "k_high"}
+    )
+    merged = out.merge(priced, on=key, how="left")
+    has = merged.k_point.notna().to_numpy()
+    for mine, theirs in (("predicted_s", "k_point"), ("low_s", "k_low"), ("high_s", "k_high")):
+        merged.loc[has, mine] = merged.loc[has, theirs]
+    merged.loc[has, "predictor"] = "kernels"
+    return merged.drop(columns=["k_point", "k_low", "k_high"])
+
+
 def scored_pairs(scored: pd.DataFrame) -> pd.DataFrame:
     """Each configuration's JAX row against its PyTorch row: the measured ratio of seconds, whether
     the paired trials decide it, and the predicted ratio."""
@@ -193,6 +218,16 @@ def score(predictions: pd.DataFrame, measured: pd.DataFrame) -> tuple[pd.DataFra
         summary["direct_ratio_coverage_pct"] = share(direct.direct_inside)
         chosen = direct[direct.decided]
         summary["direct_correct_winner_pct"] = share(chosen.direct_correct) if len(chosen) else None
+    # a set predicted by two predictors says how each did on its own rows, and how the op-category
+    # predictor did on all of them
+    if "category_predicted_s" in done:
+        summary["by_predictor"] = {
+            str(name): predictor.errors(rows.seconds, rows.predicted_s)
+            for name, rows in done.groupby("predictor")
+        }
+        summary["category_mape_pct"] = float(
+            predictor.abs_error_pct(done.seconds, done.category_predicted_s).mean()
+        )
     low, high = TEST_GOALS["coverage_pct"]
     summary["met"] = {
         "mape_pct": _bound(summary["mape_pct"], lambda v: v <= TEST_GOALS["mape_pct"]),

@@ -7,9 +7,13 @@ a fitted scale times the sum of its kernels' prices, measured on its own CPU mod
   framework and mode, fitted on measured configurations (``dataset.measured``) of the training
   models, and predicts any configuration of a registry model from its kernels
   (``kernels.model_kernels``, read once per model, mode and batch size).
+- ``lineage_holdout`` scores it as 21_prediction scores the op-category predictor: each row
+  predicted with its setting's scale fitted on the other lineages' rows (the prices come from
+  the micro-benchmarks, which hold no model's time); ``holdout_from_index`` does so on every
+  CPU model and thread count the index has micro-benchmarks for.
 
 Settings it covers: PyTorch eager (aten ops priced with torch's micro-benchmarks), JAX jit of
-the stock twin and JAX through torchax (XLA's kernels priced with JAX's). PyTorch's compiled
+the stock or the expert twin and JAX through torchax (XLA's kernels priced with JAX's). PyTorch's compiled
 modes generate kernels this does not read; they are left to the op-category predictor.
 """
 
@@ -20,11 +24,19 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from fwbench import vocab
 from fwbench.families.prediction import dataset, kernels
 from fwbench.families.prediction.kernel_prices import KernelPrices, Setting, kind_shares
+from fwbench.models.lineage import lineage
+from fwbench.results import db as fw_db
 
 # (framework, mode) -> which micro-benchmarks price its kernels
-SETTINGS = {("torch", "eager"): "torch", ("jax", "jit"): "jax", ("jax", "torchax"): "jax"}
+SETTINGS = {
+    ("torch", "eager"): "torch",
+    ("jax", "jit"): "jax",
+    ("jax", "jit-expert"): "jax",
+    ("jax", "torchax"): "jax",
+}
 
 _KERNELS_SQL = """
 select framework, metric, value, extra from measurements
@@ -120,10 +132,124 @@ class KernelPredictor:
         return frame
 
 
+def lineage_holdout(
+    predictor: KernelPredictor, measured: pd.DataFrame, progress=lambda items: items
+) -> pd.DataFrame:
+    """The rows of ``measured`` the predictor covers, each predicted with its setting's scale and
+    interval fitted on the other lineages' rows only: ``fold`` (the held-out lineage),
+    ``summed_s``, ``predicted``, ``low``, ``high`` and ``setting_seen`` (False where no other
+    lineage had a row of that setting: then no prediction), indexed as ``measured``."""
+    rows = _covered(measured)
+    if rows.empty:
+        return rows.assign(fold="", summed_s=np.nan, predicted=np.nan, low=np.nan, high=np.nan,
+                           setting_seen=False)  # fmt: skip
+    found = [predictor._summed(r) for r in progress(list(rows.itertuples()))]
+    shares = pd.DataFrame([s for _, s in found], index=rows.index).fillna(0.0).add_prefix("share:")
+    rows = pd.concat([rows, shares], axis=1).assign(
+        summed_s=[s for s, _ in found], fold=rows.model.map(lineage)
+    )
+    parts = []
+    for (held, framework, mode), test in rows.groupby(["fold", "framework", "mode"]):
+        train = rows[(rows.fold != held) & (rows.framework == framework) & (rows["mode"] == mode)]
+        out = test.assign(predicted=np.nan, low=np.nan, high=np.nan, setting_seen=not train.empty)
+        if not train.empty:
+            setting = Setting.fit(predictor._overhead(framework, mode), train.summed_s, train.seconds)
+            point, low, high = setting.predict(test.summed_s.to_numpy())
+            out = out.assign(predicted=point, low=low, high=high)
+        parts.append(out)
+    return pd.concat(parts).loc[rows.index]
+
+
+def holdout_from_index(
+    db_file, measured: pd.DataFrame, progress=lambda items: items
+) -> pd.DataFrame:
+    """``lineage_holdout`` on each CPU model and thread count of ``measured`` (fp32 rows) that
+    the index at ``db_file`` has 23_kernels micro-benchmarks for, with ``kernels_on`` naming
+    the micro-benchmarks' hardware; empty where it has none."""
+    with fw_db.connect(db_file, read_only=True) as con:
+        where = con.execute(
+            "select distinct device_name, coalesce(threads, 0) from measurements "
+            "where family = 'prediction' and metric = 'kernel_s' and status = 'ok'"
+        ).fetchall()
+        benches = {(d, int(t)): micro_benchmarks(con, d, int(t)) for d, t in where}
+    parts = []
+    for (device_name, threads), (table, empty) in sorted(benches.items()):
+        rows = measured[
+            (measured.device_name == device_name)
+            & (measured.threads == threads)
+            & (measured.precision == "fp32")
+        ]
+        frameworks = set(table.framework)
+        rows = rows[[SETTINGS.get((f, m)) in frameworks for f, m in zip(rows.framework, rows["mode"], strict=True)]]
+        if len(rows):
+            found = lineage_holdout(KernelPredictor(table, empty), rows, progress)
+            parts.append(found.assign(kernels_on=f"{device_name}, {threads} threads"))
+    return pd.concat(parts) if parts else measured.iloc[:0]
+
+
+def predict_from_index(
+    db_file, training: pd.DataFrame, configs: pd.DataFrame, device_name: str, threads: int,
+    progress=lambda items: items,
+) -> pd.DataFrame:
+    """``configs`` (model, framework, mode, batch_size, image_size) of the settings this covers,
+    predicted on ``device_name`` at ``threads``: prices from the index's micro-benchmarks there,
+    each setting fitted on ``training``'s fp32 rows of that CPU and thread count. Empty where the
+    index has no micro-benchmarks there, or no setting of ``configs`` has training rows."""
+    with fw_db.connect(db_file, read_only=True) as con:
+        table, empty = micro_benchmarks(con, device_name, threads)
+    if table.empty:
+        return configs.iloc[:0]
+    rows = training[
+        (training.device_name == device_name)
+        & (training.threads == threads)
+        & (training.precision == "fp32")
+    ]
+    found = KernelPredictor(table, empty).fit(rows, progress)
+    keys = zip(configs.framework, configs["mode"], strict=True)
+    wanted = configs[np.array([key in found.settings for key in keys], bool)]
+    columns = ["model", "framework", "mode", "batch_size", "image_size"]
+    return found.predict(wanted[columns], progress) if len(wanted) else configs.iloc[:0]
+
+
+def side_by_side(
+    held: pd.DataFrame, category_held: pd.DataFrame | None, with_baseline: pd.DataFrame
+) -> pd.DataFrame:
+    """On ``held``'s rows (``lineage_holdout``'s, predicted): the kernel-level predictor's
+    scores, the op-category predictor's lineage hold-out on the same rows (``category_held``,
+    ``predictor.evaluate``'s) and the baseline's (``with_baseline``: ``held`` through
+    ``baselines.add_to_holdout``), over all rows and per setting."""
+    from fwbench.families.prediction import baselines, predictor
+
+    out = []
+    settings = [("all", held.index)] + [
+        (f"{f} {m}", g.index) for (f, m), g in held.groupby(["framework", "mode"])
+    ]
+    for setting, index in settings:
+        rows = held.loc[index]
+        found = predictor.interval_scores(rows.seconds, rows.predicted, rows.low, rows.high)
+        out.append({"setting": setting, "predictor": "kernels", **found,
+                    **predictor.winner_score(rows)})  # fmt: skip
+        if category_held is not None:
+            other = rows.assign(
+                **{k: category_held[k].reindex(index) for k in ("predicted", "low", "high")}
+            )
+            other = other[other.predicted.notna()]
+            if len(other):
+                found = predictor.interval_scores(
+                    other.seconds, other.predicted, other.low, other.high
+                )
+                out.append({"setting": setting, "predictor": "op categories", **found,
+                            **predictor.winner_score(other)})  # fmt: skip
+        out.append({"setting": setting, "predictor": baselines.NAME,
+                    **baselines.holdout_scores(with_baseline.loc[index])})  # fmt: skip
+    return pd.DataFrame(out)
+
+
 def _covered(measured: pd.DataFrame) -> pd.DataFrame:
     keys = list(zip(measured.framework, measured["mode"], strict=True))
     return measured[np.array([key in SETTINGS for key in keys], bool)]
 
 
 def _read_kernels(model: str, framework: str, mode: str, batch: int, size: int) -> list:
-    return kernels.model_kernels(model, framework, batch, size, mode=mode)
+    layers = vocab.twin_layers(mode) if framework == "jax" and mode != "torchax" else "stock"
+    return kernels.model_kernels(model, framework, batch, size, mode=mode, layers=layers)

@@ -46,6 +46,21 @@ def check_runtimes(runtimes) -> list[str]:
     return list(runtimes)
 
 
+def check_threads(threads: int, cores: int, runtimes) -> int:
+    """``threads`` compute threads on ``cores`` cores, checked: no more threads than cores, and
+    PyTorch and JAX only with cores equal to threads (XLA sizes its pool from the cores the
+    process may use, so JAX would not run ``threads``; PyTorch is held to the same)."""
+    if threads < 1 or threads > cores:
+        raise ValueError(f"threads must be 1 to cores ({cores}), got {threads}")
+    mine = [r for r in runtimes if r in ("torch", "jax")]
+    if mine and cores != threads:
+        raise ValueError(
+            f"{' and '.join(mine)} run with cores equal to threads ({threads}), got cores={cores}: "
+            "JAX's thread pool follows the cores"
+        )
+    return threads
+
+
 def agreement(output: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
     """(max |Δ|, max |Δ| / max |reference|) of two outputs of the same shape."""
     output, reference = np.asarray(output, np.float64), np.asarray(reference, np.float64)

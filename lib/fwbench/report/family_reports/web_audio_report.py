@@ -85,8 +85,11 @@ WEB_AUDIO = Section(
         Table(
             "web_audio",
             "Latency p50/p95 (ms), real-time factor, load time (fetch and session creation, "
-            "s), first call (s) and agreement with PyTorch, per runtime, browser, thread count "
-            "and audio length: medians over trials.",
+            "s), first call (s) and agreement with PyTorch, per runtime, browser, thread count, "
+            "cores and audio length: medians over trials. `threads` is each runtime's compute "
+            "threads; `cores` the cores its cell pinned the kernel, and the browser it starts, "
+            "to: more cores than threads leave a browser's own processes a core beside WASM's "
+            "threads, and give native ONNX Runtime the same cores.",
             runtimes,
             records("web_audio", web_audio_tables.WEB_AUDIO_METRICS),
             when=nonempty(runtimes),
@@ -113,7 +116,7 @@ WEB_AUDIO = Section(
         Table(
             "web_audio_capabilities",
             "The capability matrix: what each browser offered the page, per thread setting. "
-            "Each cell pins its kernel, and the browser it starts, to its thread count's cores "
+            "Each cell pins its kernel, and the browser it starts, to its cores "
             "(cores pinned); navigator.hardwareConcurrency is the number the browser reports to "
             "the page, which it may take from the machine rather than from that pinning "
             "(reading follows the pinning: yes only where it equalled the cores pinned at every "

@@ -32,14 +32,16 @@ _RUNTIME_LABELS = {
     "ort-web-webgpu": "WebGPU",
     "ort-web-webnn": "WebNN",
 }
-KEYS = ["model", "framework", "browser", "threads", "audio_seconds"]
+KEYS = ["model", "framework", "browser", "threads", "cores", "audio_seconds"]
 
 
 def _rows(meas: pd.DataFrame) -> pd.DataFrame:
-    """The family's records with their audio length and browser as columns: a native runtime's
-    browser is "", and a browser row from before the family ran more than one browser is
-    Chromium's, the only one it ran then."""
-    rows = extra_columns(meas[meas.family == "web_audio"], ["audio_seconds", "browser"])
+    """The family's records with their audio length, browser and cores as columns: a native
+    runtime's browser is "", and a browser row from before the family ran more than one browser
+    is Chromium's, the only one it ran then; a cell that pinned no more cores than its threads
+    (every cell before ``cores`` existed) ran on as many cores as threads."""
+    rows = extra_columns(meas[meas.family == "web_audio"], ["audio_seconds", "browser", "cores"])
+    rows["cores"] = rows.cores.where(rows.cores.notna(), rows.threads)
     in_browser = rows.framework.astype(str).str.startswith("ort-web")
     rows["browser"] = [
         (b if isinstance(b, str) and b else "chromium") if web else ""
@@ -110,7 +112,7 @@ def capability_table(meas: pd.DataFrame) -> pd.DataFrame:
     rows = _rows(meas)
     rows = rows[rows.metric == "browser_capabilities"]
     found = []
-    pinned = rows.threads if "threads" in rows else [0] * len(rows)
+    pinned = rows.cores if "cores" in rows else [0] * len(rows)
     for extra, threads in zip(rows.extra, pinned, strict=True):
         caps = extra.get("capabilities", {})
         found.append(
