@@ -20,7 +20,7 @@ check_compile = True
 # %%
 import pandas as pd
 
-from fwbench.families import setup
+from fwbench.families.setup import setup_checks as setup
 from fwbench.measure import device as fw_device
 from fwbench.pipeline import environment
 from fwbench.results.records import Recorder

@@ -51,7 +51,7 @@ flops_tolerance = 0.03
 import pandas as pd
 
 from fwbench.data import synthetic_batch
-from fwbench.families import validation
+from fwbench.families.validation import pair_checks as validation
 from fwbench.measure import device as fw_device
 from fwbench.measure import precision as fw_precision
 from fwbench.models import get_spec

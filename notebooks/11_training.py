@@ -106,7 +106,7 @@ from fwbench.measure import device as fw_device
 from fwbench.measure.timing import StopRule
 from fwbench.models import get_spec
 from fwbench.report import charts
-from fwbench.report.family_reports import training_report
+from fwbench.families.training import training_report
 from fwbench.results.records import Recorder
 
 charts.use_theme()

@@ -68,7 +68,7 @@ from fwbench.families.memory.memory_charts import MB
 from fwbench.measure import device as fw_device
 from fwbench.measure import precision as fw_precision
 from fwbench.measure.timing import StopRule
-from fwbench.report.family_reports import memory_breakdown, memory_curve
+from fwbench.families.memory import memory_breakdown, memory_curve
 from fwbench.results.records import Recorder
 from fwbench.vocab import ENV_TRIAL, MEMORY_COMPILED_KINDS, MEMORY_OVERHEAD_GOAL_PCT
 
@@ -372,7 +372,7 @@ memory_charts.pareto_chart(predicted, measured)
 # Measured peak against measured iteration time for every method, one line per kind: eager
 # methods (the μ-TWO plan, `torch.utils.checkpoint`, sqrt(n)) in one panel, compiled ones
 # (`activation_memory_budget` against the μ-TWO plan's graph, compiled) in the other, because
-# compilation also fuses kernels. The same chart as the report's (`report.family_reports.memory_curve`), but
+# compilation also fuses kernels. The same chart as the report's (`families/memory/memory_curve.py`), but
 # this notebook is one trial: the bar on each time is the interval of its median within this
 # process; the report's is the interval from the spread between trials.
 

@@ -15,7 +15,7 @@
 # latest in the index), and emits it as records of its own (metric `mfu`, with the measured row's family
 # and columns), which the index takes in with this notebook. The sections, in order, with their
 # figures, tables, captions and the note each shows when its data is absent, are
-# `fwbench.report.outline.SECTIONS`; the computations live in `fwbench.report.tables`,
+# `fwbench.publish.outline.SECTIONS`; the computations live in `fwbench.report.tables`,
 # `fwbench.report.roofline` and `fwbench.report.sentences`. This notebook loads the run and walks
 # the outline once.
 #
@@ -42,7 +42,8 @@ from IPython.display import Markdown, display
 
 from fwbench.models.registry import MODELS
 from fwbench.pipeline.campaign import find_repo_root
-from fwbench.report import outline, roofline, trust
+from fwbench.report import roofline, trust
+from fwbench.publish import outline
 from fwbench.report.sections import ReportContent
 from fwbench.results import db as fw_db
 from fwbench.results.records import Recorder

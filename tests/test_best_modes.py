@@ -336,7 +336,7 @@ class _Analysis:
 
 
 def test_the_expert_section_sets_the_expert_form_against_stock_and_pytorch():
-    from fwbench.report.family_reports import inference_tuning
+    from fwbench.families.inference import inference_tuning
 
     arms = {("jax", "jit"): 10.0, ("jax", "jit-expert"): 60.0, ("torch", "tuned"): 50.0}
     pairs = inference_tuning.expert_pairs(_Analysis(_samples(arms, runs=("r1",))))

@@ -156,7 +156,7 @@ def test_every_strategy_trains_the_reference_function_in_float64(
 
 
 def test_a_step_parts_into_compute_its_all_reduce_and_the_rest_that_add_up():
-    from fwbench.report.family_reports.distributed_report import (
+    from fwbench.families.distributed.distributed_report import (
         parts_sentences,
         step_parts_table,
     )
@@ -185,7 +185,7 @@ def test_a_step_parts_into_compute_its_all_reduce_and_the_rest_that_add_up():
 
 
 def test_the_gap_to_ddp_is_parted_into_its_steps_parts_largest_first():
-    from fwbench.report.family_reports.distributed_report import gap_sentences
+    from fwbench.families.distributed.distributed_report import gap_sentences
 
     parts = pd.DataFrame(
         {
@@ -213,7 +213,7 @@ def test_the_gap_to_ddp_is_parted_into_its_steps_parts_largest_first():
 
 def test_interleaved_trials_decide_step_time_comparisons_through_the_verdicts():
     from fwbench.measure import verdicts
-    from fwbench.report.family_reports.distributed_report import (
+    from fwbench.families.distributed.distributed_report import (
         scaling_rounds,
         scaling_verdicts,
     )

@@ -51,7 +51,7 @@ def test_no_place_states_the_goal_rule_by_hand():
     from tests.conftest import REPO
 
     places = [REPO / "notebooks" / "21_prediction.py", REPO / "notebooks" / "22_recommend.py"]
-    places += [REPO / "lib" / "fwbench" / "report" / "family_reports" / "prediction_report.py"]
+    places += [REPO / "lib" / "fwbench" / "families" / "prediction" / "prediction_report.py"]
     for path in places:
         text = path.read_text()
         assert "not beaten" not in text and "no better than the" not in text, path

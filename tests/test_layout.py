@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 LIB = Path(__file__).resolve().parents[1] / "lib" / "fwbench"
+NOTEBOOKS = LIB.parents[1] / "notebooks"
 
 # What each layer may import besides itself. The vocabulary reads model display labels from the
 # registry's ModelSpec (lazily), the one edge that runs upwards.
@@ -23,12 +24,16 @@ ALLOWED = {
     "data": {"vocab", "measure"},
     "results": {"vocab"},
     "pipeline": {"vocab", "measure", "models", "results"},
-    "families": {"vocab", "measure", "models", "data", "results"},
-    # the report reads results; running the analysis notebook into a run is the lab's
+    # the report's building blocks (tables, sentences, charts, sections) read results; running
+    # the analysis notebook into a run is the lab's
     "report": {"vocab", "measure", "results"},
+    # a family is one folder: what it runs and records, and its report built from those blocks
+    "families": {"vocab", "measure", "models", "data", "results", "report"},
+    # the published report: every family's sections in order, rendered; the README's blocks
+    "publish": {"vocab", "measure", "results", "report", "families"},
 }
-# The lab owns the working state: it runs (pipeline), indexes (results) and reports (report).
-ALLOWED["lab"] = {"vocab", "measure", "results", "pipeline", "report"}
+# The lab owns the working state: it runs (pipeline), indexes (results) and publishes (publish).
+ALLOWED["lab"] = {"vocab", "measure", "results", "pipeline", "report", "publish"}
 # A command reads its options and drives any layer; no layer imports a command.
 ALLOWED["commands"] = set(ALLOWED)
 # The entry points above the layers: the command line only puts the commands together.
@@ -171,38 +176,40 @@ def test_every_notebook_family_has_its_room():
     from fwbench import vocab
 
     rooms = {p.stem for p in (LIB / "families").iterdir() if p.name != "__pycache__"} - {"__init__"}
-    measuring = {f for f in vocab.FAMILIES.values() if f != "analysis"}
+    measuring = {vocab.family_of(p.stem) for p in NOTEBOOKS.glob("*.py")}
     assert measuring <= rooms, measuring - rooms
 
 
 def test_every_family_has_its_report_module_and_the_outline_shows_each_section_once():
     from fwbench import vocab
-    from fwbench.report import family_reports as families
-    from fwbench.report import outline
+    from fwbench.publish import catalog, outline
 
-    named = set(vocab.FAMILIES.values()) | set(vocab.NOTEBOOK_FAMILIES.values())
-    assert named == set(families.BY_FAMILY) | set(families.WITHOUT_SECTIONS)
-    assert not set(families.BY_FAMILY) & set(families.WITHOUT_SECTIONS)
-    for name, module in families.BY_FAMILY.items():
-        assert module.__name__ == f"fwbench.report.family_reports.{name}_report", name
-        assert module.SECTIONS, f"report/family_reports/{name}_report.py has no sections"
-    every = [section for module in families.BY_FAMILY.values() for section in module.SECTIONS]
+    named = {vocab.family_of(p.stem) for p in NOTEBOOKS.glob("*.py")}
+    assert named == set(catalog.BY_FAMILY) | set(catalog.WITHOUT_SECTIONS)
+    assert not set(catalog.BY_FAMILY) & set(catalog.WITHOUT_SECTIONS)
+    assert catalog.WITHOUT_SECTIONS["setup"].startswith("Setup (00_setup)")
+    for name, module in catalog.BY_FAMILY.items():
+        assert module.__name__ == f"fwbench.families.{name}.{name}_report", name
+        assert module.SECTIONS, f"families/{name}/{name}_report.py has no sections"
+    every = [section for module in catalog.BY_FAMILY.values() for section in module.SECTIONS]
     assert sorted(map(id, outline.SECTIONS)) == sorted(map(id, every))
     assert len({s.title for s in outline.SECTIONS}) == len(outline.SECTIONS)
 
 
-def test_family_report_code_lives_in_its_familys_modules():
-    # a family's tables, sentences and charts sit beside its sections, named after the family;
-    # the modules directly in report/ are the ones every family shares
-    from fwbench.report import family_reports as families
+def test_a_family_is_one_folder_and_the_shared_layers_hold_no_familys_code():
+    # a family's tables, sentences and charts sit in its folder beside its sections; report/
+    # holds the blocks every family shares, publish/ the assembly, and neither a family's module
+    from fwbench.publish import catalog
 
-    names = set(families.BY_FAMILY) | set(families.WITHOUT_SECTIONS)
-    owned = [p.stem for p in (LIB / "report" / "family_reports").glob("*.py")]
-    strays = [s for s in owned if s != "__init__" and not any(s.startswith(f"{n}_") for n in names)]
-    assert not strays, f"report/family_reports/ modules named after no family: {strays}"
-    shared = [p.stem for p in (LIB / "report").glob("*.py")]
-    misplaced = [s for s in shared if any(s == n or s.startswith(f"{n}_") for n in names)]
-    assert not misplaced, f"family report code outside report/family_reports/: {misplaced}"
+    names = set(catalog.BY_FAMILY) | set(catalog.WITHOUT_SECTIONS)
+    rooms = {p.name for p in (LIB / "families").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert rooms == names, rooms ^ names
+    loose = [p.name for p in (LIB / "families").glob("*.py") if p.name != "__init__.py"]
+    assert not loose, f"family code outside a family's folder: {loose}"
+    for layer in ("report", "publish"):
+        stems = [p.stem for p in (LIB / layer).glob("*.py")]
+        misplaced = [s for s in stems if any(s == n or s.startswith(f"{n}_") for n in names)]
+        assert not misplaced, f"family code in {layer}/: {misplaced}"
 
 
 # Readable in one go: a module of at most MAX_MODULE_LINES lines, a function of at most
@@ -298,7 +305,7 @@ def test_the_lab_imports_the_report_only_to_build_one():
         for node in tree.body
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fwbench")
     }
-    assert not {m for m in at_top if m.startswith("fwbench.report")}, at_top
+    assert not {m for m in at_top if m.startswith(("fwbench.report", "fwbench.publish"))}, at_top
 
 
 # A public top-level name says "use me from elsewhere". One that nothing outside its module

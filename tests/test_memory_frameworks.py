@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from fwbench.report.family_reports import memory_curve, memory_frameworks
+from fwbench.families.memory import memory_curve, memory_frameworks
 
 # five trials' log time ratios around a mean, with a standard deviation of 0.05
 SPREAD = np.array([-1.0, -0.5, 0.0, 0.5, 1.0]) / np.std([-1.0, -0.5, 0.0, 0.5, 1.0], ddof=1)

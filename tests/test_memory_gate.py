@@ -104,7 +104,7 @@ def _record(mode, kind, value, trial, worst=None):
 def test_the_report_names_what_passed_and_the_tensor_of_what_failed():
     import pandas as pd
 
-    from fwbench.report.family_reports import memory_gate
+    from fwbench.families.memory import memory_gate
 
     meas = pd.DataFrame(
         [

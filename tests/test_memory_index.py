@@ -3,7 +3,7 @@ report's own sentences give, read from the reports' memory_curve.csv."""
 
 import json
 
-from fwbench.report.family_reports import memory_curve, memory_curve_words, memory_index
+from fwbench.families.memory import memory_curve, memory_curve_words, memory_index
 from tests.conftest import run_cli
 from tests.test_memory_seed import _timed_meas
 

@@ -70,7 +70,7 @@ def test_memory_notebook_runs_through_the_runner(tmp_path):
 def test_the_notebook_measures_jax_planners_beside_torch_and_the_report_pairs_them(tmp_path):
     import pandas as pd
 
-    from fwbench.report.family_reports import memory_curve, memory_frameworks
+    from fwbench.families.memory import memory_curve, memory_frameworks
 
     campaign = tmp_path / "memory.yaml"
     campaign.write_text(

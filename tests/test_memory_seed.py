@@ -260,7 +260,7 @@ def test_best_within_the_overhead_goal_picks_per_kind():
             },
         ]
     )
-    from fwbench.report.family_reports import memory_curve
+    from fwbench.families.memory import memory_curve
 
     best = memory_curve.best_within(frame, overhead_pct=33.0)
     assert best["mu_two"].method == "mu_two@0.5"
@@ -313,7 +313,7 @@ def _record(mode, trial, metric, value, extra, shared=False):
 
 
 def test_curve_table_pairs_trials_and_states_the_goal_and_the_curves():
-    from fwbench.report.family_reports import memory_curve, memory_curve_words
+    from fwbench.families.memory import memory_curve, memory_curve_words
 
     table = memory_curve.curve_table(_curve_meas()).set_index("method")
     # the shared trial noise cancels in the paired overhead: exactly +10%, a zero-width interval
@@ -344,7 +344,7 @@ def test_curve_table_pairs_trials_and_states_the_goal_and_the_curves():
 
 
 def test_the_curves_meet_where_the_paired_trials_cannot_tell_them_apart():
-    from fwbench.report.family_reports import memory_curve, memory_curve_words
+    from fwbench.families.memory import memory_curve, memory_curve_words
 
     meas = _curve_meas()
     # checkpoint_every_4 takes 135 ms a trial; our 110 ms point now swings about it, trial by
@@ -385,7 +385,7 @@ def test_the_overhead_counts_a_trial_without_a_contention_reading_as_quiet():
     """Three trials without a reading (runs from before it was recorded) and a fourth on a shared
     machine, where the plan took twice the eager step: the overhead pairs the three quiet trials
     and leaves the shared one out, as every other count of the table reads a missing reading."""
-    from fwbench.report.family_reports import memory_curve
+    from fwbench.families.memory import memory_curve
 
     meas = _curve_meas().assign(shared_machine=np.nan)
     fourth = [
@@ -400,7 +400,7 @@ def test_the_overhead_counts_a_trial_without_a_contention_reading_as_quiet():
 
 
 def test_curve_table_ignores_records_without_a_method_kind():
-    from fwbench.report.family_reports import memory_curve
+    from fwbench.families.memory import memory_curve
 
     meas = _curve_meas().assign(extra=[{}] * len(_curve_meas()))
     assert memory_curve.curve_table(meas).empty
@@ -433,7 +433,7 @@ def _part_meas():
 
 
 def test_the_peak_breakdown_shows_the_unplanned_step_and_the_tightest_plan_per_batch():
-    from fwbench.report.family_reports import memory_breakdown
+    from fwbench.families.memory import memory_breakdown
 
     table = memory_breakdown.breakdown_table(_part_meas())
     # the two cells differ in their sequence length only, which names them
@@ -462,8 +462,8 @@ def test_the_peak_breakdown_shows_the_unplanned_step_and_the_tightest_plan_per_b
 
 
 def test_the_peak_parts_stay_out_of_the_per_mode_table_and_runs_without_them_show_none():
-    from fwbench.report.family_reports import memory_breakdown, memory_report
-    from fwbench.report.outline import Analysis
+    from fwbench.families.memory import memory_breakdown, memory_report
+    from fwbench.publish.outline import Analysis
 
     before = _curve_meas()
     assert memory_breakdown.breakdown_table(before).empty
@@ -587,7 +587,7 @@ def test_time_check_compares_predicted_and_measured_multiples_of_the_graph():
 
 
 def test_curve_table_checks_the_time_model_on_quiet_trials_only():
-    from fwbench.report.family_reports import memory_curve, memory_curve_words
+    from fwbench.families.memory import memory_curve, memory_curve_words
 
     meas = _curve_meas()
     extra = {"method": "mu_two", "budget": 0.5, "timed_by": "interleaved rounds"}
@@ -624,7 +624,7 @@ def test_curve_table_checks_the_time_model_on_quiet_trials_only():
 
 
 def test_one_trial_without_rounds_leaves_the_time_bar_undecided():
-    from fwbench.report.family_reports import memory_curve, memory_curve_words
+    from fwbench.families.memory import memory_curve, memory_curve_words
 
     # memory_breakdown's shape: one trial, one timed step a method, no interleaved rounds
     extra = {"method": "mu_two", "budget": 0.5, "timed_by": "each method's own timing"}
@@ -640,7 +640,7 @@ def test_one_trial_without_rounds_leaves_the_time_bar_undecided():
 
 
 def test_an_unchecked_time_leaves_the_verdict_to_the_peak_and_says_so():
-    from fwbench.report.family_reports import memory_curve, memory_curve_words
+    from fwbench.families.memory import memory_curve, memory_curve_words
 
     # every trial that timed the plan ran on a shared machine: only the peak was checked
     extra = {"method": "mu_two", "budget": 0.5, "timed_by": "interleaved rounds"}
@@ -734,7 +734,7 @@ def _timed_meas(predicted: float, plan_rounds: dict[int, list[float]]):
 
 
 def test_the_time_error_takes_one_value_per_quiet_trial_with_an_interval_over_trials():
-    from fwbench.report.family_reports import memory_curve, memory_curve_words
+    from fwbench.families.memory import memory_curve, memory_curve_words
 
     # every round 100 ms against the graph's 100: measured 1.0, predicted 1.1, +10% in each of
     # the two quiet trials, so the interval over trials has no width and lies beyond the bar;
@@ -762,7 +762,7 @@ def test_the_time_error_takes_one_value_per_quiet_trial_with_an_interval_over_tr
 
 
 def test_trials_on_two_allocators_name_each_allocator_once():
-    from fwbench.report.family_reports import memory_curve, memory_curve_words
+    from fwbench.families.memory import memory_curve, memory_curve_words
 
     meas = _timed_meas(1.1, {1: [100.0] * 3, 2: [100.0] * 3})
     first = meas.trial.eq(1) & meas["mode"].eq("mu_two@0.5")
@@ -774,7 +774,7 @@ def test_trials_on_two_allocators_name_each_allocator_once():
 
 
 def test_a_round_the_machine_was_shared_in_is_left_out_of_its_trials_error():
-    from fwbench.report.family_reports import memory_curve, memory_curve_words
+    from fwbench.families.memory import memory_curve, memory_curve_words
 
     # two rounds of the quiet trial 1 ran beside a burst of stolen time: 300 ms against 100, so
     # the trial's median round reads the plan three times the graph
@@ -794,7 +794,7 @@ def test_a_round_the_machine_was_shared_in_is_left_out_of_its_trials_error():
 
 
 def test_a_baseline_below_our_whole_curve_is_called_above_it_with_the_plans_reasons():
-    from fwbench.report.family_reports import memory_curve, memory_curve_words
+    from fwbench.families.memory import memory_curve, memory_curve_words
 
     rows = []
     methods = {
@@ -856,7 +856,7 @@ def test_a_baseline_below_our_whole_curve_is_called_above_it_with_the_plans_reas
 
 
 def test_a_compiled_plan_is_read_against_the_traced_step_compiled_whole():
-    from fwbench.report.family_reports import memory_curve, memory_curve_words
+    from fwbench.families.memory import memory_curve, memory_curve_words
 
     rows = []
     methods = {

@@ -9,12 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from fwbench.report.family_reports import (
-    memory_breakdown,
-    memory_curve,
-    memory_curve_words,
-    memory_index,
-)
+from fwbench.families.memory import memory_breakdown, memory_curve, memory_curve_words, memory_index
 from tests.test_memory_seed import _curve_meas, _record, _timed_meas
 
 # memory_timecheck's BERT-base batch 4 at budget 0.4 (run 20261127T194716Z): the three trials'

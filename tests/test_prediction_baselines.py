@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from fwbench.families.prediction import baselines, predictor, recommend
-from fwbench.report.family_reports import prediction_report
+from fwbench.families.prediction import prediction_report
 
 
 def _row(model, framework, flops, seconds, *, device="CPU A", threads=2, batch=4, rates=None):

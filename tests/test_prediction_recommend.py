@@ -313,7 +313,7 @@ def test_evaluate_never_fits_on_the_model_it_recommends_for(monkeypatch):
 
 
 def test_the_reports_prediction_table_keeps_hold_outs_and_queries_apart():
-    from fwbench.report.family_reports import prediction_report
+    from fwbench.families.prediction import prediction_report
 
     def row(metric, value, **extra):
         return {
@@ -417,7 +417,7 @@ def test_the_front_page_quotes_the_committed_prediction_report_by_its_own_rows(t
     predictor's own rows with their goals, no other predictor's and no run id."""
     from pathlib import Path
 
-    from fwbench.report import readme
+    from fwbench.publish import readme
 
     repo = Path(__file__).resolve().parents[1]
     report = repo / "report" / "prediction"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from fwbench.report.family_reports import inference_report as inference
+from fwbench.families.inference import inference_report as inference
 
 
 def matrix_row(**overrides) -> dict:

@@ -19,8 +19,8 @@ import pytest
 from fwbench import cli
 from fwbench.lab import Lab, ReportError
 from fwbench.pipeline import runner
-from fwbench.report import readme, render
-from fwbench.report.family_reports import distributed_report
+from fwbench.publish import readme, render
+from fwbench.families.distributed import distributed_report
 from tests.conftest import run_cli
 from tests.synthetic_run import (
     BASELINE_RUN,
@@ -394,7 +394,7 @@ def test_a_second_report_of_one_campaign_has_its_own_folder_and_block(built, cap
 def test_the_readme_quotes_each_strategy_with_the_float64_gate_it_passed():
     import pandas as pd
 
-    from fwbench.report.family_reports import distributed_report
+    from fwbench.families.distributed import distributed_report
 
     table = pd.DataFrame(
         {
@@ -493,7 +493,7 @@ def test_the_results_index_lists_every_report_and_links_it(built, capsys, tmp_pa
     assert len(rows) == 2 and "not_a_report" not in text
     content = json.loads((root / CAMPAIGN / "content.json").read_text())
     row = next(r for r in rows if r.startswith(f"| [{CAMPAIGN}]"))
-    from fwbench.report import results_index
+    from fwbench.publish import results_index
 
     told = results_index.headline(content)
     assert not results_index._routine(told) and told == content["summary"][1]

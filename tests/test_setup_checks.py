@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fwbench.families import setup
+from fwbench.families.setup import setup_checks as setup
 
 
 def test_a_missing_package_fails_its_import_check_with_the_reason(monkeypatch):

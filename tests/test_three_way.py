@@ -1,4 +1,4 @@
-"""The three-way study's analysis (report/family_reports/inference_three_way): PyTorch's best, the Flax twin
+"""The three-way study's analysis (families/inference/inference_three_way): PyTorch's best, the Flax twin
 and torchax, compared pairwise through the verdicts' estimator, and the port's gap in parts.
 
 Known answers: synthetic rounds with set throughputs per arm, run shifts and round noise; and a
@@ -11,7 +11,7 @@ import pytest
 
 from fwbench.measure import verdicts
 from fwbench.report import tables, why
-from fwbench.report.family_reports import inference_three_way as three_way
+from fwbench.families.inference import inference_three_way as three_way
 
 # images/s each arm reaches, and so the ratios the study must find
 TRUE = {("torch", "eager"): 80.0, ("torch", "compile"): 100.0, three_way.TORCHAX: 120.0}

@@ -10,7 +10,7 @@ import pytest
 
 from fwbench.data import batches
 from fwbench.families.training import tuning
-from fwbench.report.family_reports import training_tta
+from fwbench.families.training import training_tta
 from tests.conftest import REPO, run_cli
 
 RECORDS_MIME = "application/vnd.fwbench.records+json"

@@ -67,7 +67,7 @@ def test_torchax_never_stands_for_jax_in_a_comparison():
 
 
 def test_the_report_lists_each_torchax_model_with_its_proof_or_why_not():
-    from fwbench.report.family_reports import inference_report
+    from fwbench.families.inference import inference_report
 
     def row(model, metric, value, status="ok", error=None, batch_size=None):
         return {

@@ -4,7 +4,7 @@ trial), and the ratio, its range and the chart come from the paired records."""
 import pandas as pd
 import pytest
 
-from fwbench.report.family_reports import training_inference as ti
+from fwbench.families.training import training_inference as ti
 
 
 def _record(family, metric, value, *, trial=0, run="r1", batch=16, image=32, mode="eager", **kw):

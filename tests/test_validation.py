@@ -15,7 +15,7 @@ import pytest
 import torch
 from flax import nnx
 
-from fwbench.families import validation
+from fwbench.families.validation import pair_checks as validation
 from fwbench.measure import precision
 from fwbench.models import equivalence, porting
 from fwbench.models.layers import TorchBatchNorm, stats_dtype

@@ -18,7 +18,7 @@ import pytest
 
 from fwbench.families.web_audio import native, signals
 from fwbench.measure.timing import StopRule
-from fwbench.report.family_reports import web_audio_tables as audio_report
+from fwbench.families.web_audio import web_audio_tables as audio_report
 from tests.conftest import REPO, run_cli
 
 QUICK = StopRule(min_iters=2, min_seconds=0.0)

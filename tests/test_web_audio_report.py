@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from fwbench.report import sentences
-from fwbench.report.family_reports import web_audio_tables as audio
+from fwbench.families.web_audio import web_audio_tables as audio
 
 MODELS = ("wav2vec2_base", "whisper_base")
 BROWSERS = {"chromium": "156.0.8078.114", "firefox": "153.8.0", "webkit": "2.50.6"}
@@ -124,8 +124,8 @@ def test_the_limitations_count_the_web_audio_trials():
 
 
 def test_the_outline_counts_web_audio_trials_in_the_limitations():
-    from fwbench.report import outline
-    from fwbench.report.family_reports import web_audio_tables
+    from fwbench.publish import outline
+    from fwbench.families.web_audio import web_audio_tables
 
     assert web_audio_tables in outline.TRIALS_AS_ROUNDS
 

@@ -6,7 +6,8 @@ import json
 
 import nbformat
 
-from fwbench.report import outline, why
+from fwbench.report import why
+from fwbench.publish import outline
 from fwbench.results import db
 from fwbench.results.records import RECORDS_MIME, Recorder
 from fwbench.vocab import OVERHEAD

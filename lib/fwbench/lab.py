@@ -104,7 +104,7 @@ class Lab:
         the index takes in its records and the report goes to ``report/`` and ``figures/``.
         ``into`` names the report (default: the campaign); ``report_dir`` and ``figures_dir``
         override where it goes."""
-        from fwbench.report import render
+        from fwbench.publish import render
         from fwbench.report.tables import error_line
 
         if not self.db_path.exists():

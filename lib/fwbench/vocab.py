@@ -115,25 +115,14 @@ BROWSER_LABELS = {"chromium": "Chromium", "firefox": "Firefox ESR", "webkit": "W
 # Parameters whose allowed values depend on the cell's framework, as ``mode`` does above.
 NOTEBOOK_FRAMEWORK_CHOICES = {"13_distributed": ("strategy", DISTRIBUTED_STRATEGIES)}
 
-# One family per notebook; records carry the family, the index derives it from the notebook's
-# number for the cell_status rows. 12_memory's family is "memory" (activation checkpointing).
-FAMILIES = {
-    "00": "setup",
-    "01": "validation",
-    "02": "calibration",
-    "10": "inference",
-    "11": "training",
-    "12": "memory",
-    "13": "distributed",
-    "14": "web_audio",
-    "15": "training",
-    "20": "analysis",
-    "21": "analysis",
-}
-# Notebooks whose number another family took first: 21_orders (the trust experiment, family
-# analysis) was there before the prediction family's 21_prediction, 22_recommend and 23_kernels.
+# One family per notebook: a notebook NN_<family> belongs to <family> (records carry it; the index
+# derives it so for a cell's status rows), so a new family needs no line here. These notebooks
+# belong to another family's: calibration's 02_calibrate, training's 15_time_to_accuracy, the trust
+# experiment 21_orders (analysis), and the prediction family's second and third notebooks.
 NOTEBOOK_FAMILIES = {
-    "21_prediction": "prediction",
+    "02_calibrate": "calibration",
+    "15_time_to_accuracy": "training",
+    "21_orders": "analysis",
     "22_recommend": "prediction",
     "23_kernels": "prediction",
 }
@@ -310,8 +299,13 @@ def metric_direction(metric: str, unit: str | None = None) -> str | None:
 
 
 def family_of(notebook: str) -> str:
-    name = str(notebook)
-    return NOTEBOOK_FAMILIES.get(name) or FAMILIES.get(name[:2], "unknown")
+    """The family of notebook ``notebook`` (its name, or a path to it): ``NOTEBOOK_FAMILIES``'s,
+    else what follows its number; "unknown" for a name without one."""
+    name = str(notebook).replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py")
+    if name in NOTEBOOK_FAMILIES:
+        return NOTEBOOK_FAMILIES[name]
+    number, _, family = name.partition("_")
+    return family if number.isdigit() and family else "unknown"
 
 
 def resolve_mode(

@@ -35,8 +35,8 @@ def add_parser(sub) -> None:
 
 
 def handle(args) -> int:
-    from fwbench.report.family_reports import memory_index
-    from fwbench.report.readme import ReadmeError
+    from fwbench.families.memory import memory_index
+    from fwbench.report.blocks import ReadmeError
 
     try:
         if args.readme:

@@ -47,7 +47,8 @@ def add_parser(sub) -> None:
 
 
 def handle(args) -> int:
-    from fwbench.report.readme import ReadmeError, update_readme
+    from fwbench.publish.readme import update_readme
+    from fwbench.report.blocks import ReadmeError
 
     try:
         changed = update_readme(

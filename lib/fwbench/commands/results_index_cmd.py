@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
 
 
 def handle(args) -> int:
-    from fwbench.report import results_index
+    from fwbench.publish import results_index
 
     try:
         path, changed = results_index.write(Path(args.reports), Path(args.out))

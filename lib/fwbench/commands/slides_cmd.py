@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
 
 
 def handle(args) -> int:
-    from fwbench.report import slides
+    from fwbench.publish import slides
 
     try:
         path = slides.write(Path(args.reports) / args.name, args.output and Path(args.output))

@@ -7,7 +7,7 @@ it from one run's records and its caption. A section with no data for its subjec
 stated ``empty_note`` instead of its items; an item with a ``when`` shows only where that holds,
 and its ``otherwise`` note where it does not. Captions, intros and notes are ``str.format``
 templates over the analysis's attributes ("on {devices}"), or functions of the analysis where the
-text is computed. Each family's sections live in ``report/family_reports/<family>_report.py``.
+text is computed. Each family's sections live in ``families/<family>/<family>_report.py``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The notebook adds sections as it goes; each figure is saved under figures/<campaign>/ and each table
 as CSV and LaTeX under report/<campaign>/tables/. ``write`` leaves a ``content.json`` that
-``fwbench.report.render`` turns into report.md and report.html. Tables keep the executed notebooks they
+``fwbench.publish.render`` turns into report.md and report.html. Tables keep the executed notebooks they
 came from, so the report can link every number to its evidence.
 """
 

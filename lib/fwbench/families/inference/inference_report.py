@@ -12,7 +12,7 @@ import pandas as pd
 
 from fwbench.measure import verdicts
 from fwbench.report import charts, sentences, tables, why
-from fwbench.report.family_reports import inference_three_way, inference_tuning
+from fwbench.families.inference import inference_three_way, inference_tuning
 from fwbench.report.items import (
     Each,
     Figure,

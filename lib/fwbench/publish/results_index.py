@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from fwbench.report import sections
-from fwbench.report.family_reports import memory_index
-from fwbench.report.render import html_report
+from fwbench.families.memory import memory_index
+from fwbench.publish.render import html_report
 from fwbench.results import layout
 from fwbench.results.layout import write_text_atomic
 

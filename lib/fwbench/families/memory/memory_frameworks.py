@@ -18,7 +18,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from fwbench.report.family_reports import memory_curve
+from fwbench.families.memory import memory_curve
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
 
 MB = 1e6

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from fwbench.report.family_reports import memory_curve, memory_curve_words
-from fwbench.report.readme import rewrite_block
+from fwbench.families.memory import memory_curve, memory_curve_words
+from fwbench.report.blocks import rewrite_block
 from fwbench.report.sections import TABLES_DIR
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT
 from fwbench.vocab import MEMORY_SIM_ERROR_BAR_PCT as SIM_BAR_PCT

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fwbench.report.family_reports.memory_curve import MODEL_WORDS
+from fwbench.families.memory.memory_curve import MODEL_WORDS
 from fwbench.report.tables import extra_columns
 from fwbench.vocab import MEMORY_EXACT_TOLERANCE, and_list
 

@@ -14,7 +14,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from fwbench.report.family_reports.memory_curve import FLOOR_WORDS, MODEL_WORDS, memory_rows
+from fwbench.families.memory.memory_curve import FLOOR_WORDS, MODEL_WORDS, memory_rows
 from fwbench.results.layout import slug_settings
 
 METRIC = "peak_part_bytes"

@@ -2,7 +2,7 @@
 computed from, and the one loop that fills a ``ReportContent``.
 
 What a section is made of is ``report/items.py``; each family's sections are
-``report/family_reports/<family>_report.py``. notebooks/20_analysis.py calls ``build``, and
+``families/<family>/<family>_report.py`` (``catalog``). notebooks/20_analysis.py calls ``build``, and
 ``fwbench report`` runs that notebook, so what the notebook shows and what the report says come from the same loop.
 """
 
@@ -14,17 +14,18 @@ from functools import cached_property
 
 import pandas as pd
 
-from fwbench.report import (
-    charts,
-    regressions,
-    roofline,
-    sentences,
-    tables,
-    trust,
-    why,
-)
-from fwbench.report import family_reports as families
-from fwbench.report.family_reports import training_report, web_audio_tables
+from fwbench.report import charts, regressions, roofline, sentences, tables, trust, why
+from fwbench.families.analysis import analysis_report
+from fwbench.families.calibration import calibration_report
+from fwbench.families.distributed import distributed_report
+from fwbench.families.inference import inference_report
+from fwbench.families.memory import memory_report
+from fwbench.families.prediction import prediction_report
+from fwbench.families.training import training_report
+from fwbench.families.validation import validation_report
+from fwbench.families.web_audio import web_audio_report
+from fwbench.families.web_audio import web_audio_tables
+from fwbench.publish import catalog
 from fwbench.report.items import Each, Figure, Note, Section, Table, fill
 from fwbench.report.sections import ReportContent
 
@@ -126,7 +127,7 @@ class Analysis:
 
     @cached_property
     def latency(self) -> pd.DataFrame:
-        return families.inference_report.latency_at_smallest_batch(self.meas)
+        return inference_report.latency_at_smallest_batch(self.meas)
 
     @cached_property
     def latency_batches(self) -> str:
@@ -146,12 +147,12 @@ class Analysis:
         return (
             pd.DataFrame()
             if self.matrix.empty
-            else families.inference_report.break_even_table(self.matrix, self.meas)
+            else inference_report.break_even_table(self.matrix, self.meas)
         )
 
     @cached_property
     def energy(self) -> pd.DataFrame:
-        return families.inference_report.energy_table(self.meas)
+        return inference_report.energy_table(self.meas)
 
     @cached_property
     def calibration(self) -> pd.DataFrame:
@@ -171,7 +172,7 @@ class Analysis:
 
     @cached_property
     def kind_table(self) -> pd.DataFrame:
-        return families.inference_report.kind_summary(self.matrix, self.kinds)
+        return inference_report.kind_summary(self.matrix, self.kinds)
 
     @cached_property
     def history_runs(self) -> int:
@@ -247,15 +248,15 @@ class Analysis:
 
     @cached_property
     def failures(self) -> pd.DataFrame:
-        return families.analysis_report.failures_table(self.meas, self.cells)
+        return analysis_report.failures_table(self.meas, self.cells)
 
     @cached_property
     def retries(self) -> pd.DataFrame:
-        return families.analysis_report.retries_table(self.cells)
+        return analysis_report.retries_table(self.cells)
 
     @cached_property
     def shared(self) -> pd.DataFrame:
-        return families.analysis_report.shared_machine_table(self.cells)
+        return analysis_report.shared_machine_table(self.cells)
 
 
 def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> Analysis:
@@ -327,40 +328,51 @@ def load(con, campaign: str, run_id: str, baseline_run_id: str, kinds: dict) -> 
 # --------------------------------------------------------------------------- the outline's parts
 
 
-SECTIONS: tuple[Section, ...] = (
-    families.inference_report.COMPARISON,
-    families.inference_report.PUBLISHED_SECTION,
-    families.inference_report.TORCHAX,
-    families.inference_report.THREE_WAY,
-    families.inference_report.TUNING,
-    families.inference_report.EXPERT,
-    families.analysis_report.TRUST,
-    families.analysis_report.ROUND_NOISE,
-    families.inference_report.WHY,
-    families.inference_report.THROUGHPUT,
-    families.inference_report.LATENCY,
-    families.inference_report.MEMORY,
-    families.inference_report.COMPILE,
-    families.inference_report.ENERGY,
-    families.calibration_report.ROOFLINE,
-    families.calibration_report.MFU,
-    families.inference_report.KINDS,
-    families.training_report.TRAINING,
-    families.training_report.TIME_TO_ACCURACY,
-    families.memory_report.METHODS,
-    families.validation_report.VALIDATION,
-    families.distributed_report.DISTRIBUTED,
-    families.web_audio_report.WEB_AUDIO,
-    families.prediction_report.PREDICTION,
-    families.analysis_report.HISTORY,
-    families.analysis_report.FAILURES,
-    families.analysis_report.RETRIES,
-    families.analysis_report.SHARED_MACHINE,
+# the report's order; a family the order does not name (a new one, found by ``catalog``) shows its
+# sections after the families it names, before the run's own history
+_PLACED: tuple[Section, ...] = (
+    inference_report.COMPARISON,
+    inference_report.PUBLISHED_SECTION,
+    inference_report.TORCHAX,
+    inference_report.THREE_WAY,
+    inference_report.TUNING,
+    inference_report.EXPERT,
+    analysis_report.TRUST,
+    analysis_report.ROUND_NOISE,
+    inference_report.WHY,
+    inference_report.THROUGHPUT,
+    inference_report.LATENCY,
+    inference_report.MEMORY,
+    inference_report.COMPILE,
+    inference_report.ENERGY,
+    calibration_report.ROOFLINE,
+    calibration_report.MFU,
+    inference_report.KINDS,
+    training_report.TRAINING,
+    training_report.TIME_TO_ACCURACY,
+    memory_report.METHODS,
+    validation_report.VALIDATION,
+    distributed_report.DISTRIBUTED,
+    web_audio_report.WEB_AUDIO,
+    prediction_report.PREDICTION,
 )
+_CLOSING: tuple[Section, ...] = (
+    analysis_report.HISTORY,
+    analysis_report.FAILURES,
+    analysis_report.RETRIES,
+    analysis_report.SHARED_MACHINE,
+)
+_UNPLACED = tuple(
+    section
+    for module in catalog.BY_FAMILY.values()
+    for section in module.SECTIONS
+    if not any(section is placed for placed in (*_PLACED, *_CLOSING))
+)
+SECTIONS: tuple[Section, ...] = (*_PLACED, *_UNPLACED, *_CLOSING)
 
 
 # the families outside inference whose verdicts pair their own trials as rounds
-TRIALS_AS_ROUNDS = (families.distributed_report, web_audio_tables)
+TRIALS_AS_ROUNDS = (distributed_report, web_audio_tables)
 
 
 # --------------------------------------------------------------------------- the loop
@@ -422,7 +434,7 @@ def _summarise(content: ReportContent, analysis: Analysis) -> None:
         a.history_line,
         a.failures,
         a.retries,
-        [*training, *families.web_audio_report.summary_sentences(a)],
+        [*training, *web_audio_report.summary_sentences(a)],
         sentences.shared_machine_sentence(a.shared, a.cells),
         a.trust_summary,
     )

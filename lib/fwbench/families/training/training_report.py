@@ -9,7 +9,7 @@ import pandas as pd
 
 from fwbench.measure import verdicts
 from fwbench.report import charts, sentences, tables
-from fwbench.report.family_reports import training_inference, training_tta
+from fwbench.families.training import training_inference, training_tta
 from fwbench.report.items import (
     Figure,
     Note,

@@ -19,8 +19,10 @@ from pathlib import Path
 import pandas as pd
 
 from fwbench.measure import verdicts
-from fwbench.report import family_reports, sections
-from fwbench.report.family_reports import inference_three_way
+from fwbench.report import sections
+from fwbench.report.blocks import ReadmeError, markers, replace_block, rewrite_block
+from fwbench.publish import catalog
+from fwbench.families.inference import inference_three_way
 from fwbench.report.sections import markdown_table, notes_part, read_table
 from fwbench.results import layout
 from fwbench.results.layout import write_text_atomic
@@ -33,15 +35,6 @@ from fwbench.vocab import (
 
 # a run named by its id in a sentence ("of run" and the id), which the front page words otherwise
 NAMED_RUN = re.compile(r"\brun `?\d{8}T\d{6}Z`?")
-
-
-def markers(campaign: str) -> tuple[str, str]:
-    """The lines around ``campaign``'s block in the README."""
-    return f"<!-- results:{campaign}:start -->", f"<!-- results:{campaign}:end -->"
-
-
-class ReadmeError(ValueError):
-    """Bad input to ``fwbench readme``: no README, no markers, or no report to quote."""
 
 
 def _link(target: Path, readme_dir: Path) -> str:
@@ -210,11 +203,11 @@ def _brief_ratios(content: dict, tables: Path, matrix: pd.DataFrame, report_link
 
 
 def _family_lines(content: dict, tables: Path, report_link: str) -> list[str]:
-    """Each family's own lines (family_reports: a module's readme_part), in the vocabulary's
-    order."""
+    """Each family's own lines (a family report module's ``readme_part``), in the catalog's
+    order (by family name)."""
     return [
         line
-        for module in family_reports.BY_FAMILY.values()
+        for module in catalog.BY_FAMILY.values()
         if hasattr(module, "readme_part")
         for line in module.readme_part(content, tables, report_link)
     ]
@@ -342,21 +335,6 @@ def progress_sentence(manifest_path: Path) -> str:
     )
 
 
-def _replace_block(text: str, block: str, campaign: str, where: str = "README") -> str:
-    """``text`` with everything between ``campaign``'s marker lines replaced by ``block``."""
-    begin, end = markers(campaign)
-    lines = text.splitlines(keepends=True)
-    starts = [i for i, ln in enumerate(lines) if ln.strip() == begin]
-    ends = [i for i, ln in enumerate(lines) if ln.strip() == end]
-    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
-        raise ReadmeError(
-            f"{where} needs one line {begin} followed by one line {end} around the results of "
-            f"{campaign} (found {len(starts)} and {len(ends)})"
-        )
-    head, tail = lines[: starts[0] + 1], lines[ends[0] :]
-    return "".join(head) + block.rstrip("\n") + "\n" + "".join(tail)
-
-
 def update_readme(
     campaign: str,
     readme: Path,
@@ -391,19 +369,3 @@ def update_readme(
             ratios_only,
         ),
     )
-
-
-def rewrite_block(readme: Path, name: str, block_for: Callable[[], str]) -> bool:
-    """Replace the block marked ``name`` in ``readme`` with ``block_for()``; True if it changed.
-    The markers are checked before ``block_for`` runs: a README without them is bad input, found
-    before any work. The file is replaced whole, never left half-written."""
-    readme = Path(readme)
-    if not readme.is_file():
-        raise ReadmeError(f"{readme}: no such file")
-    text = readme.read_text()
-    _replace_block(text, "", name, str(readme))
-    new = _replace_block(text, block_for(), name, str(readme))
-    if new == text:
-        return False
-    write_text_atomic(readme, new)
-    return True

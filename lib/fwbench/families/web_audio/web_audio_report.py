@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fwbench.measure import verdicts
 from fwbench.report import sections
-from fwbench.report.family_reports import web_audio_tables
+from fwbench.families.web_audio import web_audio_tables
 from fwbench.report.items import (
     Each,
     Figure,

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from fwbench.measure.stats import paired_ratio_interval
-from fwbench.report.family_reports.memory_curve import (
+from fwbench.families.memory.memory_curve import (
     BASELINES,
     COMPILED_START,
     FLOOR_WORDS,
