@@ -99,14 +99,13 @@ import pandas as pd
 
 from fwbench import vocab
 from fwbench.data import batches
-from fwbench.families.training import recording
+from fwbench.families.training import recording, training_report
 from fwbench.families.training import steps as train_steps
 from fwbench.families.training.optim import OptimConfig
 from fwbench.measure import device as fw_device
 from fwbench.measure.timing import StopRule
 from fwbench.models import get_spec
 from fwbench.report import charts
-from fwbench.families.training import training_report
 from fwbench.results.records import Recorder
 
 charts.use_theme()

@@ -62,13 +62,18 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from fwbench.families.memory import memory_charts, memory_records, study
+from fwbench.families.memory import (
+    memory_breakdown,
+    memory_charts,
+    memory_curve,
+    memory_records,
+    study,
+)
 from fwbench.families.memory.footprint import peak_source
 from fwbench.families.memory.memory_charts import MB
 from fwbench.measure import device as fw_device
 from fwbench.measure import precision as fw_precision
 from fwbench.measure.timing import StopRule
-from fwbench.families.memory import memory_breakdown, memory_curve
 from fwbench.results.records import Recorder
 from fwbench.vocab import ENV_TRIAL, MEMORY_COMPILED_KINDS, MEMORY_OVERHEAD_GOAL_PCT
 

@@ -42,8 +42,8 @@ from IPython.display import Markdown, display
 
 from fwbench.models.registry import MODELS
 from fwbench.pipeline.campaign import find_repo_root
-from fwbench.report import roofline, trust
 from fwbench.publish import outline
+from fwbench.report import roofline, trust
 from fwbench.report.sections import ReportContent
 from fwbench.results import db as fw_db
 from fwbench.results.records import Recorder

@@ -329,9 +329,7 @@ for test_campaign in frozen.set_files(root):
     scored_rows = pd.read_csv(score_file.with_suffix(".csv"))
     # the baselines on the same rows, beside the single scoring (which they never change), from
     # a training table without the set's own models (a scored set's rows are training data now)
-    measured_set = frozen_score.newest_run(
-        frozen_score.measured_rows(db_file), test_campaign.stem
-    )
+    measured_set = frozen_score.newest_run(frozen_score.measured_rows(db_file), test_campaign.stem)
     own = set(frozen.campaign_models(test_campaign))
     test_base = baselines.test_scores(scored_rows, measured_set, table[~table.model.isin(own)])
     base_extra = {**extra, "predictor": baselines.NAME}

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 
 from fwbench import vocab
-from fwbench.report import charts, regressions, roofline, sentences, tables
-from fwbench.publish import outline
 from fwbench.families.analysis import analysis_report
 from fwbench.families.inference import inference_report
 from fwbench.families.training import training_report
+from fwbench.publish import outline
+from fwbench.report import charts, regressions, roofline, sentences, tables
 from fwbench.report.sections import ReportContent
 from fwbench.results import db
 from fwbench.results.records import Recorder

@@ -212,11 +212,11 @@ def test_the_gap_to_ddp_is_parted_into_its_steps_parts_largest_first():
 
 
 def test_interleaved_trials_decide_step_time_comparisons_through_the_verdicts():
-    from fwbench.measure import verdicts
     from fwbench.families.distributed.distributed_report import (
         scaling_rounds,
         scaling_verdicts,
     )
+    from fwbench.measure import verdicts
 
     rng = np.random.default_rng(3)
     arms = {("torch", "ddp"): 60.0, ("jax", "dp"): 90.0, ("jax", "dp_fused"): 70.0}

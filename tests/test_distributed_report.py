@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwbench.report import sentences
 from fwbench.families.distributed import distributed_report as dist
+from fwbench.report import sentences
 
 # two workers' step, compute-only step and all-reduce in run 20261201T224517Z of
 # distributed_scaling: its four timed trials, and the gate's cell run once before them

@@ -13,8 +13,8 @@ import json
 
 import pandas as pd
 
-from fwbench.report import sentences, tables
 from fwbench.families.analysis import analysis_report
+from fwbench.report import sentences, tables
 from fwbench.results import db
 from fwbench.vocab import KIT_COMMIT_FILE
 from tests.test_db import make_run

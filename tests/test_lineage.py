@@ -141,9 +141,8 @@ def test_freeze_test_writes_the_campaign_and_its_draw_and_never_replaces_them(
     assert recorded.models == models
     assert recorded.trained_lineages == ["mbconv", "resnet", "shufflenet/squeezenet"]
     assert lineage(models[0]) not in recorded.trained_lineages
-    from fwbench.pipeline.campaign import load_campaign
-
     from fwbench.models import registry
+    from fwbench.pipeline.campaign import load_campaign
 
     twins = [m for m in models if registry.get_spec(m).has_twin]
     assert twins  # resnet34 or vit_b_32 drawn: the JAX twins' steps are written

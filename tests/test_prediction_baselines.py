@@ -7,8 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwbench.families.prediction import baselines, predictor, recommend
-from fwbench.families.prediction import prediction_report
+from fwbench.families.prediction import baselines, prediction_report, predictor, recommend
 
 
 def _row(model, framework, flops, seconds, *, device="CPU A", threads=2, batch=4, rates=None):

@@ -340,7 +340,9 @@ def test_a_lineage_is_predicted_with_a_scale_fitted_on_the_other_lineages_only()
     resnet = held[(held.model == "resnet50") & (held.batch_size == 8)].iloc[0]
     assert resnet.fold == "resnet" and resnet.predicted == pytest.approx(2.0 * 8e-3)
     vit = held[(held.model == "vit_b_16") & (held.framework == "jax")]
-    assert vit.predicted.to_numpy() == pytest.approx(np.array([1, 8]) * 1e-3 * np.median([5, 5, 2] * 2))
+    assert vit.predicted.to_numpy() == pytest.approx(
+        np.array([1, 8]) * 1e-3 * np.median([5, 5, 2] * 2)
+    )
     eager = held[held.framework == "torch"].iloc[0]
     assert not eager.setting_seen and np.isnan(eager.predicted)
     assert (held["share:conv"] == 1.0).all() and list(held.index) == list(range(len(rows)))

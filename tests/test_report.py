@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 
 from fwbench import cli
+from fwbench.families.distributed import distributed_report
 from fwbench.lab import Lab, ReportError
 from fwbench.pipeline import runner
 from fwbench.publish import readme, render
-from fwbench.families.distributed import distributed_report
 from tests.conftest import run_cli
 from tests.synthetic_run import (
     BASELINE_RUN,

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fwbench.families.inference import inference_three_way as three_way
 from fwbench.measure import verdicts
 from fwbench.report import tables, why
-from fwbench.families.inference import inference_three_way as three_way
 
 # images/s each arm reaches, and so the ratios the study must find
 TRUE = {("torch", "eager"): 80.0, ("torch", "compile"): 100.0, three_way.TORCHAX: 120.0}

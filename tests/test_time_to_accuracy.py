@@ -9,8 +9,7 @@ import pandas as pd
 import pytest
 
 from fwbench.data import batches
-from fwbench.families.training import tuning
-from fwbench.families.training import training_tta
+from fwbench.families.training import training_tta, tuning
 from tests.conftest import REPO, run_cli
 
 RECORDS_MIME = "application/vnd.fwbench.records+json"

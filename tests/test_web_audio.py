@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from fwbench.families.web_audio import native, signals
-from fwbench.measure.timing import StopRule
 from fwbench.families.web_audio import web_audio_tables as audio_report
+from fwbench.measure.timing import StopRule
 from tests.conftest import REPO, run_cli
 
 QUICK = StopRule(min_iters=2, min_seconds=0.0)

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwbench.report import sentences
 from fwbench.families.web_audio import web_audio_tables as audio
+from fwbench.report import sentences
 
 MODELS = ("wav2vec2_base", "whisper_base")
 BROWSERS = {"chromium": "156.0.8078.114", "firefox": "153.8.0", "webkit": "2.50.6"}
@@ -124,8 +124,8 @@ def test_the_limitations_count_the_web_audio_trials():
 
 
 def test_the_outline_counts_web_audio_trials_in_the_limitations():
-    from fwbench.publish import outline
     from fwbench.families.web_audio import web_audio_tables
+    from fwbench.publish import outline
 
     assert web_audio_tables in outline.TRIALS_AS_ROUNDS
 
@@ -199,11 +199,13 @@ def test_a_cell_with_more_cores_than_threads_says_so_in_its_tables():
     one = meas.threads == 1
     meas.loc[one, "extra"] = [{**e, "cores": 2} for e in meas.extra[one]]
     table = audio.runtime_table(meas)
-    assert set(zip(table.threads, table.cores)) == {(1, 2), (2, 2)}
+    assert set(zip(table.threads, table.cores, strict=True)) == {(1, 2), (2, 2)}
     caps = audio.capability_table(meas)
     assert set(caps["cores pinned"]) == {"2"}
     # the reading is judged against the cores pinned: Chromium said 1 at one thread on two cores
-    assert set(caps.set_index("browser").loc["Chromium 156.0.8078.114", "reading follows the pinning"]) == {"no"}
+    assert set(
+        caps.set_index("browser").loc["Chromium 156.0.8078.114", "reading follows the pinning"]
+    ) == {"no"}
     older = audio.runtime_table(_records(trials=[1]))
     assert (older.cores == older.threads).all()
 

@@ -6,8 +6,8 @@ import json
 
 import nbformat
 
-from fwbench.report import why
 from fwbench.publish import outline
+from fwbench.report import why
 from fwbench.results import db
 from fwbench.results.records import RECORDS_MIME, Recorder
 from fwbench.vocab import OVERHEAD

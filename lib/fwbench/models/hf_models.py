@@ -49,7 +49,9 @@ MODELS = {
     "hf_mobilevit_small": _Entry(
         f"{__name__}:mobilevit_small", "image", 256, "cnn", "MobileViT-S (HF)"
     ),
-    "hf_levit_128s": _Entry(f"{__name__}:levit_128s", "image", 224, "transformer", "LeViT-128S (HF)"),
+    "hf_levit_128s": _Entry(
+        f"{__name__}:levit_128s", "image", 224, "transformer", "LeViT-128S (HF)"
+    ),
     "hf_swiftformer_xs": _Entry(
         f"{__name__}:swiftformer_xs", "image", 224, "cnn", "SwiftFormer-XS (HF)"
     ),

@@ -14,7 +14,6 @@ from functools import cached_property
 
 import pandas as pd
 
-from fwbench.report import charts, regressions, roofline, sentences, tables, trust, why
 from fwbench.families.analysis import analysis_report
 from fwbench.families.calibration import calibration_report
 from fwbench.families.distributed import distributed_report
@@ -23,9 +22,9 @@ from fwbench.families.memory import memory_report
 from fwbench.families.prediction import prediction_report
 from fwbench.families.training import training_report
 from fwbench.families.validation import validation_report
-from fwbench.families.web_audio import web_audio_report
-from fwbench.families.web_audio import web_audio_tables
+from fwbench.families.web_audio import web_audio_report, web_audio_tables
 from fwbench.publish import catalog
+from fwbench.report import charts, regressions, roofline, sentences, tables, trust, why
 from fwbench.report.items import Each, Figure, Note, Section, Table, fill
 from fwbench.report.sections import ReportContent
 

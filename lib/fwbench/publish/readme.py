@@ -13,19 +13,17 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
-from fwbench.measure import verdicts
-from fwbench.report import sections
-from fwbench.report.blocks import ReadmeError, markers, replace_block, rewrite_block
-from fwbench.publish import catalog
 from fwbench.families.inference import inference_three_way
+from fwbench.measure import verdicts
+from fwbench.publish import catalog
+from fwbench.report import sections
+from fwbench.report.blocks import ReadmeError, rewrite_block
 from fwbench.report.sections import markdown_table, notes_part, read_table
 from fwbench.results import layout
-from fwbench.results.layout import write_text_atomic
 from fwbench.vocab import (
     model_label,
     series_label,

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from fwbench.report import sections
 from fwbench.families.memory import memory_index
 from fwbench.publish.render import html_report
+from fwbench.report import sections
 from fwbench.results import layout
 from fwbench.results.layout import write_text_atomic
 

@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from fwbench.families.inference import inference_three_way, inference_tuning
 from fwbench.measure import verdicts
 from fwbench.report import charts, sentences, tables, why
-from fwbench.families.inference import inference_three_way, inference_tuning
 from fwbench.report.items import (
     Each,
     Figure,

@@ -11,7 +11,6 @@ import json
 import numpy as np
 import pandas as pd
 
-from fwbench.measure.stats import paired_ratio_interval
 from fwbench.families.memory.memory_curve import (
     BASELINES,
     COMPILED_START,
@@ -27,6 +26,7 @@ from fwbench.families.memory.memory_curve import (
     shares_a_model,
     time_goal,
 )
+from fwbench.measure.stats import paired_ratio_interval
 from fwbench.report.tables import paired_rounds
 from fwbench.vocab import MEMORY_ACTIVATION_GOAL_PCT as ACTIVATION_GOAL_PCT
 from fwbench.vocab import MEMORY_OVERHEAD_GOAL_PCT as OVERHEAD_GOAL_PCT

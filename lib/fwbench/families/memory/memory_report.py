@@ -4,8 +4,14 @@ bytes go, and the memory-time curve against the checkpointing baselines.
 
 from __future__ import annotations
 
+from fwbench.families.memory import (
+    memory_breakdown,
+    memory_curve,
+    memory_curve_words,
+    memory_frameworks,
+    memory_gate,
+)
 from fwbench.report import charts, sections, tables
-from fwbench.families.memory import memory_breakdown, memory_curve, memory_curve_words, memory_frameworks, memory_gate
 from fwbench.report.items import (
     Each,
     Figure,

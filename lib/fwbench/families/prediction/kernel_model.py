@@ -153,7 +153,9 @@ def lineage_holdout(
         train = rows[(rows.fold != held) & (rows.framework == framework) & (rows["mode"] == mode)]
         out = test.assign(predicted=np.nan, low=np.nan, high=np.nan, setting_seen=not train.empty)
         if not train.empty:
-            setting = Setting.fit(predictor._overhead(framework, mode), train.summed_s, train.seconds)
+            setting = Setting.fit(
+                predictor._overhead(framework, mode), train.summed_s, train.seconds
+            )
             point, low, high = setting.predict(test.summed_s.to_numpy())
             out = out.assign(predicted=point, low=low, high=high)
         parts.append(out)
@@ -180,7 +182,12 @@ def holdout_from_index(
             & (measured.precision == "fp32")
         ]
         frameworks = set(table.framework)
-        rows = rows[[SETTINGS.get((f, m)) in frameworks for f, m in zip(rows.framework, rows["mode"], strict=True)]]
+        rows = rows[
+            [
+                SETTINGS.get((f, m)) in frameworks
+                for f, m in zip(rows.framework, rows["mode"], strict=True)
+            ]
+        ]
         if len(rows):
             found = lineage_holdout(KernelPredictor(table, empty), rows, progress)
             parts.append(found.assign(kernels_on=f"{device_name}, {threads} threads"))
@@ -188,7 +195,11 @@ def holdout_from_index(
 
 
 def predict_from_index(
-    db_file, training: pd.DataFrame, configs: pd.DataFrame, device_name: str, threads: int,
+    db_file,
+    training: pd.DataFrame,
+    configs: pd.DataFrame,
+    device_name: str,
+    threads: int,
     progress=lambda items: items,
 ) -> pd.DataFrame:
     """``configs`` (model, framework, mode, batch_size, image_size) of the settings this covers,

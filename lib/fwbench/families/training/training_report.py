@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from fwbench.families.training import training_inference, training_tta
 from fwbench.measure import verdicts
 from fwbench.report import charts, sentences, tables
-from fwbench.families.training import training_inference, training_tta
 from fwbench.report.items import (
     Figure,
     Note,

@@ -4,9 +4,9 @@ browser, per runtime and thread count, and what each browser can run.
 
 from __future__ import annotations
 
+from fwbench.families.web_audio import web_audio_tables
 from fwbench.measure import verdicts
 from fwbench.report import sections
-from fwbench.families.web_audio import web_audio_tables
 from fwbench.report.items import (
     Each,
     Figure,
