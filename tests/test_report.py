@@ -21,6 +21,7 @@ from fwbench.families.distributed import distributed_report
 from fwbench.lab import Lab, ReportError
 from fwbench.pipeline import runner
 from fwbench.publish import readme, render
+from fwbench.report import blocks
 from tests.conftest import run_cli
 from tests.synthetic_run import (
     BASELINE_RUN,
@@ -34,7 +35,7 @@ from tests.synthetic_run import (
 )
 
 LINK_RE = re.compile(r"\]\(([^)]+)\)")
-BEGIN, END = readme.markers(CAMPAIGN)
+BEGIN, END = blocks.markers(CAMPAIGN)
 
 
 @pytest.fixture(scope="module")
@@ -284,7 +285,7 @@ def _readme_around(built, text):
 
 
 # a second campaign's block, which quoting this campaign must leave as it is
-OTHER_BLOCK = "\n".join(readme.markers("other")).replace("\n", "\nother quote\n") + "\n"
+OTHER_BLOCK = "\n".join(blocks.markers("other")).replace("\n", "\nother quote\n") + "\n"
 README_AROUND = (
     "# Title\n\nintro kept\n\n{begin}\nold quote\n{end}\n\n## After\nkept too\n" + OTHER_BLOCK
 )
@@ -341,7 +342,7 @@ def test_readme_without_markers_exits_2_and_is_left_alone(built, capsys):
     marked = _readme_around(built, f"{BEGIN}\n{END}\n")
     assert cli.main(["readme", "nosuch", "--readme", str(marked)]) == 2
     assert "<!-- results:nosuch:start -->" in capsys.readouterr().err
-    nosuch = "\n".join(readme.markers("nosuch")) + "\n"
+    nosuch = "\n".join(blocks.markers("nosuch")) + "\n"
     marked = _readme_around(built, nosuch)
     assert cli.main(["readme", "nosuch", "--readme", str(marked)]) == 2
     assert "no report at" in capsys.readouterr().err
@@ -378,14 +379,14 @@ def test_a_second_report_of_one_campaign_has_its_own_folder_and_block(built, cap
     root = built["report_dir"].parent.parent
     shutil.copytree(built["report_dir"], root / "report" / "second", dirs_exist_ok=True)
     shutil.copytree(built["figures_dir"], root / "figures" / "second", dirs_exist_ok=True)
-    second = "\n".join(readme.markers("second")) + "\n"
+    second = "\n".join(blocks.markers("second")) + "\n"
     path = _readme_around(built, f"{BEGIN}\nfirst\n{END}\n{second}")
     code, output = readme_cli(capsys, "--into", "second", "--readme", path, "--out", built["out"])
     assert code == 0, output.err
     text = path.read_text()
     assert f"{BEGIN}\nfirst\n{END}" in text
     assert f"`fwbench readme {CAMPAIGN} --into second`" in text
-    assert f"run `{CURRENT_RUN}`" in text.split(readme.markers("second")[0])[1]
+    assert f"run `{CURRENT_RUN}`" in text.split(blocks.markers("second")[0])[1]
     with pytest.raises(SystemExit) as exit_info:
         readme_cli(capsys, "--into", "../elsewhere", "--readme", path)
     assert exit_info.value.code == 2
