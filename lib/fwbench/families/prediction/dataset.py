@@ -13,7 +13,9 @@ predictor learns its cost terms from every row alike, where a report at least li
 Only hardware that says what it is enters: a GPU by its name, a CPU by its name *with* family and
 model. Records made before fwbench recorded those name only "AMD EPYC", which was a Zen 3 on some
 days and a Zen 4 on others (1.5 times as fast), so a fit on them would learn two machines as one.
-channels_last arms are left out too: the predictor's settings are each framework's modes.
+channels_last arms, graphs compiled for any batch size and JAX cells under an XLA option set other
+than the default are left out too: the predictor's settings are each framework's modes as they
+come (a tuning run's candidates would otherwise pool into their mode's configuration).
 """
 
 from __future__ import annotations
@@ -81,8 +83,9 @@ def parse_extra(value) -> dict:
 
 def trial_rows(con, sql: str = _MEASURED_SQL) -> pd.DataFrame:
     """The rows ``sql`` selects (with ``extra`` and ``shared``) that the predictor can learn from:
-    named hardware, a thread count on a CPU, no channels_last arm, an image model; ``extra``
-    parsed to dicts and ``image_size`` read from it."""
+    named hardware, a thread count on a CPU, an image model, each mode as it comes (no
+    channels_last, dynamic-shape or XLA option set arm); ``extra`` parsed to dicts and
+    ``image_size`` read from it."""
     frame = con.execute(sql).df()
     frame["extra"] = frame["extra"].map(parse_extra)
     frame["image_size"] = [int(e.get("image_size") or 224) for e in frame.extra]
@@ -94,7 +97,14 @@ def trial_rows(con, sql: str = _MEASURED_SQL) -> pd.DataFrame:
     )
     # the features price image models: a text or speech model's records name their inputs
     images = np.array([e.get("inputs", "image") == "image" for e in frame.extra], bool)
-    keep = ~frame.channels_last & named & images
+    as_it_comes = np.array(
+        [
+            not e.get("dynamic_shapes") and e.get("xla_options") in (None, "", "default")
+            for e in frame.extra
+        ],
+        bool,
+    )
+    keep = ~frame.channels_last & as_it_comes & named & images
     # a CPU record without its thread count cannot be placed against a ceiling
     keep &= (frame.device != "cpu") | (frame.threads > 0)
     return frame[keep]
