@@ -182,6 +182,45 @@ def test_measured_training_steps_and_epochs_take_clean_trials(tmp_path):
     assert set(row.trial_epoch_s) == {1, 2, 3}
 
 
+def test_a_tuning_runs_candidates_never_pool_into_their_modes_row(tmp_path):
+    write_index(tmp_path / "i.duckdb")
+    con = fw_db.connect(tmp_path / "i.duckdb")
+    # a fifth trial of each as a tuning run's candidate: JAX jit under another XLA option set,
+    # and a PyTorch graph compiled for any batch size
+    _insert(
+        con,
+        device_name=CPU,
+        model="resnet18",
+        framework="jax",
+        batch=1,
+        trial=5,
+        value=99.0,
+        extra={"image_size": IMAGE, "xla_options": "ynn-off"},
+    )
+    _insert(
+        con,
+        device_name=CPU,
+        model="resnet18",
+        framework="torch",
+        batch=1,
+        trial=5,
+        value=99.0,
+        mode="compile",
+        extra={"image_size": IMAGE, "dynamic_shapes": True},
+    )
+    # the default option set is the mode as it comes, so its trial counts
+    _insert(con, device_name=CPU, model="mobilenet_v3_small", framework="jax", batch=1,
+            trial=5, value=99.0, extra={"image_size": IMAGE, "xla_options": "default"})  # fmt: skip
+    frame = dataset.measured(con).set_index(["model", "framework", "mode", "batch_size"])
+    con.close()
+    assert ("resnet18", "torch", "compile", 1) not in frame.index
+    jax = frame.loc[("resnet18", "jax", "jit", 1)]
+    # its clean trials alone (the fourth ran on a shared machine)
+    assert jax.seconds == pytest.approx(np.median([1 / 5.0, 1 / 6.0, 1 / 5.5]))
+    mobile = frame.loc[("mobilenet_v3_small", "jax", "jit", 1)]
+    assert mobile.seconds == pytest.approx(np.median([1 / v for v in (52, 49, 51, 99)]))
+
+
 def test_measured_takes_clean_trials_of_named_hardware(tmp_path):
     write_index(tmp_path / "i.duckdb")
     con = fw_db.connect(tmp_path / "i.duckdb", read_only=True)
