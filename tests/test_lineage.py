@@ -94,6 +94,23 @@ def test_the_draw_spreads_over_lineages_and_starts_with_an_unseen_one():
     assert frozen.draw(CANDIDATES, seen, size=6, seed=2).models != found.models
 
 
+def test_a_draw_can_lead_with_two_unseen_lineages_and_hold_models_with_a_twin():
+    seen = ["resnet", "mbconv", "regnet", "densenet"]
+    twins = ["resnext101_32x8d", "wide_resnet101_2"]
+    plain = frozen.draw(CANDIDATES, seen, size=6, seed=1)
+    found = frozen.draw(CANDIDATES, seen, size=6, seed=1, unseen_first=2, twins=twins, min_twins=2)
+    assert len(found.models) == len(set(found.models)) == 6
+    # the two lineages the training table lacks lead, one model each
+    assert {lineage(m) for m in found.models[:2]} == {"vgg/alexnet", "vision transformer"}
+    assert set(twins) <= set(found.models)
+    assert not set(twins) <= set(plain.models)  # the rule, not the seed, put both twins in
+    assert frozen.draw(CANDIDATES, seen, 6, 1, 2, twins, 2) == found
+    with pytest.raises(ValueError, match="2 candidate lineages are unseen, 3 asked for"):
+        frozen.draw(CANDIDATES, seen, size=6, seed=1, unseen_first=3)
+    with pytest.raises(ValueError, match="2 candidates have a twin, 3 asked for"):
+        frozen.draw(CANDIDATES, seen, size=6, seed=1, twins=twins, min_twins=3)
+
+
 def test_the_draw_refuses_a_set_that_tests_no_transfer_or_cannot_be_filled():
     with pytest.raises(ValueError, match="none tests transfer"):
         frozen.draw(["resnet101"], ["resnet"], size=1, seed=0)
@@ -108,6 +125,17 @@ def test_a_recorded_draw_is_made_again_from_its_inputs(tmp_path):
     path.write_text(found.to_json())
     assert frozen.redraw(path) == found
     assert json.loads(path.read_text())["models"] == found.models
+    twins = frozen.draw(CANDIDATES, ["resnet"], 5, 7, 2, ["vgg13", "swin_s"], 2)
+    path.write_text(twins.to_json())
+    assert frozen.redraw(path) == twins
+    # a record from before the two rules names neither and is drawn again as it was
+    old = {
+        k: v
+        for k, v in json.loads(found.to_json()).items()
+        if k not in ("unseen_first", "twins", "min_twins")
+    }
+    path.write_text(json.dumps(old))
+    assert frozen.redraw(path) == found
 
 
 def test_the_committed_frozen_set_is_the_recorded_draw_and_in_no_hold_out():

@@ -26,8 +26,8 @@ HEADER = """\
 # The predictor's frozen test set: {size} models drawn by `fwbench freeze-test --seed {seed}
 # --max-gflops {max_gflops:g}` from the {candidates} models the registry can build that no campaign
 # had measured and that cost at most {max_gflops:g} GFLOPs per image at 224 px, spread over
-# {lineages} lineages, the first drawn from one the training table lacks ({first}). The draw's
-# inputs are in {name}.draw.json. Its models stay out of every training table until it is
+# {lineages} lineages, led by {unseen} the training table lacks ({first}), {with_twin} models with a
+# Flax twin. The draw's inputs are in {name}.draw.json. Its models stay out of every training table until it is
 # scored; the predictions for these cells are committed before the campaign runs, and it is
 # scored once. Estimate: `fwbench run params/{name}.yaml --dry-run`.
 campaign: {name}
@@ -93,6 +93,18 @@ def add_parser(sub) -> None:
         ".score.json; refused where a score exists (a set is scored once)",
     )
     parser.add_argument("--size", type=int, default=12, help="models to draw (default: 12)")
+    parser.add_argument(
+        "--unseen",
+        type=int,
+        default=2,
+        help="lineages the training table lacks that lead the draw, one model each (default: 2)",
+    )
+    parser.add_argument(
+        "--min-twins",
+        type=int,
+        default=2,
+        help="models with a Flax twin the set holds at least, for its JAX jit rows (default: 2)",
+    )
     parser.add_argument("--seed", type=int, help="the draw's seed (needed to draw)")
     parser.add_argument(
         "--max-gflops",
@@ -166,6 +178,8 @@ def draw(args) -> int:
         return fail("--seed is needed to draw a set")
     if args.size < _MIN_LINEAGES:
         return fail(f"--size must be at least {_MIN_LINEAGES}, got {args.size}")
+    if args.unseen < 1 or args.min_twins < 0:
+        return fail("--unseen must be at least 1 and --min-twins at least 0")
     if not args.dry_run and (out.exists() or draw_path.exists()):
         return fail(f"{out} exists: a frozen set is never replaced; write a new one elsewhere")
     db_path = db.index_path(args.db)
@@ -176,8 +190,9 @@ def draw(args) -> int:
     costs = {m: gflops(m) for m in tqdm(unmeasured, desc="GFLOPs", file=sys.stderr)}
     pool = [m for m in unmeasured if costs[m] <= args.max_gflops]
     seen = sorted({lineage(m) for m in measured})
+    twins = [m for m in pool if registry.get_spec(m).has_twin]
     try:
-        found = frozen.draw(pool, seen, args.size, args.seed)
+        found = frozen.draw(pool, seen, args.size, args.seed, args.unseen, twins, args.min_twins)
     except ValueError as exc:
         return fail(str(exc))
     lineages = sorted({lineage(m) for m in found.models})
@@ -188,18 +203,20 @@ def draw(args) -> int:
     if args.dry_run:
         return EXIT_OK
     out.parent.mkdir(parents=True, exist_ok=True)
-    twins = [m for m in found.models if registry.get_spec(m).has_twin]
+    drawn_twins = [m for m in found.models if m in twins]
     out.write_text(
         campaign_text(
             out.stem,
             found.models,
-            twins,
+            drawn_twins,
             size=args.size,
             seed=args.seed,
             max_gflops=args.max_gflops,
             candidates=len(pool),
             lineages=len(lineages),
-            first=lineage(found.models[0]),
+            unseen=args.unseen,
+            first=", ".join(lineage(m) for m in found.models[: args.unseen]),
+            with_twin=len(drawn_twins),
         )
     )
     draw_path.write_text(found.to_json())

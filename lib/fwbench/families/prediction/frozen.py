@@ -4,11 +4,17 @@ committed before they are measured, measured once, scored once.
 The hold-outs (``predictor.holdout_splits``) are validation: the predictor was designed while
 reading them. A test figure needs models nobody looked at, so the set is drawn by a seeded rule
 from the models the registry can build and no campaign has measured, lineage by lineage
-(``models.lineage``), with at least one lineage the training table lacks:
+(``models.lineage``), with lineages the training table lacks:
 
-1. the candidates' lineages in a seeded random order, an unseen lineage first;
-2. one model from each lineage in turn, drawn at random from what is left of it, until ``size``
-   models are drawn (so at least ``min(size, lineages)`` lineages).
+1. the candidates' lineages in a seeded random order, ``unseen_first`` unseen lineages first;
+2. one model of each of those, then models drawn at random from those with a Flax twin until
+   the set holds ``min_twins`` (so that it has JAX jit rows, not only torchax);
+3. then one model from each lineage in turn that has fewer than the pass's count, drawn at random
+   from what is left of it, until ``size`` models are drawn (so at least
+   ``min(size, lineages)`` lineages).
+
+The first set was drawn with one unseen lineage and no twin asked for; its record names neither,
+and it is drawn again with those values.
 
 The set is a campaign (``params/frozen_test.yaml``, a later one ``params/frozen_test_<name>.yaml``)
 whose grid names the models; its draw's inputs sit beside it (``<campaign>.draw.json``) so that
@@ -40,6 +46,9 @@ class Draw:
     candidates: dict[str, str]  # model -> lineage: buildable and never measured
     trained_lineages: list[str]  # the lineages the training table held when the set was drawn
     models: list[str]  # the draw, in the order drawn
+    unseen_first: int = 1  # how many lineages the training table lacks lead the order
+    twins: list[str] = ()  # the candidates with a Flax twin
+    min_twins: int = 0  # how many of them the set holds at least
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
@@ -50,29 +59,64 @@ def candidates(buildable: list[str], measured: list[str]) -> list[str]:
     return sorted(set(buildable) - set(measured))
 
 
-def draw(models: list[str], seen: list[str], size: int, seed: int) -> Draw:
-    """Draw ``size`` of ``models`` (``candidates``), spread over lineages, one the training table
-    lacks (not in ``seen``) first. Raises ValueError where every candidate lineage is seen or
-    there are too few candidates."""
+def draw(
+    models: list[str],
+    seen: list[str],
+    size: int,
+    seed: int,
+    unseen_first: int = 1,
+    twins: list[str] = (),
+    min_twins: int = 0,
+) -> Draw:
+    """Draw ``size`` of ``models`` (``candidates``), spread over lineages, ``unseen_first`` that
+    the training table lacks (not in ``seen``) first and at least ``min_twins`` of ``twins``.
+    Raises ValueError where too few candidate lineages are unseen, too few candidates have a
+    twin, or there are too few candidates."""
     by_model = {m: lineage(m) for m in sorted(set(models))}
     if len(by_model) < size:
         raise ValueError(f"{len(by_model)} candidates for a set of {size}")
+    if max(unseen_first, min_twins) > size:
+        raise ValueError(f"a set of {size} cannot hold {max(unseen_first, min_twins)} of a kind")
     pools: dict[str, list[str]] = {}
     for model, found in by_model.items():
         pools.setdefault(found, []).append(model)
     unseen = sorted(set(pools) - set(seen))
     if not unseen:
         raise ValueError("every candidate lineage is in the training table: none tests transfer")
+    if len(unseen) < unseen_first:
+        raise ValueError(f"{len(unseen)} candidate lineages are unseen, {unseen_first} asked for")
+    with_twin = sorted(set(twins) & set(by_model))
+    if len(with_twin) < min_twins:
+        raise ValueError(f"{len(with_twin)} candidates have a twin, {min_twins} asked for")
     rng = np.random.default_rng(seed)
+    # the first set's order, random call for random call; more unseen lineages follow it
     first = unseen[rng.integers(len(unseen))]
-    rest = [found for found in sorted(pools) if found != first]
-    order = [first, *(rest[i] for i in rng.permutation(len(rest)))]
-    drawn: list[str] = []
+    leading = [first]
+    if unseen_first > 1:
+        others = [found for found in unseen if found != first]
+        leading += [others[i] for i in rng.permutation(len(others))[: unseen_first - 1]]
+    rest = [found for found in sorted(pools) if found not in leading]
+    order = [*leading, *(rest[i] for i in rng.permutation(len(rest)))]
+    # one model of each leading lineage, then the twins still missing, then the lineages in turn
+    drawn = [pools[found].pop(int(rng.integers(len(pools[found])))) for found in leading]
+    with_twin = [m for m in with_twin if m not in drawn]
+    for _ in range(min_twins - sum(m in twins for m in drawn)):
+        model = with_twin.pop(int(rng.integers(len(with_twin))))
+        pools[by_model[model]].remove(model)
+        drawn.append(model)
+    if len(drawn) > size:
+        raise ValueError(f"{unseen_first} unseen lineages and {min_twins} twins exceed {size}")
+    taken = {found: sum(by_model[m] == found for m in drawn) for found in pools}
+    depth = 0
     while len(drawn) < size:
+        depth += 1
         for found in order:
-            if pools[found] and len(drawn) < size:
+            if pools[found] and taken[found] < depth and len(drawn) < size:
                 drawn.append(pools[found].pop(int(rng.integers(len(pools[found])))))
-    return Draw(seed, size, by_model, sorted(set(seen)), drawn)
+                taken[found] += 1
+    return Draw(
+        seed, size, by_model, sorted(set(seen)), drawn, unseen_first, sorted(twins), min_twins
+    )
 
 
 def redraw(path: Path) -> Draw:
@@ -83,6 +127,9 @@ def redraw(path: Path) -> Draw:
         recorded["trained_lineages"],
         recorded["size"],
         recorded["seed"],
+        recorded.get("unseen_first", 1),
+        recorded.get("twins", []),
+        recorded.get("min_twins", 0),
     )
 
 
