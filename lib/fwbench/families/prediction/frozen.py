@@ -26,6 +26,7 @@ the next set is drawn from models still unmeasured.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -75,8 +76,6 @@ def draw(
     by_model = {m: lineage(m) for m in sorted(set(models))}
     if len(by_model) < size:
         raise ValueError(f"{len(by_model)} candidates for a set of {size}")
-    if max(unseen_first, min_twins) > size:
-        raise ValueError(f"a set of {size} cannot hold {max(unseen_first, min_twins)} of a kind")
     pools: dict[str, list[str]] = {}
     for model, found in by_model.items():
         pools.setdefault(found, []).append(model)
@@ -106,7 +105,7 @@ def draw(
         drawn.append(model)
     if len(drawn) > size:
         raise ValueError(f"{unseen_first} unseen lineages and {min_twins} twins exceed {size}")
-    taken = {found: sum(by_model[m] == found for m in drawn) for found in pools}
+    taken = Counter(by_model[m] for m in drawn)
     depth = 0
     while len(drawn) < size:
         depth += 1
