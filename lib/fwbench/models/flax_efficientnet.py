@@ -1,16 +1,16 @@
-"""EfficientNet-B0 to B3 in Flax NNX, layer for layer torchvision's ``efficientnet_b0`` to ``_b3``.
+"""EfficientNet-B0 to B7 in Flax NNX, layer for layer torchvision's ``efficientnet_b0`` to ``_b7``.
 
 Taken from torchvision rather than the paper: the squeeze-excitation width is
 ``max(1, in_channels // 4)`` (the block's *input* channels, not the expanded ones) with SiLU inside
-and a sigmoid gate; BatchNorm is torch's default (eps 1e-5, momentum 0.1) for B0 to B3, unlike
-MobileNetV3; stochastic depth ("row" mode, one draw per sample) grows linearly with the block index,
+and a sigmoid gate; BatchNorm is torch's default (eps 1e-5, momentum 0.1) for B0 to B4, unlike
+MobileNetV3, and eps 1e-3, momentum 0.01 for B5 to B7 (torchvision's builders pass that norm layer
+to every BatchNorm of those three); stochastic depth ("row" mode, one draw per sample) grows linearly with the block index,
 ``0.2 * i / total_blocks`` (16 blocks in B0), and only acts on residual blocks.
 
-B1 to B3 are B0's table scaled as torchvision scales it: channels
+B1 to B7 are B0's table scaled as torchvision scales it: channels
 ``_make_divisible(c * width_mult, 8)``, layers per stage ``ceil(n * depth_mult)`` (so B1, at depth
 1.1, has two layers wherever B0 has one), the head 4x the last stage's scaled width, and dropout
-0.2 (B0, B1) or 0.3 (B2, B3). B4 onwards are left out: B5 to B7 also change BatchNorm
-(eps 1e-3, momentum 0.01), and none of them has a registry entry to be tested through.
+0.2 (B0, B1), 0.3 (B2, B3), 0.4 (B4, B5) or 0.5 (B6, B7).
 """
 
 from __future__ import annotations
@@ -54,14 +54,20 @@ class _Variant(NamedTuple):
     width_mult: float
     depth_mult: float
     dropout: float  # the classifier's; torchvision's builders set it per variant
+    bn_eps: float = BN_EPS
+    bn_momentum: float = BN_MOMENTUM
 
 
-# torchvision's ``efficientnet_b0`` .. ``efficientnet_b3`` builders.
+# torchvision's ``efficientnet_b0`` .. ``efficientnet_b7`` builders.
 _VARIANTS = {
     0: _Variant(1.0, 1.0, 0.2),
     1: _Variant(1.0, 1.1, 0.2),
     2: _Variant(1.1, 1.2, 0.3),
     3: _Variant(1.2, 1.4, 0.3),
+    4: _Variant(1.4, 1.8, 0.4),
+    5: _Variant(1.6, 2.2, 0.4, 1e-3, 0.01),
+    6: _Variant(1.8, 2.6, 0.5, 1e-3, 0.01),
+    7: _Variant(2.0, 3.1, 0.5, 1e-3, 0.01),
 }
 
 
@@ -110,9 +116,11 @@ class MBConv(nnx.Module):
         kernel: int,
         stride: int,
         stochastic_depth_rate: float,
+        bn_eps: float = BN_EPS,
+        bn_momentum: float = BN_MOMENTUM,
         rngs: nnx.Rngs,
     ):
-        bn = dict(bn_eps=BN_EPS, bn_momentum=BN_MOMENTUM, rngs=rngs)
+        bn = dict(bn_eps=bn_eps, bn_momentum=bn_momentum, rngs=rngs)
         expanded = make_divisible(in_channels * expand_ratio, 8)
         layers = []
         if expanded != in_channels:
@@ -173,10 +181,10 @@ class EfficientNet(nnx.Module):
             raise ValueError(
                 f"unknown EfficientNet variant {variant!r}: one of {', '.join(map(str, _VARIANTS))}"
             )
-        width_mult, depth_mult, default_dropout = _VARIANTS[variant]
+        width_mult, depth_mult, default_dropout, bn_eps, bn_momentum = _VARIANTS[variant]
         dropout = default_dropout if dropout is None else dropout
         setting = _scaled_setting(width_mult, depth_mult)
-        bn = dict(bn_eps=BN_EPS, bn_momentum=BN_MOMENTUM, rngs=rngs)
+        bn = dict(bn_eps=bn_eps, bn_momentum=bn_momentum, rngs=rngs)
         stem = ConvNormActivation(
             3, setting[0].in_channels, 3, stride=2, activation=jax.nn.silu, **bn
         )
@@ -196,6 +204,8 @@ class EfficientNet(nnx.Module):
                         kernel=cfg.kernel,
                         stride=cfg.stride if i == 0 else 1,
                         stochastic_depth_rate=stochastic_depth_prob * block_id / total_blocks,
+                        bn_eps=bn_eps,
+                        bn_momentum=bn_momentum,
                         rngs=rngs,
                     )
                 )
@@ -238,7 +248,7 @@ class EfficientNet(nnx.Module):
         return found + porting.linear_links(self.fc, "classifier.1")
 
 
-# The default variant is B0, so the name that predates B1 to B3 still builds what it always built.
+# The default variant is B0, so the name that predates B1 to B7 still builds what it always built.
 _EfficientNetB0 = EfficientNet
 
 
@@ -248,7 +258,7 @@ def build_flax(
     """The twin of ``torchvision.models.efficientnet_b{variant}``, in train mode as torch builds it.
 
     ``image_size`` is accepted for a uniform registry interface; a CNN does not depend on it (B1 to
-    B3 are only published at larger sizes, 240 to 300, not built differently for them).
+    B7 are only published at larger sizes, 240 to 600, not built differently for them).
     """
     del image_size
     return EfficientNet(num_classes, variant=variant, rngs=rngs)
