@@ -27,9 +27,9 @@ HEADER = """\
 # --max-gflops {max_gflops:g}` from the {candidates} models the registry can build that no campaign
 # had measured and that cost at most {max_gflops:g} GFLOPs per image at 224 px, spread over
 # {lineages} lineages, led by {unseen} the training table lacks ({first}), {with_twin} models with a
-# Flax twin. The draw's inputs are in {name}.draw.json. Its models stay out of every training table until it is
-# scored; the predictions for these cells are committed before the campaign runs, and it is
-# scored once. Estimate: `fwbench run params/{name}.yaml --dry-run`.
+# Flax twin. The draw's inputs are in {name}.draw.json. Its models stay out of every training
+# table until it is scored; the predictions for these cells are committed before the campaign
+# runs, and it is scored once. Cost: `fwbench run params/{name}.yaml --dry-run` estimates it.
 campaign: {name}
 order: interleaved
 seed: {seed}
