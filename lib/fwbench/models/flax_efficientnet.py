@@ -4,8 +4,9 @@ Taken from torchvision rather than the paper: the squeeze-excitation width is
 ``max(1, in_channels // 4)`` (the block's *input* channels, not the expanded ones) with SiLU inside
 and a sigmoid gate; BatchNorm is torch's default (eps 1e-5, momentum 0.1) for B0 to B4, unlike
 MobileNetV3, and eps 1e-3, momentum 0.01 for B5 to B7 (torchvision's builders pass that norm layer
-to every BatchNorm of those three); stochastic depth ("row" mode, one draw per sample) grows linearly with the block index,
-``0.2 * i / total_blocks`` (16 blocks in B0), and only acts on residual blocks.
+to every BatchNorm of those three); stochastic depth ("row" mode, one draw per sample) grows
+linearly with the block index, ``0.2 * i / total_blocks`` (16 blocks in B0), and only acts on
+residual blocks.
 
 B1 to B7 are B0's table scaled as torchvision scales it: channels
 ``_make_divisible(c * width_mult, 8)``, layers per stage ``ceil(n * depth_mult)`` (so B1, at depth
@@ -204,9 +205,7 @@ class EfficientNet(nnx.Module):
                         kernel=cfg.kernel,
                         stride=cfg.stride if i == 0 else 1,
                         stochastic_depth_rate=stochastic_depth_prob * block_id / total_blocks,
-                        bn_eps=bn_eps,
-                        bn_momentum=bn_momentum,
-                        rngs=rngs,
+                        **bn,
                     )
                 )
                 block_id += 1
