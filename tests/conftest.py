@@ -15,6 +15,19 @@ _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 STANDIN = REPO / "tests" / "standin" / "standin"
+# One JAX compilation cache for the whole suite, shared by both workers and every kernel and
+# command the tests start (they inherit the variable): many tests compile the same float64 twin
+# steps (the distributed reference, the expert twins, the tuning run's candidates), and on a slow
+# CPU XLA's compiles are much of the suite's time. Only compiles are shared, never a result; the
+# folder is new for each session (the controller makes it, workers inherit it) and removed after.
+if "PYTEST_XDIST_WORKER" not in os.environ and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    _CACHE = tempfile.mkdtemp(prefix="fwbench-test-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 # make test runs the suite on two workers (pytest-xdist), each taking a whole file at a time in
 # collection order. A long file that starts last keeps one worker busy while the other idles,

@@ -190,3 +190,19 @@ def test_recorder_rejects_unknown_columns_and_statuses():
         rec.add("m", 1.0, "ms", color="red")
     with pytest.raises(ValueError):
         rec.add("m", 1.0, "ms", status="fine")
+
+
+def test_no_schema_uses_the_string_format_the_command_goes_without():
+    """fwbench's command starts without rfc3987_syntax (cli.py says why): that only removes
+    jsonschema's check of the "iri" formats, so no schema fwbench validates may use them."""
+
+    def formats(node):
+        if isinstance(node, dict):
+            yield from [node["format"]] if isinstance(node.get("format"), str) else []
+            for value in node.values():
+                yield from formats(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from formats(value)
+
+    assert not {f for f in formats(db.load_schema()) if f.startswith("iri")}

@@ -129,17 +129,32 @@ def test_the_two_frameworks_references_agree_in_float64(reference_losses):
     )
 
 
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """Each strategy's two ranks in float64, launched once for the tests that read them; data
+    parallelism also times its gradients' all-reduce alone, after its compute-only steps."""
+    launched = {}
+
+    def ranks(framework, strategy):
+        if (framework, strategy) not in launched:
+            timed = strategy in ("ddp", "dp_fused")
+            job = Job(framework, strategy, 2, **dict(CNN, compute_only=timed))
+            launched[framework, strategy] = launch(job, tmp_path_factory.mktemp(strategy))
+        return launched[framework, strategy]
+
+    return ranks
+
+
 # PyTorch ddp and JAX dp also run across two nodes, in tests/test_slurm_nodes.py
 @pytest.mark.parametrize(
     "framework, strategy",
     [("torch", "ddp"), ("torch", "fsdp"), ("jax", "dp_fused"), ("jax", "fsdp")],
 )
 def test_every_strategy_trains_the_reference_function_in_float64(
-    framework, strategy, reference_losses, tmp_path
+    framework, strategy, reference_losses, two_ranks
 ):
-    # data parallelism also times its gradients' all-reduce alone, after its compute-only steps
     timed = strategy in ("ddp", "dp_fused")
-    ranks = launch(Job(framework, strategy, 2, **dict(CNN, compute_only=timed)), tmp_path)
+    ranks = two_ranks(framework, strategy)
     assert [r["rank"] for r in ranks] == [0, 1]
     losses = ranks[0]["losses"]
     assert ranks[1]["losses"] == losses  # the global batch's loss, on every rank
@@ -257,10 +272,8 @@ def test_interleaved_trials_decide_step_time_comparisons_through_the_verdicts():
     assert len(scaling_rounds(pd.concat([meas, gate], ignore_index=True))) == len(rounds)
 
 
-def test_fsdp_holds_a_shard_of_the_state_ddp_holds_whole(tmp_path):
-    fp32 = dict(CNN, precision="fp32", steps=2)
-    ddp = launch(Job("torch", "ddp", 2, **fp32), tmp_path / "ddp")
-    fsdp = launch(Job("torch", "fsdp", 2, **fp32), tmp_path / "fsdp")
+def test_fsdp_holds_a_shard_of_the_state_ddp_holds_whole(two_ranks):
+    ddp, fsdp = two_ranks("torch", "ddp"), two_ranks("torch", "fsdp")
     assert max(r["state_bytes"] for r in fsdp) < 0.6 * ddp[0]["state_bytes"]
 
 

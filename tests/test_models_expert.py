@@ -119,10 +119,15 @@ def test_the_expert_form_has_the_same_gradients(name):
     assert worst <= FP64_TOL
 
 
-# ResNeXt-101 runs every line of ResNeXt-50's code, twice as deep, and EfficientNet-B4 to B7 every
-# line of B1 to B3's on larger tables (tests/test_models_variants_mobile_efficientnet.py proves
-# those): each proven once, on the smaller
-BY_A_SMALLER = {"resnext101_32x8d", *(f"efficientnet_b{b}" for b in range(4, 8))}
+# A deeper or wider twin runs every line of a smaller one's code, expert convolutions included
+# (each layer picks its implementation by its own shape): ResNet-34 ResNet-18's, ResNet-101 and
+# -152 ResNet-50's, ResNeXt-101 ResNeXt-50's, EfficientNet-B2 to B7 B1's on larger tables. Their
+# stock forms are proven layer for layer in tests/test_models_variants_*.py; the expert form is
+# proven once, on the smaller
+BY_A_SMALLER = {
+    "resnet34", "resnet101", "resnet152", "resnext101_32x8d",
+    *(f"efficientnet_b{b}" for b in range(2, 8)),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", [n for n in twin_models() if n not in BY_A_SMALLER])
