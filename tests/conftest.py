@@ -16,10 +16,11 @@ if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 STANDIN = REPO / "tests" / "standin" / "standin"
 # One JAX compilation cache for the whole suite, shared by both workers and every kernel and
-# command the tests start (they inherit the variable): many tests compile the same float64 twin
-# steps (the distributed reference, the expert twins, the tuning run's candidates), and on a slow
-# CPU XLA's compiles are much of the suite's time. Only compiles are shared, never a result; the
-# folder is new for each session (the controller makes it, workers inherit it) and removed after.
+# command the tests start (they inherit the variable): a test's processes often compile a step
+# another has compiled (the attempts of a time-to-accuracy search, a tuned cell after its tuning
+# run), and on a slow CPU XLA's compiles are much of the suite's time. Only compiles are shared,
+# never a result; the folder is new for each session (the controller makes it, workers inherit
+# it) and removed after.
 if "PYTEST_XDIST_WORKER" not in os.environ and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     import atexit
     import shutil

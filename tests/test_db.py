@@ -198,7 +198,8 @@ def test_no_schema_uses_the_string_format_the_command_goes_without():
 
     def formats(node):
         if isinstance(node, dict):
-            yield from [node["format"]] if isinstance(node.get("format"), str) else []
+            if isinstance(node.get("format"), str):
+                yield node["format"]
             for value in node.values():
                 yield from formats(value)
         elif isinstance(node, list):

@@ -2,6 +2,7 @@
 arithmetic on known numbers, and, on real processes, every strategy against the one-process
 reference in float64 (the parity the notebook records)."""
 
+import functools
 import threading
 import time
 
@@ -32,6 +33,8 @@ CNN = dict(
     compute_only=False,
 )
 TOLERANCE = 1e-9
+# data parallelism also times its gradients' all-reduce alone, after its compute-only steps
+TIMED = ("ddp", "dp_fused")
 
 
 def test_a_worker_finds_its_place_from_flags_then_torchrun_then_slurm():
@@ -131,16 +134,12 @@ def test_the_two_frameworks_references_agree_in_float64(reference_losses):
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
-    """Each strategy's two ranks in float64, launched once for the tests that read them; data
-    parallelism also times its gradients' all-reduce alone, after its compute-only steps."""
-    launched = {}
+    """Each strategy's two ranks in float64, launched once for the tests that read them."""
 
+    @functools.cache
     def ranks(framework, strategy):
-        if (framework, strategy) not in launched:
-            timed = strategy in ("ddp", "dp_fused")
-            job = Job(framework, strategy, 2, **dict(CNN, compute_only=timed))
-            launched[framework, strategy] = launch(job, tmp_path_factory.mktemp(strategy))
-        return launched[framework, strategy]
+        job = Job(framework, strategy, 2, **dict(CNN, compute_only=strategy in TIMED))
+        return launch(job, tmp_path_factory.mktemp(f"{framework}_{strategy}"))
 
     return ranks
 
@@ -153,7 +152,7 @@ def two_ranks(tmp_path_factory):
 def test_every_strategy_trains_the_reference_function_in_float64(
     framework, strategy, reference_losses, two_ranks
 ):
-    timed = strategy in ("ddp", "dp_fused")
+    timed = strategy in TIMED
     ranks = two_ranks(framework, strategy)
     assert [r["rank"] for r in ranks] == [0, 1]
     losses = ranks[0]["losses"]
