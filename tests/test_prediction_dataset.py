@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fwbench.families.prediction import dataset, epochs, forecast, recommend
+from fwbench.families.prediction import dataset, epochs, forecast, frozen, recommend
 from fwbench.measure.device import cpu_device_name
 from fwbench.results import db as fw_db
 from tests.conftest import run_cli
@@ -493,19 +493,21 @@ def test_21_and_22_score_hold_outs_and_recommendations(tmp_path, write_campaign)
     ruled = rows[rows.predictor == "baseline"]
     assert set(ruled.holdout.dropna()) == {"lineage"} and "regret_within_5pct" in set(ruled.metric)
     rows = rows[rows.predictor.isna() | (rows.predictor != "baseline")]
-    # the repository's frozen test score, where one is committed, is recorded as it stands
+    # each of the repository's frozen test scores, where committed, is recorded as it stands,
+    # under its set's own label
     tested = rows[rows.test.notna()]
-    score = REPO / "params" / "frozen_test.score.json"
-    if score.is_file():
+    scores = [p for p in frozen.set_files(REPO) if p.with_suffix(".score.json").is_file()]
+    assert set(tested.test) == {frozen.set_label(p) for p in scores}
+    for path in scores:
+        score = path.with_suffix(".score.json")
+        mine = tested[tested.test == frozen.set_label(path)]
         mape = json.loads(score.read_text())["mape_pct"]
-        assert tested.set_index("metric").value["mape_pct"] == pytest.approx(mape)
+        assert mine.set_index("metric").value["mape_pct"] == pytest.approx(mape)
         # and 22_recommend scores the committed predictions' picks on the set's rows
         scored_rows = pd.read_csv(score.with_suffix(".csv"))
-        share = tested[tested.metric == "regret_within_5pct"].value
+        share = mine[mine.metric == "regret_within_5pct"].value
         expected = recommend.committed_queries(scored_rows).regret_pct.le(5).mean() * 100
         assert share.tolist() == [pytest.approx(expected)]
-    else:
-        assert tested.empty
     rows = rows[rows.test.isna()]
     scored = rows[(rows.status == "ok") & (rows.notebook == "21_prediction")]
     # three lineages (resnet, mbconv, shufflenet/squeezenet) make the lineage hold-out; no batch size
