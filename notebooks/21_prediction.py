@@ -346,6 +346,32 @@ for test_campaign in frozen.set_files(root):
         )
     )
     display(scored_rows.groupby(["framework", "mode", "batch_size"]).error_pct.describe())
+    # which kernel kinds the kernel-level predictor's time sat in, and so which carry its error:
+    # each row's kinds priced again from the set's own CPU's micro-benchmarks (no fit needed)
+    kernel_rows = scored_rows.get("predictor", pd.Series("", index=scored_rows.index)) == "kernels"
+    priced = scored_rows[kernel_rows]
+    if len(priced):
+        parts = [
+            kernel_model.shares_from_index(
+                db_file, rows, device, int(threads), lambda items: tqdm(items, desc="kinds")
+            )
+            for (device, threads), rows in priced.groupby(["device_name", "threads"])
+        ]
+        with_shares = pd.concat(parts)
+        by_kind = frozen_score.error_by_kind(with_shares) if len(with_shares) else pd.DataFrame()
+        for r in by_kind.itertuples():
+            kind_extra = {**extra, "predictor": f"kernels, {r.kind} kernels"}
+            rec.add("time_share_pct", r.time_share_pct, "%", n=len(priced), extra=kind_extra)
+            rec.add("error_carried_pct", r.error_carried_pct, "%", n=len(priced), extra=kind_extra)
+            if r.rows_led:
+                rec.add("mape_pct", r.mape_pct, "%", n=r.rows_led, extra=kind_extra)
+                rec.add("median_signed_pct", r.median_signed_pct, "%", n=r.rows_led,
+                        extra=kind_extra)  # fmt: skip
+        if len(by_kind):
+            display(Markdown(f"Where the kernel-level predictor's error sits ({len(priced)} rows)"))
+            display(by_kind.round(1))
+        else:
+            print(f"no micro-benchmarks in the index for the CPU the {label} was measured on")
 
 # %% [markdown]
 # ## Against the goals

@@ -116,6 +116,67 @@ def test_the_kernel_level_predictor_takes_the_settings_it_covers_and_both_are_sc
     assert set(alone.predictor) == {"op categories"} and list(alone.predicted_s) == [1.0, 4.0]
 
 
+def test_the_error_is_laid_on_the_kernel_kinds_the_predicted_time_sat_in():
+    rows = pd.DataFrame(
+        {
+            # two convolution-bound rows 50% and 100% too slow, one matmul row exact, one split
+            "seconds": [1.0, 1.0, 1.0, 1.0],
+            "predicted_s": [1.5, 2.0, 1.0, 0.8],
+            "share:conv": [1.0, 1.0, 0.0, 0.5],
+            "share:matmul": [0.0, 0.0, 1.0, 0.5],
+        }
+    )
+    by_kind = frozen_score.error_by_kind(rows).set_index("kind")
+    # 170 points of error: 150 + 10 on convolutions, 10 on matmuls, although each holds half
+    # of the predicted time over the rows
+    assert by_kind.error_carried_pct.to_dict() == pytest.approx(
+        {"conv": 160 / 170 * 100, "matmul": 10 / 170 * 100}
+    )
+    assert by_kind.time_share_pct.to_dict() == pytest.approx({"conv": 62.5, "matmul": 37.5})
+    # the split row counts for the first kind holding its largest share
+    assert by_kind.rows_led.to_dict() == {"conv": 3, "matmul": 1}
+    assert by_kind.mape_pct["conv"] == pytest.approx((50 + 100 + 20) / 3)
+    assert by_kind.median_signed_pct.to_dict() == pytest.approx({"conv": 50.0, "matmul": 0.0})
+
+
+def test_a_test_rows_kernel_kinds_are_priced_from_its_own_cpus_micro_benchmarks(tmp_path):
+    import duckdb
+
+    from fwbench.families.prediction import kernel_prices, kernel_model
+    from fwbench.families.prediction.kernels import CONV, MATMUL, Kernel
+
+    conv, matmul = Kernel(CONV, (1, 64, 64, 3, 3, 1, 14, 14, 1)), Kernel(MATMUL, (1, 64, 64, 64))
+    con = duckdb.connect(str(tmp_path / "i.duckdb"))
+    con.execute(
+        "create table measurements (family varchar, status varchar, metric varchar, "
+        "value double, extra json, framework varchar, device_name varchar, threads integer)"
+    )
+    for kernel, seconds in ((conv, 3e-3), (matmul, 1e-3)):
+        extra = json.dumps({"kind": kernel.kind, "shape": list(kernel.shape)})
+        con.execute(
+            "insert into measurements values ('prediction', 'ok', 'kernel_s', ?, ?, 'torch', 'cpu', 2)",
+            [seconds, extra],
+        )
+    con.close()
+    configs = pd.DataFrame(
+        {"model": ["a", "a"], "framework": ["torch", "torch"], "mode": ["eager", "compile"],
+         "batch_size": [1, 1], "image_size": [224, 224]}
+    )  # fmt: skip
+    found = kernel_model.shares_from_index(
+        tmp_path / "i.duckdb", configs, "cpu", 2, kernels_of=lambda *_: [conv, matmul]
+    )
+    # a compiled mode is not priced from kernels; eager's time is 3 parts convolution to 1
+    assert list(found["mode"]) == ["eager"]
+    assert found["share:conv"].iloc[0] == pytest.approx(0.75)
+    assert found["share:matmul"].iloc[0] == pytest.approx(0.25)
+    assert found["share:memory"].iloc[0] == 0.0
+    assert kernel_prices.kind_shares([conv, matmul], [3e-3, 1e-3]) == pytest.approx(
+        {"conv": 0.75, "matmul": 0.25}
+    )
+    # another CPU has no micro-benchmarks: nothing to price
+    assert kernel_model.shares_from_index(tmp_path / "i.duckdb", configs, "other", 2).empty
+
+
 SET = """\
 campaign: frozen_test
 order: interleaved

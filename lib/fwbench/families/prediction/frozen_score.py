@@ -240,6 +240,35 @@ def score(predictions: pd.DataFrame, measured: pd.DataFrame) -> tuple[pd.DataFra
     return done.drop(columns=["trial_img_s"]), summary
 
 
+def error_by_kind(rows: pd.DataFrame) -> pd.DataFrame:
+    """Which kernel kinds carry a kernel-level test's error. ``rows`` are scored rows (``seconds``,
+    ``predicted_s``) with ``share:<kind>`` columns (``kernel_model.shares_from_index``). Per kind:
+    its mean share of the predicted time; its share of the summed absolute error, each row's
+    error split among its kinds by their shares (a kind carrying more error than time is priced
+    worse than the rest); the rows where it holds the largest share, with their MAPE and median
+    signed error (predicted ÷ measured − 1, in percent: below 0, predicted too fast)."""
+    columns = [c for c in rows.columns if c.startswith("share:")]
+    shares = rows[columns].to_numpy(float)
+    error = predictor.abs_error_pct(rows.seconds, rows.predicted_s).to_numpy(float)
+    signed = (rows.predicted_s / rows.seconds - 1.0).to_numpy(float) * 100
+    carried = (shares * error[:, None]).sum(axis=0) / error.sum() * 100
+    leading = shares.argmax(axis=1)
+    out = []
+    for i, column in enumerate(columns):
+        led = leading == i
+        out.append(
+            {
+                "kind": column.removeprefix("share:"),
+                "time_share_pct": float(shares[:, i].mean() * 100),
+                "error_carried_pct": float(carried[i]),
+                "rows_led": int(led.sum()),
+                "mape_pct": float(error[led].mean()) if led.any() else math.nan,
+                "median_signed_pct": float(np.median(signed[led])) if led.any() else math.nan,
+            }
+        )
+    return pd.DataFrame(out)
+
+
 def _bound(value: float | None, holds) -> bool | None:
     return None if value is None or math.isnan(value) else bool(holds(value))
 

@@ -222,6 +222,30 @@ def predict_from_index(
     return found.predict(wanted[columns], progress) if len(wanted) else configs.iloc[:0]
 
 
+def shares_from_index(
+    db_file,
+    configs: pd.DataFrame,
+    device_name: str,
+    threads: int,
+    progress=lambda items: items,
+    kernels_of: Callable[..., list] | None = None,
+) -> pd.DataFrame:
+    """The rows of ``configs`` (model, framework, mode, batch_size, image_size) of the settings this
+    covers, each with ``share:<kind>`` for every kernel kind: its share of the row's summed prices
+    on ``device_name`` at ``threads``, where a prediction's time comes from. No setting is fitted:
+    the shares need the prices only. Empty where the index has no micro-benchmarks there.
+    ``kernels_of`` reads a configuration's kernels (by default, from what the framework runs)."""
+    with fw_db.connect(db_file, read_only=True) as con:
+        table, empty = micro_benchmarks(con, device_name, threads)
+    rows = _covered(configs)
+    if table.empty or rows.empty:
+        return rows.iloc[:0]
+    priced = KernelPredictor(table, empty, kernels_of)
+    found = [priced._summed(r)[1] for r in progress(list(rows.itertuples()))]
+    shares = pd.DataFrame(found, index=rows.index).reindex(columns=list(kernels.KINDS))
+    return pd.concat([rows, shares.fillna(0.0).add_prefix("share:")], axis=1)
+
+
 def side_by_side(
     held: pd.DataFrame, category_held: pd.DataFrame | None, with_baseline: pd.DataFrame
 ) -> pd.DataFrame:

@@ -69,7 +69,12 @@ PREDICTION = Section(
     "training rows' decided pairs; and recommendations by that constant rule. Goals: on the test "
     "MAPE ≤ 15%; MAPE ≤ 10% on unseen batch sizes, ≤ 15% on unseen lineages, a correct winner ≥ "
     "90%, regret ≤ 5% in ≥ 90% of queries, each met only where the predictor beats its "
-    "baseline.",
+    "baseline. Rows ending in `· kernels, <kind> kernels` say which kernel kinds carry the "
+    "kernel-level predictor's test error: the kind's mean share of the predicted time "
+    "(`time_share_pct`), its share of the summed absolute error with each row's error split "
+    "among its kinds by their shares (`error_carried_pct`), and the MAPE and median signed error "
+    "(`median_signed_pct`, below 0 predicted too fast) of the rows where it holds the largest "
+    "share.",
     (
         Table(
             "prediction",
