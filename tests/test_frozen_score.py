@@ -142,7 +142,7 @@ def test_the_error_is_laid_on_the_kernel_kinds_the_predicted_time_sat_in():
 def test_a_test_rows_kernel_kinds_are_priced_from_its_own_cpus_micro_benchmarks(tmp_path):
     import duckdb
 
-    from fwbench.families.prediction import kernel_prices, kernel_model
+    from fwbench.families.prediction import kernel_model, kernel_prices
     from fwbench.families.prediction.kernels import CONV, MATMUL, Kernel
 
     conv, matmul = Kernel(CONV, (1, 64, 64, 3, 3, 1, 14, 14, 1)), Kernel(MATMUL, (1, 64, 64, 64))
