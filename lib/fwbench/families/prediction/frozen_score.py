@@ -249,8 +249,8 @@ def error_by_kind(rows: pd.DataFrame) -> pd.DataFrame:
     signed error (predicted ÷ measured − 1, in percent: below 0, predicted too fast)."""
     columns = [c for c in rows.columns if c.startswith("share:")]
     shares = rows[columns].to_numpy(float)
-    error = predictor.abs_error_pct(rows.seconds, rows.predicted_s).to_numpy(float)
     signed = (rows.predicted_s / rows.seconds - 1.0).to_numpy(float) * 100
+    error = np.abs(signed)
     carried = (shares * error[:, None]).sum(axis=0) / error.sum() * 100
     leading = shares.argmax(axis=1)
     out = []

@@ -19,6 +19,7 @@ modes generate kernels this does not read; they are left to the op-category pred
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -286,5 +287,12 @@ def _covered(measured: pd.DataFrame) -> pd.DataFrame:
 
 
 def _read_kernels(model: str, framework: str, mode: str, batch: int, size: int) -> list:
+    return list(_lowered(model, framework, mode, batch, size))
+
+
+# once per process: the hold-out builds a predictor per CPU model and the test's kinds another,
+# and each would otherwise lower and compile the same models again on this machine
+@functools.cache
+def _lowered(model: str, framework: str, mode: str, batch: int, size: int) -> tuple:
     layers = vocab.twin_layers(mode) if framework == "jax" and mode != "torchax" else "stock"
-    return kernels.model_kernels(model, framework, batch, size, mode=mode, layers=layers)
+    return tuple(kernels.model_kernels(model, framework, batch, size, mode=mode, layers=layers))
